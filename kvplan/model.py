@@ -205,6 +205,22 @@ class CheckpointTensors(BaseModel):
         return sum(self.elements.values())
 
 
+class Widths(BaseModel):
+    """The per-token widths a forward pass works in, where layers differ the widest: what a prefill's
+    activations are made of. An engine that runs the whole prompt in one pass (transformers) needs memory for
+    them in proportion to batch x prompt tokens; see `kvplan.engines.Transformers`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    hidden: PositiveInt = Field(description="the residual stream (hidden_size)")
+    mlp_intermediate: int = Field(0, ge=0, description="the widest dense MLP or shared-expert intermediate; "
+                                                       "0 when every layer routes to experts")
+    gated_mlp: bool = Field(True, description="gate and up projections (SwiGLU, GeGLU) rather than up alone")
+    mlp_activation: str = Field("silu", description="the MLP's activation function (hidden_act)")
+    experts_per_token: int = Field(0, ge=0, description="routed experts per token (top-k); 0 without MoE")
+    expert_intermediate: int = Field(0, ge=0, description="one routed expert's intermediate size")
+
+
 class ModelSpec(BaseModel):
     """What kvplan knows of a model: its caches layer by layer, its parameters, dtypes and limits."""
 
@@ -222,5 +238,7 @@ class ModelSpec(BaseModel):
     max_context: PositiveInt | None = None
     source: str = ""
     notes: tuple[str, ...] = ()
+    widths: Widths | None = Field(None, description="per-token forward widths, for activation memory; None "
+                                                   "where the source does not say")
     checkpoint: CheckpointTensors | None = Field(
         None, description="the safetensors tensor inventory, when kvplan could read it (Hub repos, local dirs)")

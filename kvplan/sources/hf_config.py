@@ -27,6 +27,7 @@ from kvplan.model import (
     Quantization,
     RecurrentState,
     SlidingWindow,
+    Widths,
 )
 
 MAX_LAYERS = 100_000  # far above any real model; refuses absurd configs before building per-layer lists
@@ -295,9 +296,25 @@ def _decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[s
         types = _layer_types(cfg, model_type, num_layers, notes)
         caches = _layer_caches(cfg, types, kv_heads, head_dim)
     params = _decoder_params(cfg, model_type, family, caches, types, blocks, hidden, heads, head_dim)
+    widths = None if blocks or model_type == "nemotron_h" else _widths(cfg, model_type, family, hidden, num_layers)
     return ModelSpec(name=name, architecture=model_type or "unknown", num_layers=num_layers,
-                     num_attention_heads=heads, caches=tuple(caches), params=params, source=source,
+                     num_attention_heads=heads, caches=tuple(caches), params=params, widths=widths, source=source,
                      **_common(cfg, notes))
+
+
+def _widths(cfg: Fields, model_type: str, family: Family, hidden: int, num_layers: int) -> Widths:
+    """The forward widths: dense MLP (or shared expert) and routed expert intermediates, widest over layers.
+    Nemotron-H and NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them."""
+    moe = _MoE.read(cfg, model_type)
+    dense = moe is None or any(not moe.on_layer(i) for i in range(num_layers))
+    intermediate = _intermediate(cfg, model_type, hidden) if dense else 0
+    if moe is not None:
+        intermediate = max(intermediate, moe.shared_intermediate)
+    activation = cfg.get("hidden_act", "activation_function", "activation",
+                         default="silu" if family.gated_mlp else "gelu")
+    return Widths(hidden=hidden, mlp_intermediate=intermediate, gated_mlp=family.gated_mlp,
+                  mlp_activation=str(activation), experts_per_token=moe.top_k if moe else 0,
+                  expert_intermediate=moe.intermediate if moe else 0)
 
 
 def _kv_heads(cfg: Fields, model_type: str, heads: int) -> int:
@@ -693,6 +710,8 @@ class _MoE:
 
     experts: int
     top_k: int
+    intermediate: int  # one expert's intermediate size
+    shared_intermediate: int  # the shared experts' intermediate, all of them together
     expert_size: int  # matrix params of one expert
     expert_bias: int
     shared: int
@@ -733,7 +752,8 @@ class _MoE:
         else:  # Qwen MoE decoder_sparse_step, Llama 4 interleave_moe_layer_step: every step-th layer
             step = cfg.int("decoder_sparse_step", "interleave_moe_layer_step", default=1)
             dense |= {i for i in range(layers) if (i + 1) % step}
-        return cls(n, top_k, expert, bias, 3 * hidden * shared_size, router, frozenset(dense))
+        return cls(n, top_k, size, shared_size, expert, bias, 3 * hidden * shared_size, router,
+                   frozenset(dense))
 
     def on_layer(self, i: int) -> bool:
         return i not in self.dense_layers

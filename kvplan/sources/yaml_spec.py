@@ -21,6 +21,7 @@ from kvplan.model import (
     ParamCounts,
     RecurrentState,
     SlidingWindow,
+    Widths,
 )
 from kvplan.sources.hf_config import MAX_LAYERS, read_text
 
@@ -54,6 +55,7 @@ class YamlSpec(_Strict):
     num_attention_heads: PositiveInt
     params: SpecParams
     layers: Annotated[list[LayerGroup], Field(min_length=1)]
+    widths: Widths | None = None
 
 
 def read_yaml_spec(path: Path) -> ModelSpec:
@@ -90,7 +92,8 @@ def read_yaml_spec(path: Path) -> ModelSpec:
     layers = max(c.layer for c in caches) + 1
     return ModelSpec(name=spec.name, architecture="yaml-spec", num_layers=layers,
                      num_attention_heads=spec.num_attention_heads, caches=tuple(caches), params=params,
-                     dtype=spec.dtype, max_context=spec.max_context, source=f"YAML spec {path}")
+                     dtype=spec.dtype, max_context=spec.max_context, widths=spec.widths,
+                     source=f"YAML spec {path}")
 
 
 class _GroupError(Exception):
