@@ -2,8 +2,10 @@
 
     KV budget per GPU = GPU memory x fraction - weights per GPU - overhead   (engine rules: kvplan.engines)
                         or exactly --kv-budget
-    max users at ctx  = replicas x the largest N whose pool.bytes_for(N, ctx) fits the budget on every stage
-    max ctx for N     = the largest ctx whose pool.bytes_for(N / replicas, ctx) fits it on every stage
+    max users at ctx  = replicas x the largest N whose pool.peak_bytes(N, ctx) fits the budget on every stage
+    max ctx for N     = the largest ctx whose pool.peak_bytes(N / replicas, ctx) fits it on every stage
+peak_bytes is the KV the engine allocates (pool.bytes_for) plus activations that grow with the batch, which
+only transformers has (it prefills the whole batch in one pass; the others' activations are fixed overhead).
 Tensor parallelism splits KV heads, max(1, kv_heads // tp) per GPU (replicated when tp > kv_heads), and
 recurrent state, never the MLA latent; pipeline parallelism splits layers into stages (vLLM's
 `get_pp_indices`) and the fullest stage binds; GPUs beyond tp x pp are data-parallel replicas.
@@ -93,6 +95,7 @@ class Capacity(BaseModel):
     engine_kv_bytes_per_sequence: int
     users: int
     engine_kv_bytes_for_users: int
+    engine_activation_bytes_for_users: int = 0  # activations that grow with the batch (transformers prefill)
     engine_kv_bytes_per_sequence_decode: int  # what a sequence holds in steady decode (sliding layers trimmed)
     max_concurrent_users: int
     max_ctx_for_users: int | None
@@ -113,7 +116,7 @@ class Capacity(BaseModel):
 
     @property
     def headroom_bytes(self) -> int:
-        return self.kv_budget_bytes - self.engine_kv_bytes_for_users
+        return self.kv_budget_bytes - self.engine_kv_bytes_for_users - self.engine_activation_bytes_for_users
 
 
 # ---------------------------------------------------------------------------------------------- parallelism
@@ -221,41 +224,41 @@ UNBOUNDED_USERS = 2**40  # a count no GPU serves; fitting this many means the po
 
 
 def max_users(pool: KVPool, budget: int, ctx: int, prefix: int = 0) -> int:
-    """The largest N with pool.bytes_for(N, ctx) <= budget (0 if not even one fits).
+    """The largest N with pool.peak_bytes(N, ctx) <= budget (0 if not even one fits).
 
-    The search starts at budget // bytes_for(1), where pools linear in N (most) already have the answer, and
-    gallops from there to a bracket, bytes_for(low) <= budget < bytes_for(high), before bisecting it."""
-    one = pool.bytes_for(1, ctx, prefix)
+    The search starts at budget // peak_bytes(1), where pools linear in N (most) already have the answer, and
+    gallops from there to a bracket, peak_bytes(low) <= budget < peak_bytes(high), before bisecting it."""
+    one = pool.peak_bytes(1, ctx, prefix)
     if one > budget:
         return 0
-    if pool.bytes_for(UNBOUNDED_USERS, ctx, prefix) <= budget:  # users cost nothing: the search would not end
+    if pool.peak_bytes(UNBOUNDED_USERS, ctx, prefix) <= budget:  # users cost nothing: the search would not end
         raise KvplanError(f"at {ctx:,} tokens users need no KV memory of their own, so there is no user limit")
     guess = max(1, budget // one) if one > 0 else 1
-    if pool.bytes_for(guess, ctx, prefix) <= budget:
+    if pool.peak_bytes(guess, ctx, prefix) <= budget:
         low, step = guess, 1
-        while pool.bytes_for(low + step, ctx, prefix) <= budget:
+        while pool.peak_bytes(low + step, ctx, prefix) <= budget:
             low, step = low + step, step * 2
         high = low + step
     else:
         high, step = guess, 1
-        while high - step > 1 and pool.bytes_for(high - step, ctx, prefix) > budget:
+        while high - step > 1 and pool.peak_bytes(high - step, ctx, prefix) > budget:
             high, step = high - step, step * 2
         low = max(1, high - step)
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (mid, high) if pool.bytes_for(mid, ctx, prefix) <= budget else (low, mid)
+        low, high = (mid, high) if pool.peak_bytes(mid, ctx, prefix) <= budget else (low, mid)
     return low
 
 
 def max_ctx(pool: KVPool, budget: int, users: int, limit: int, prefix: int = 0) -> int:
-    """The largest ctx in [max(1, prefix), limit] with pool.bytes_for(users, ctx) <= budget (0 if none)."""
+    """The largest ctx in [max(1, prefix), limit] with pool.peak_bytes(users, ctx) <= budget (0 if none)."""
     low = max(1, prefix)
-    if pool.bytes_for(users, low, prefix) > budget:
+    if pool.peak_bytes(users, low, prefix) > budget:
         return 0
     high = limit + 1
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (mid, high) if pool.bytes_for(users, mid, prefix) <= budget else (low, mid)
+        low, high = (mid, high) if pool.peak_bytes(users, mid, prefix) <= budget else (low, mid)
     return low
 
 
@@ -385,6 +388,7 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         engine_kv_bytes_per_sequence=binding.bytes_per_sequence(ctx), users=workload.target,
         engine_kv_bytes_per_sequence_decode=binding.bytes_per_sequence_decode(ctx),
         engine_kv_bytes_for_users=max(p.bytes_for(need, ctx, prefix) for p in pools),
+        engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),
         max_concurrent_users=users, max_ctx_for_users=longest, avg_ctx=workload.avg_ctx,
         max_users_at_avg_ctx=at_avg, shared_prefix=prefix, fits=users >= workload.target, reasons=[],
         suggestions=[], notes=notes,

@@ -130,6 +130,15 @@ class KVPool(ABC):
         """Memory needed for `users` sequences of `ctx` tokens whose first `shared_prefix` tokens are cached
         once (prefix caching); monotone in users and ctx."""
 
+    def activation_bytes(self, users: int, ctx: int) -> int:
+        """Activation memory that grows with the batch (beyond the engine's fixed overhead), at its peak for
+        `users` sequences of ctx tokens; 0 where the fixed overhead covers it."""
+        return 0
+
+    def peak_bytes(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
+        """What `users` sequences of ctx tokens need at the engine's peak: the cache and the batch's activations."""
+        return self.bytes_for(users, ctx, shared_prefix) + self.activation_bytes(users, ctx)
+
     def bytes_per_sequence(self, ctx: int) -> int:
         """What the engine reserves or holds for one sequence at ctx."""
         return self.bytes_for(1, ctx) - self.bytes_for(0, ctx)
@@ -595,8 +604,12 @@ class TransformersPool(KVPool):
     StaticCache: max_cache_len = ctx preallocated, min(W, ctx) on sliding layers, from the first token.
     Recurrent layers: the state `Transformers.cached_layers` describes (conv of `kernel` inputs, fp32 SSM)."""
 
-    def __init__(self, table: list[Row], static: bool, notes: list[str]):
-        self.table, self.static, self.notes = table, static, notes
+    def __init__(self, table: list[Row], static: bool, activations: "PrefillActivations", notes: list[str]):
+        self.table, self.static, self.activations, self.notes = table, static, activations, notes
+
+    def activation_bytes(self, users: int, ctx: int) -> int:
+        """generate() prefills the batch's prompts (up to ctx - 1 tokens) in one forward pass."""
+        return self.activations.peak(users, max(ctx - 1, 1))
 
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
         """The peak for `users` sequences of ctx tokens: after prefilling a prompt of up to ctx - 1 tokens (at
@@ -629,6 +642,75 @@ def transformers_state(cache: LayerCache) -> LayerCache:
     if cache.conv_kernel:
         update["conv_elements"] = cache.conv_elements // (cache.conv_kernel - 1) * cache.conv_kernel
     return cache.model_copy(update=update)
+
+
+class PrefillActivations:
+    """The activation peak of one transformers forward pass over a batch of prompts, above the weights and
+    the cache: inference mode, SDPA attention (eager where transformers has no SDPA path), logits for the last
+    token only, as generate() prefills. Measured tensor by tensor on transformers 5.23 by `kvplan profile`
+    (docs/accuracy.md); b is the model dtype's bytes. Per token, the largest of a layer's three moments (a
+    one-layer model holds one hidden-sized tensor fewer: its layer input is the embedding output):
+        norm     3 x hidden x b (embedding output, layer input, residual) + the norm's fp32 upcast:
+                 2 x hidden x 4 (1 x when the model runs in fp32)
+        MLP      4 x hidden x b (the same and the normed input) + f x intermediate x b, f = 3 gated (act(gate),
+                 up, their product), 4 for gelu_new (its tanh formula runs op by op), else 2 (up, act(up))
+        experts  4 x hidden x b + top_k x max(hidden x b + g x expert_intermediate x b, hidden x (2b + 8)):
+                 grouped_mm's gathered tokens and gate_up output with its gating (g = 4: gate_up, act, product;
+                 gpt-oss 10: a gathered bias and a clamped gate), then the fp32 routing-weighted rows and
+                 their reordered copy
+    Per prompt of P tokens, with h attention heads: SDPA on windowed layers (and Falcon, MASK_ALWAYS) adds one
+    P x P boolean mask for the batch. Eager attention (EAGER_ATTENTION) adds two P x P masks in the model dtype per sequence, and its
+    P x (P + 1) probabilities per head outlive attention (the layer returns them) into the MLP moment, while
+    attention itself holds three such tensors (scores, with sinks, max-subtracted):
+        peak = masks + batch x max(P x per token + h x P x (P + 1) x b, P x 4 x hidden x b + 3 h x P x (P + 1) x b)
+    Without widths (a YAML spec without them, NAS blocks) a flat 1 GiB."""
+
+    EAGER_ATTENTION = frozenset({"gpt_oss"})  # `_supports_sdpa = False` (attention sinks)
+    GATE_TENSORS = {"gpt_oss": 10}  # expert-intermediate-wide tensors of a routed token's gating, default 4
+    PYTHON_GELU = frozenset({"gelu_new"})  # NewGELUActivation
+    MASK_ALWAYS = frozenset({"falcon"})  # builds its P x P mask even for SDPA (allow_is_causal_skip=False)
+
+    def __init__(self, model: ModelSpec, dtype: DType):
+        self.widths, self.bytes = model.widths, dtype.block_bytes / dtype.block_elements
+        self.eager_heads = model.num_attention_heads if model.architecture in self.EAGER_ATTENTION else 0
+        self.gate_tensors = self.GATE_TENSORS.get(model.architecture, 4)
+        self.residuals = 4 if model.num_layers > 1 else 3  # the first layer's input is the embedding output
+        self.masked = model.architecture in self.MASK_ALWAYS or any(c.kind in WINDOWED for c in model.caches)
+        self.recurrent = any(c.kind == "recurrent" for c in model.caches)
+
+    def per_token(self) -> int:
+        w, b = self.widths, self.bytes
+        stream = self.residuals * w.hidden * b
+        norm = (self.residuals - 1) * w.hidden * b + (1 if b >= 4 else 2) * w.hidden * 4
+        factor = 3 if w.gated_mlp else (4 if w.mlp_activation in self.PYTHON_GELU else 2)
+        moments = [norm, stream + factor * w.mlp_intermediate * b]
+        if w.experts_per_token:
+            gathered = max(w.hidden * b + self.gate_tensors * w.expert_intermediate * b, w.hidden * (2 * b + 8))
+            moments.append(stream + w.experts_per_token * gathered)
+        return math.ceil(max(moments))
+
+    def peak(self, users: int, prompt: int) -> int:
+        if not users:
+            return 0
+        if self.widths is None:
+            return GiB
+        layer = prompt * self.per_token()
+        if not self.eager_heads:
+            return users * layer + (prompt**2 if self.masked else 0)
+        probs = math.ceil(self.eager_heads * prompt * (prompt + 1) * self.bytes)
+        attention = math.ceil(prompt * self.residuals * self.widths.hidden * self.bytes) + 3 * probs
+        masks = math.ceil(2 * prompt**2 * self.bytes)
+        return users * (masks + max(layer + probs, attention))
+
+    def notes(self) -> list[str]:
+        if self.widths is None:
+            return ["prefill activations: a flat 1 GiB (the model spec gives no forward widths)"]
+        grows = "eager attention, quadratic in the prompt" if self.eager_heads else \
+            f"{self.per_token():,} B per prompt token"
+        out = [f"prefill activations grow with batch x prompt ({grows})"]
+        if self.recurrent:
+            out.append("recurrent mixers' own transients are not modelled in the prefill activations")
+        return out
 
 
 class Transformers(Engine):
@@ -666,8 +748,8 @@ class Transformers(Engine):
         return 1.0
 
     def overhead(self) -> Overhead:
-        """Activations 1 GiB (prefill grows with batch x prompt: --overhead), CUDA context 0.5 GiB."""
-        return Overhead(activations=GiB, cuda_context=GiB // 2)
+        """CUDA context 0.5 GiB; activations grow with the batch and are the pool's (`PrefillActivations`)."""
+        return Overhead(cuda_context=GiB // 2)
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> TransformersPool:
         """The cache is in the dtype the model runs in (no separate KV dtype), conv states included."""
@@ -677,7 +759,8 @@ class Transformers(Engine):
         if not static and any(r.kind in WINDOWED for r in table):
             notes[0] = ("DynamicCache: sliding layers hold the whole prompt until the first decode step, then "
                         "min(ctx, W) tokens; sized for the peak, a prompt of up to ctx - 1 tokens")
-        return TransformersPool(table, static, notes)
+        activations = PrefillActivations(model, kv)
+        return TransformersPool(table, static, activations, notes + activations.notes())
 
 
 # --------------------------------------------------------------------------------------------- TensorRT-LLM

@@ -150,6 +150,9 @@ def print_capacity(console: Console, cap) -> None:
     decode = cap.engine_kv_bytes_per_sequence_decode
     if decode != cap.engine_kv_bytes_per_sequence:
         table.add_row("  held in steady decode (sliding layers keep only their window)", both_units(decode))
+    if cap.engine_activation_bytes_for_users:
+        table.add_row(f"prefill activations for {_users(cap.users)} (grow with batch x prompt)",
+                      both_units(cap.engine_activation_bytes_for_users))
     table.add_row(f"[bold]max concurrent users at {cap.ctx:,} tokens[/bold]",
                   f"[bold]{cap.max_concurrent_users:,}[/bold]")
     if cap.max_users_at_avg_ctx is not None:

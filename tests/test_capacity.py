@@ -17,6 +17,7 @@ from kvplan.capacity import (
     plan,
     stage_bounds,
 )
+from kvplan.engines import KVPool
 from kvplan.errors import KvplanError
 from kvplan.model import FullAttention, ModelSpec, ParamCounts, SlidingWindow
 from kvplan.sources import load_model
@@ -289,7 +290,9 @@ def test_users_fit_the_budget(model, engine, ctx, budget):
 
 
 def test_max_users_is_the_largest_that_fits():
-    class Linear:  # 3 bytes per user-token, 10 bytes fixed
+    class Linear(KVPool):  # 3 bytes per user-token, 10 bytes fixed
+        notes: list[str] = []
+
         def bytes_for(self, users, ctx, shared_prefix=0):
             return 10 + 3 * users * ctx
 

@@ -292,3 +292,64 @@ def test_engine_kv_dtypes():
         per_sequence("meta-llama/Llama-3-8B", 8192, "vllm", kv_dtype_name="q8_0")
     with pytest.raises(KvplanError, match="fp8"):
         per_sequence("meta-llama/Llama-3-8B", 8192, "transformers", kv_dtype_name="fp8")
+
+
+# ------------------------------------------------------------------------------- transformers prefill activations
+
+
+def activations(model: str, dtype: str = "bf16"):
+    return engines.PrefillActivations(load_model(model), kv_dtype(dtype))
+
+
+def test_transformers_prefill_activations_llama3_8b_by_hand():
+    # hidden 4,096, gated MLP of 14,336 (the published config), bf16: residual stream 4 x 4,096 x 2 = 32,768 B and
+    # act(gate), up and their product 3 x 14,336 x 2 = 86,016 B per prompt token
+    llama = activations("meta-llama/Llama-3-8B")
+    assert llama.per_token() == 118_784
+    assert llama.peak(2, 8191) == 2 * 8191 * 118_784
+    assert llama.peak(0, 8191) == 0
+
+
+def test_transformers_capacity_counts_prefill_activations_per_user():
+    # H100 80GB: 85,520,809,984 B (81,559 MiB as the driver reports it); Llama-3-8B bf16 weights
+    # 8,030,261,248 x 2 B; CUDA context 0.5 GiB. Each user at 8,192 tokens: a 1 GiB DynamicCache (32 layers x
+    # 131,072 B x 8,192) plus 8,191 x 118,784 B of prefill activations.
+    budget = 81_559 * MiB - 2 * 8_030_261_248 - GiB // 2
+    per_user = 8192 * 131_072 + 8191 * 118_784
+    cap = capacity(load_model("meta-llama/Llama-3-8B"), Workload(ctx=8192, users=4), engine_name="transformers",
+                   hardware=Hardware(name="H100", memory_bytes=81_559 * MiB))
+    assert cap.kv_budget_bytes == budget
+    assert cap.max_concurrent_users == budget // per_user == 33
+    assert cap.engine_activation_bytes_for_users == 4 * 8191 * 118_784
+    assert cap.headroom_bytes == budget - 4 * per_user
+    # other engines size activations as fixed overhead: nothing per user
+    assert capacity(load_model("meta-llama/Llama-3-8B"), Workload(ctx=8192), kv_budget=BUDGET
+                    ).engine_activation_bytes_for_users == 0
+
+
+def test_transformers_prefill_activations_by_layer_kind():
+    # DeepSeek-V2-Lite: hidden 2,048, top-6 of experts of 1,408, first layer dense (10,944): the dense MLP moment
+    # 4 x 2,048 x 2 + 3 x 10,944 x 2 = 82,048 B; the experts' 4 x 2,048 x 2 + 6 x 2,048 x (2 x 2 + 8) = 163,840 B
+    assert activations("deepseek-ai/DeepSeek-V2-Lite").per_token() == 163_840
+    # GPT-2 (fp32, gelu_new's tanh formula op by op): 4 x 768 x 4 + 4 x 3,072 x 4
+    assert activations("gpt2", "fp32").per_token() == 4 * 768 * 4 + 4 * 3072 * 4
+    # Falcon-7B: plain GELU MLP 2 x 18,176, and a P x P boolean mask for any prompt
+    falcon = activations("tiiuae/falcon-7b")
+    assert falcon.peak(1, 1000) == 1000 * (4 * 4544 * 2 + 2 * 18176 * 2) + 1000**2
+    # gpt-oss runs eager attention: quadratic in the prompt, each sequence its own scores
+    oss = activations("openai/gpt-oss-20b")
+    assert oss.peak(1, 8000) > 3.5 * oss.peak(1, 4000)
+    assert oss.peak(2, 8000) == 2 * oss.peak(1, 8000)
+
+
+def test_transformers_yaml_spec_without_widths_gets_a_flat_allowance(tmp_path):
+    from kvplan.sources.yaml_spec import read_yaml_spec
+
+    text = "name: demo\nnum_attention_heads: 8\nparams: {total: 1000000}\nlayers: [{kind: full, kv_heads: 8, " \
+           "head_dim: 64}]\n"
+    (tmp_path / "plain.yaml").write_text(text, encoding="utf-8")
+    (tmp_path / "wide.yaml").write_text(text + "widths: {hidden: 512, mlp_intermediate: 2048}\n", encoding="utf-8")
+    plain = engines.PrefillActivations(read_yaml_spec(tmp_path / "plain.yaml"), kv_dtype("bf16"))
+    assert plain.peak(1, 10) == plain.peak(9, 10_000) == GiB and "flat 1 GiB" in plain.notes()[0]
+    wide = engines.PrefillActivations(read_yaml_spec(tmp_path / "wide.yaml"), kv_dtype("bf16"))
+    assert wide.peak(3, 100) == 3 * 100 * (3 * 512 * 2 + 3 * 2048 * 2)  # a one-layer spec: 3 residual tensors

@@ -92,6 +92,58 @@ def test_measured_cache_equals_the_transformers_prediction(tmp_path, name):
         assert result.measured_kv_view_bytes == result.measured_kv_bytes
 
 
+# name: (config file, overrides beyond SMALL: narrower but in proportion, so that per-token tensors dominate)
+ACTIVATION_MODELS = {
+    "llama-3": ("meta-llama__Meta-Llama-3-8B.json",
+                {"hidden_size": 256, "intermediate_size": 896, "num_attention_heads": 4, "num_key_value_heads": 2}),
+    "qwen3": ("Qwen__Qwen3-8B.json", {"hidden_size": 256, "intermediate_size": 896, "num_attention_heads": 4,
+                                      "num_key_value_heads": 2, "head_dim": 64}),
+    "mistral (window mask)": ("mistralai__Mistral-7B-v0.1.json",
+                              {"hidden_size": 256, "intermediate_size": 896, "num_attention_heads": 4,
+                               "num_key_value_heads": 2, "sliding_window": 64}),
+    "gemma-3": ("google__gemma-3-4b-it.json",
+                {"hidden_size": 256, "intermediate_size": 1024, "num_attention_heads": 4, "num_key_value_heads": 2,
+                 "head_dim": 64, "sliding_window": 64, "sliding_window_pattern": 2}),
+    "deepseek-v2-lite (dense + experts)": ("deepseek-ai__DeepSeek-V2-Lite.json",
+                                           {"hidden_size": 256, "intermediate_size": 1024,
+                                            "moe_intermediate_size": 128, "n_routed_experts": 8,
+                                            "num_experts_per_tok": 4, "num_attention_heads": 4,
+                                            "num_key_value_heads": 4, "kv_lora_rank": 64, "qk_rope_head_dim": 16,
+                                            "qk_nope_head_dim": 32, "v_head_dim": 32}),
+    "gpt-oss (eager attention)": ("openai__gpt-oss-20b.json",
+                                  {"hidden_size": 256, "intermediate_size": 256, "num_local_experts": 4,
+                                   "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 32,
+                                   "sliding_window": 64}),
+    "falcon-7b (plain GELU)": ("tiiuae__falcon-7b.json", {"hidden_size": 256, "num_attention_heads": 4}),
+    "gpt-2 (gelu_new)": ("openai__gpt2.json", {"n_embd": 256, "n_head": 4}),
+}
+
+
+@pytest.mark.parametrize("name", list(ACTIVATION_MODELS))
+@pytest.mark.parametrize("ctx, batch", [(256, 2), (1024, 1)])
+def test_prefill_activation_peak_within_10_percent(tmp_path, name, ctx, batch):
+    """The transformers engine's prefill activations against the CPU's tensor-by-tensor peak (runtime.tensor_peak)
+    of the same forward pass, above the cache it fills."""
+    filename, overrides = ACTIVATION_MODELS[name]
+    result = profile_run.run_profile(test_copy(tmp_path, filename, **overrides), ctx, batch, device="cpu",
+                                     layers=2, decode_steps=2)
+    measured, predicted = result.measured_activation_peak_bytes, result.predicted_activation_bytes
+    assert measured > 0 and abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
+
+
+def test_tensor_peak_counts_new_storage_only():
+    tensors = runtime.tensor_peak(torch)
+    weight = torch.ones(1000)
+    with tensors:
+        view = weight[:500]  # a view: no new memory
+        weight.add_(1)  # in place: none either
+        scratch = torch.ones(250) * 2  # 1,000 B, then a 1,000 B product while the ones are alive
+        del scratch
+        kept = torch.zeros(100)  # 400 B, still alive at the end
+    assert tensors.peak == 2000 and tensors.live == 400
+    del view, kept
+
+
 def test_static_cache_is_measured_too(tmp_path):
     path = test_copy(tmp_path, "google__gemma-3-4b-it.json", intermediate_size=64, sliding_window=16,
                      sliding_window_pattern=2)

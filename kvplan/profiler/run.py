@@ -8,14 +8,15 @@ Measured:
     allocator      torch.cuda memory_allocated / max_memory_allocated / memory_reserved around each phase
     driver         NVML device used memory and this process's used memory
     time           time to first token (prefill and first token) and decode tokens/s
-Predicted: weights = kvplan.memory.weights_bytes in the profile dtype; KV = TransformersPool.bytes_for and
-bytes_after_prefill; activations and CUDA context = the engine's overhead; total = their sum.
+Predicted: weights = kvplan.memory.weights_bytes in the profile dtype; KV = TransformersPool.bytes_held and
+bytes_after_prefill; activations = the prefill's peak (engines.PrefillActivations); CUDA context = the engine's
+overhead; total = weights + the larger of (KV after prefill + activations) and KV after decode + CUDA context.
 """
 
 import inspect
 import math
 import platform
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from pydantic import BaseModel
 
@@ -173,7 +174,8 @@ class Prediction(BaseModel):
 
     @property
     def total(self) -> int:
-        return self.weights + self.kv + self.activations + self.cuda_context
+        """The process's memory once it has decoded: torch's allocator keeps the prefill peak reserved."""
+        return self.weights + max(self.kv_after_prefill + self.activations, self.kv) + self.cuda_context
 
 
 def transformers_engine(version: str, cache: str) -> engines.Engine:
@@ -199,10 +201,9 @@ def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engi
         label = kind_label(original)
         layers, size = by_kind.get(label, (0, 0))
         by_kind[label] = (layers + 1, size + one.bytes_held(batch, ctx))
-    overhead = engine.overhead()
     return Prediction(kv=pool.bytes_held(batch, ctx), kv_after_prefill=pool.bytes_after_prefill(batch, prompt, ctx),
-                      weights=weights_bytes(spec, dtype)[0], activations=overhead.activations,
-                      cuda_context=overhead.cuda_context, by_kind=by_kind)
+                      weights=weights_bytes(spec, dtype)[0], activations=pool.activations.peak(batch, prompt),
+                      cuda_context=engine.overhead().cuda_context, by_kind=by_kind)
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -323,10 +324,12 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
     result.cache_class = type(cache).__name__
     ids = session.tokens(batch, result.prompt_tokens)
     peaks = []
+    # torch.cuda counts the allocator's peak on a GPU; on the CPU the tensors are counted op by op
+    tensors = None if device.startswith("cuda") else runtime.tensor_peak(torch)
     with torch.inference_mode():
         with progress.phase(f"prefill: {batch:,} x {result.prompt_tokens:,} tokens"):
             probe.reset_peak()
-            with runtime.timed(torch, device, times, "prefill"):
+            with runtime.timed(torch, device, times, "prefill"), tensors or nullcontext():
                 token = session.forward(ids, cache)
         result.ttft_s = times["prefill"]
         result.prefill_tokens_per_s = batch * result.prompt_tokens / times["prefill"]
@@ -336,6 +339,8 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
         result.memory.append(snap)
         if snap.max_allocated is not None:
             peaks.append(snap.max_allocated - built_allocated - result.measured_kv_after_prefill_bytes)
+        elif tensors is not None:
+            result.measured_activation_peak_bytes = tensors.peak - result.measured_kv_after_prefill_bytes
         with progress.phase(f"decode: {result.decode_steps:,} steps", total=result.decode_steps) as advance:
             probe.reset_peak()
             with runtime.timed(torch, device, times, "decode"):

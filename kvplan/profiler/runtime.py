@@ -326,6 +326,44 @@ class Probe:
         return sum(used) if used else None
 
 
+def tensor_peak(torch):
+    """A context that measures the peak bytes of tensor storage created inside it, op by op, on any device:
+    what torch.cuda's max_memory_allocated gives on a GPU, for the CPU. Every storage an aten op returns that
+    none of its inputs owns (views and in-place results are not new memory) is counted from its creation until
+    it is freed (a weakref finaliser on the storage)."""
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class TensorPeak(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.live = self.peak = 0
+            self.sizes: dict[int, int] = {}  # storage address -> bytes, for storages alive and counted
+
+        def _freed(self, address: int) -> None:
+            self.live -= self.sizes.pop(address)
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            owned = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+                     if isinstance(t, torch.Tensor)}
+            for tensor in tree_leaves(out):
+                if not isinstance(tensor, torch.Tensor):
+                    continue
+                storage = tensor.untyped_storage()
+                address, size = storage.data_ptr(), storage.nbytes()
+                if size and address not in owned and address not in self.sizes:
+                    self.sizes[address] = size
+                    self.live += size
+                    weakref.finalize(storage, self._freed, address)
+            self.peak = max(self.peak, self.live)
+            return out
+
+    return TensorPeak()
+
+
 def _rss() -> int | None:
     try:
         with open("/proc/self/statm", encoding="ascii") as statm:
