@@ -273,8 +273,8 @@ KvDtypes = _flag(str | None, "KV cache dtype (default: the model's, or the engin
 WeightsDtypes = _flag(str | None, "weights dtype (default: the checkpoint's)")
 
 
-def _planning_table(models, filter, ctx, batch, gpu, vram, engine, engine_version, fraction, overhead,
-                    kv_dtype, weights_dtype, keep_going, names_out: list):
+def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version, fraction,
+                    overhead, kv_dtype, weights_dtype, keep_going, names_out: list):
     from kvplan import table as planning
 
     names = planning.parse_models(models, filter)
@@ -284,7 +284,8 @@ def _planning_table(models, filter, ctx, batch, gpu, vram, engine, engine_versio
     options = _engine_options(engine_version, fraction, None, None, None, False, None)
     return planning.build(names, ctxs, batch=batch, gpus=gpus, engine_name=engine, options=options,
                           kv_dtype_name=kv_dtype, weights_dtype_name=weights_dtype,
-                          overhead=_size(overhead, "--overhead", allow_zero=True), keep_going=keep_going)
+                          overhead=_size(overhead, "--overhead", allow_zero=True), keep_going=keep_going,
+                          revision=revision, token=token)
 
 
 @app.command(name="table")
@@ -292,6 +293,8 @@ def table_command(
     ctx: Ctxs,
     models: Models = None,
     filter: Filter = None,
+    revision: Revision = None,
+    token: Token = None,
     batch: Annotated[int, typer.Option(help="sequences per model in the total column")] = 1,
     gpu: Gpus_ = None, vram: Vrams = None, engine: TableEngine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
@@ -310,7 +313,7 @@ def table_command(
         raise KvplanError("--pivot is for rich, markdown and csv: json is always one object per model x ctx "
                           "(x GPU)")
     names: list[str] = []
-    result = _planning_table(models, filter, ctx, batch, gpu, vram, engine, engine_version,
+    result = _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version,
                              gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names)
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
@@ -338,6 +341,8 @@ def plot_command(
     out: Annotated[str, typer.Option("--out", "-o", help="the chart: a .png or .svg file")],
     models: Models = None,
     filter: Filter = None,
+    revision: Revision = None,
+    token: Token = None,
     ctx: Annotated[str, typer.Option(help="contexts, a comma list (k = 1,024)")] = PLOT_CTX,
     kind: PlotKind = "kv",
     batch: Annotated[int, typer.Option(help="sequences whose KV cache the kv chart shows")] = 1,
@@ -358,7 +363,7 @@ def plot_command(
     plot.check_kind(kind, gpu is not None or vram is not None)
     plot.require_matplotlib()
     names: list[str] = []
-    result = _planning_table(models, filter, ctx, batch, gpu, vram, engine, engine_version,
+    result = _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version,
                              gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names)
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))

@@ -16,6 +16,7 @@ import io
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from kvplan.errors import KvplanError
@@ -182,12 +183,15 @@ def parse_format(fmt: str | None, out: str | None) -> str:
 def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Sequence[Gpu] = (),
           engine_name: str | None = None, options=None, kv_dtype_name: str | None = None,
           weights_dtype_name: str | None = None, overhead: int | None = None, keep_going: bool = False,
+          revision: str | None = None, token: str | None = None,
           loader: Callable[[str], ModelSpec] | None = None) -> Table:
     """The table: each model loaded once, estimated at each ctx, its capacity planned once per GPU.
 
     With GPUs or an engine, dtypes are the engine's (as `kvplan estimate --gpu` uses them: an fp32
     checkpoint is loaded in bf16, llama.cpp caches fp16); otherwise the model's own. A model that cannot be
-    loaded or planned is an error naming it; with keep_going it is left out and named in `failures`.
+    loaded or planned is an error naming it; with keep_going it is left out and named in `failures`. Models
+    are read by `loader`, by default `kvplan.sources.load_model` with `revision` and `token` (--revision and
+    --token, the same for every model).
     """
     from kvplan import capacity, engines
     from kvplan.dtypes import kv_dtype, weight_dtype
@@ -208,7 +212,9 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
     if engine is not None and kv_dtype_name:
         engine.check_kv_dtype(kv_dtype(kv_dtype_name))
     if loader is None:
-        from kvplan.sources import load_model as loader
+        from kvplan.sources import load_model
+
+        loader = partial(load_model, revision=revision, token=token)
     rows: list[Row] = []
     failures: list[str] = []
     for name in names:

@@ -133,6 +133,36 @@ def test_offline_revision_from_refs_and_by_commit(offline, tmp_path, monkeypatch
     assert f"@ {other} (revision v2)" in " ".join(out.split())
 
 
+def test_offline_table_and_plot_read_a_cached_revision(offline, hub, tmp_path, monkeypatch, capsys):
+    other = commit_of("tiny v2")
+    put_in_cache(
+        tmp_path / "hf" / "hub",
+        REPO,
+        other,
+        {"config.json": json.dumps(TINY_CONFIG | {"num_hidden_layers": 4}).encode()},
+        refs=("v2",),
+    )
+    code, out, err = run_main(monkeypatch, capsys, "table", "-m", REPO, "--ctx", "1k", "-f", "json")
+    assert code == 0, err
+    assert json.loads(out)[0]["kv_bytes_per_token"] == TINY_KV_PER_TOKEN  # main: 2 layers
+    code, out, err = run_main(monkeypatch, capsys, "table", "-m", REPO, "--ctx", "1k", "-f", "json",
+                              "--revision", "v2", "--token", "hf_unused_offline")
+    assert code == 0, err
+    assert json.loads(out)[0]["kv_bytes_per_token"] == 2 * TINY_KV_PER_TOKEN  # v2: 4 layers
+    code, _, err = run_main(monkeypatch, capsys, "table", "-m", REPO, "--ctx", "1k", "--revision", "v9")
+    assert_one_line_error(code, err, "HF_HUB_OFFLINE", "revision v9")
+    pytest.importorskip("matplotlib")
+    from kvplan.plot import svg_data
+
+    chart = tmp_path / "kv.svg"
+    code, _, err = run_main(monkeypatch, capsys, "plot", "-m", REPO, "--ctx", "1k,4k", "--revision", other,
+                            "--out", str(chart))
+    assert code == 0, err
+    (line,) = svg_data(chart.read_text())["lines"]
+    assert line["values"] == [2 * TINY_KV_PER_TOKEN * n for n in (1024, 4096)]
+    assert hub.requests == []
+
+
 def test_offline_and_not_cached_is_one_line(offline, hub, monkeypatch, capsys):
     code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", "kvplan-test/not-cached", "--ctx", "1k")
     assert_one_line_error(

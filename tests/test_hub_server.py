@@ -261,6 +261,51 @@ def test_plan_takes_hub_ids(env, hub, monkeypatch, capsys):
     assert json.loads(out)["model"] == "org/tiny"
 
 
+def test_table_takes_revision_and_token(env, hub, monkeypatch, capsys):
+    repo = hub.add("org/private", {"config.json": CONFIG}, private=True)
+    repo.branches = {"main": repo.commit, "v2": commit_of("v2")}
+    code, out, err = run_main(monkeypatch, capsys, "table", "-m", "org/private", "--ctx", "1k,4k", "-f", "json",
+                              "--revision", "v2", "--token", GOOD_TOKEN)
+    assert code == 0, err
+    records = json.loads(out)
+    assert [(r["model"], r["ctx"]) for r in records] == [("org/private", 1024), ("org/private", 4096)]
+    assert [r["kv_bytes_per_sequence"] for r in records] == [TINY_KV_PER_TOKEN * 1024, TINY_KV_PER_TOKEN * 4096]
+    assert ("GET", "/api/models/org/private/revision/v2", None, True) in hub.requests
+    assert all(auth for _, _, _, auth in hub.requests)
+    code, out, err = run_main(monkeypatch, capsys, "table", "-m", "org/private", "--ctx", "1k", "--revision", "v2")
+    assert_one_line_error(code, err, "org/private", "no such model repo on the Hub", "if it is private")
+    assert out == ""
+    code, _, err = run_main(monkeypatch, capsys, "table", "-m", "org/private", "--ctx", "1k", "--revision", "v9",
+                            "--token", GOOD_TOKEN)
+    assert_one_line_error(code, err, "org/private has no revision 'v9'", "leave --revision out")
+
+
+def test_plot_takes_revision_and_token(env, hub, monkeypatch, capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    from kvplan.plot import svg_data
+
+    repo = hub.add(
+        "org/gated",
+        {"config.json": CONFIG, "model.safetensors": safetensors_file(tiny_tensors())},
+        gated=True,
+    )
+    repo.branches = {"main": repo.commit, "v2": commit_of("v2")}
+    chart = tmp_path / "kv.svg"
+    code, _, err = run_main(monkeypatch, capsys, "plot", "-m", "org/gated", "--revision", "v2", "--out",
+                            str(chart))
+    assert_one_line_error(code, err, "org/gated is gated", "--token", "HF_TOKEN")
+    assert not chart.exists()
+    hub.requests.clear()
+    code, out, err = run_main(monkeypatch, capsys, "plot", "-m", "org/gated", "--ctx", "1k,4k", "--with-weights",
+                              "--revision", "v2", "--token", GOOD_TOKEN, "--out", str(chart))
+    assert code == 0, err
+    (line,) = svg_data(chart.read_text())["lines"]
+    # weights from the safetensors header (106,816 BF16 elements x 2 bytes), plus the KV cache
+    assert line["values"] == [TINY_PARAMS * 2 + TINY_KV_PER_TOKEN * n for n in (1024, 4096)]
+    assert ("GET", "/api/models/org/gated/revision/v2", None, True) in hub.requests
+    assert all(auth for _, path, _, auth in hub.requests if not path.startswith("/cdn/"))
+
+
 # ---------------------------------------------------------------------------------------------- errors
 
 
