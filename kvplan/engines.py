@@ -659,10 +659,10 @@ class PrefillActivations:
                  gpt-oss 10: a gathered bias and a clamped gate), then the fp32 routing-weighted rows and
                  their reordered copy
     Per prompt of P tokens, with h attention heads: SDPA on windowed layers (and Falcon, MASK_ALWAYS) adds one
-    P x P boolean mask for the batch. Eager attention (EAGER_ATTENTION) adds two P x P masks in the model dtype per sequence, and its
-    P x (P + 1) probabilities per head outlive attention (the layer returns them) into the MLP moment, while
-    attention itself holds three such tensors (scores, with sinks, max-subtracted):
-        peak = masks + batch x max(P x per token + h x P x (P + 1) x b, P x 4 x hidden x b + 3 h x P x (P + 1) x b)
+    P x P boolean mask for the batch. Eager attention (EAGER_ATTENTION) adds two P x P masks in the model dtype
+    per sequence, and its P x (P + 1) probabilities per head outlive attention (the layer returns them) into
+    the MLP moment, while attention itself holds three such tensors (scores, with sinks, max-subtracted):
+        peak = batch x (2 P^2 b + max(P x per token + h P (P + 1) b, P x 4 x hidden x b + 3 h P (P + 1) b))
     Without widths (a YAML spec without them, NAS blocks) a flat 1 GiB."""
 
     EAGER_ATTENTION = frozenset({"gpt_oss"})  # `_supports_sdpa = False` (attention sinks)

@@ -422,6 +422,8 @@ def _judge(result: Profile, predicted: Prediction) -> None:
                      f"KV cache: predicted {_signed(comps[1])}, after prefill {_signed(comps[2])}")
     if comps[0].measured is not None:
         parts.append("weights: exact" if comps[0].error_bytes == 0 else f"weights: {_signed(comps[0])}")
+    if comps[3].measured is not None:
+        parts.append(f"activations: {_signed(comps[3])}")
     total = comps[-1]
     if total.measured is not None:
         within = abs(total.error_bytes) <= TOTAL_TOLERANCE * total.measured

@@ -45,10 +45,11 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3_moe": {"tie_word_embeddings": False, "use_sliding_window": False},
     "qwen3_next": {"tie_word_embeddings": False, "full_attention_interval": 4},
     "gemma": {"tie_word_embeddings": True},
-    "gemma2": {"tie_word_embeddings": True, "sliding_window": 4096},
+    "gemma2": {"tie_word_embeddings": True, "sliding_window": 4096, "hidden_activation": "gelu_pytorch_tanh"},
     "gemma3_text": {
         "tie_word_embeddings": True, "vocab_size": 262_208, "sliding_window": 4096, "sliding_window_pattern": 6,
         "head_dim": 256, "max_position_embeddings": 131_072, "num_attention_heads": 8, "num_key_value_heads": 4,
+        "hidden_activation": "gelu_pytorch_tanh",
     },
     "llama4_text": {"tie_word_embeddings": False, "no_rope_layer_interval": 4, "interleave_moe_layer_step": 1},
     "phi3": {"tie_word_embeddings": False},
@@ -310,7 +311,7 @@ def _widths(cfg: Fields, model_type: str, family: Family, hidden: int, num_layer
     intermediate = _intermediate(cfg, model_type, hidden) if dense else 0
     if moe is not None:
         intermediate = max(intermediate, moe.shared_intermediate)
-    activation = cfg.get("hidden_act", "activation_function", "activation",
+    activation = cfg.get("hidden_act", "hidden_activation", "activation_function", "activation",
                          default="silu" if family.gated_mlp else "gelu")
     return Widths(hidden=hidden, mlp_intermediate=intermediate, gated_mlp=family.gated_mlp,
                   mlp_activation=str(activation), experts_per_token=moe.top_k if moe else 0,
