@@ -658,6 +658,9 @@ class PrefillActivations:
                  grouped_mm's gathered tokens and gate_up output with its gating (g = 4: gate_up, act, product;
                  gpt-oss 10: a gathered bias and a clamped gate), then the fp32 routing-weighted rows and
                  their reordered copy
+        Mamba    4 x hidden x b + 3 x d_inner x d_state x 4 (the reference selective scan's fp32 discretised
+                 A, B and B x u, when mamba_ssm is not installed) + d_inner x (6b + 8) (in_proj output,
+                 the conv and gate outputs, fp32 dt and skip)
     Per prompt of P tokens, with h attention heads: SDPA on windowed layers (and Falcon, MASK_ALWAYS) adds one
     P x P boolean mask for the batch. Eager attention (EAGER_ATTENTION) adds two P x P masks in the model dtype
     per sequence, and its P x (P + 1) probabilities per head outlive attention (the layer returns them) into
@@ -668,6 +671,7 @@ class PrefillActivations:
     EAGER_ATTENTION = frozenset({"gpt_oss"})  # `_supports_sdpa = False` (attention sinks)
     GATE_TENSORS = {"gpt_oss": 10}  # expert-intermediate-wide tensors of a routed token's gating, default 4
     PYTHON_GELU = frozenset({"gelu_new"})  # NewGELUActivation
+    MODELLED_MIXERS = frozenset({"mamba"})  # others' scans (Gated DeltaNet's chunked fp32 one) are not
     MASK_ALWAYS = frozenset({"falcon"})  # builds its P x P mask even for SDPA (allow_is_causal_skip=False)
 
     def __init__(self, model: ModelSpec, dtype: DType):
@@ -676,7 +680,10 @@ class PrefillActivations:
         self.gate_tensors = self.GATE_TENSORS.get(model.architecture, 4)
         self.residuals = 4 if model.num_layers > 1 else 3  # the first layer's input is the embedding output
         self.masked = model.architecture in self.MASK_ALWAYS or any(c.kind in WINDOWED for c in model.caches)
-        self.recurrent = any(c.kind == "recurrent" for c in model.caches)
+        mamba = [c for c in model.caches if c.kind == "recurrent" and c.mixer == "mamba" and c.conv_kernel]
+        # (SSM elements, d_inner) of the widest Mamba mixer: d_inner channels, each conv_kernel - 1 conv inputs
+        self.scan = max(((c.ssm_elements, c.conv_elements // (c.conv_kernel - 1)) for c in mamba), default=None)
+        self.unmodelled = sorted({c.mixer for c in model.caches if c.kind == "recurrent"} - self.MODELLED_MIXERS)
 
     def per_token(self) -> int:
         w, b = self.widths, self.bytes
@@ -684,6 +691,9 @@ class PrefillActivations:
         norm = (self.residuals - 1) * w.hidden * b + (1 if b >= 4 else 2) * w.hidden * 4
         factor = 3 if w.gated_mlp else (4 if w.mlp_activation in self.PYTHON_GELU else 2)
         moments = [norm, stream + factor * w.mlp_intermediate * b]
+        if self.scan:
+            ssm, channels = self.scan
+            moments.append(stream + 3 * ssm * 4 + channels * (6 * b + 8))
         if w.experts_per_token:
             gathered = max(w.hidden * b + self.gate_tensors * w.expert_intermediate * b, w.hidden * (2 * b + 8))
             moments.append(stream + w.experts_per_token * gathered)
@@ -708,8 +718,11 @@ class PrefillActivations:
         grows = "eager attention, quadratic in the prompt" if self.eager_heads else \
             f"{self.per_token():,} B per prompt token"
         out = [f"prefill activations grow with batch x prompt ({grows})"]
-        if self.recurrent:
-            out.append("recurrent mixers' own transients are not modelled in the prefill activations")
+        if self.scan:
+            out.append("Mamba prefill sized for transformers' reference selective scan (mamba_ssm not installed); "
+                       "the mamba_ssm kernels need far less")
+        if self.unmodelled:
+            out.append(f"{', '.join(self.unmodelled)} mixers' own transients are not in the prefill activations")
         return out
 
 

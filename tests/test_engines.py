@@ -353,3 +353,14 @@ def test_transformers_yaml_spec_without_widths_gets_a_flat_allowance(tmp_path):
     assert plain.peak(1, 10) == plain.peak(9, 10_000) == GiB and "flat 1 GiB" in plain.notes()[0]
     wide = engines.PrefillActivations(read_yaml_spec(tmp_path / "wide.yaml"), kv_dtype("bf16"))
     assert wide.peak(3, 100) == 3 * 100 * (3 * 512 * 2 + 3 * 2048 * 2)  # a one-layer spec: 3 residual tensors
+
+
+def test_transformers_prefill_activations_mamba_scan_and_unmodelled_mixers():
+    # Jamba's Mamba layers, d_inner 8,192, d_state 16, in transformers' reference selective scan: discretised A, B
+    # and B x u in fp32 per token, 3 x 8,192 x 16 x 4 B, beside in_proj's 2 x 8,192 and the gate, conv, dt and
+    # skip tensors, 8,192 x (6 x 2 + 8) B, and the residual stream 4 x 4,096 x 2 B
+    jamba = activations("ai21labs/Jamba-v0.1")
+    assert jamba.per_token() == 4 * 4096 * 2 + 3 * 8192 * 16 * 4 + 8192 * (6 * 2 + 8)
+    assert any("reference selective scan" in note for note in jamba.notes())
+    qwen3_next = activations("Qwen/Qwen3-Next-80B-A3B-Thinking")
+    assert any("gated_deltanet mixers' own transients are not" in note for note in qwen3_next.notes())

@@ -116,6 +116,10 @@ ACTIVATION_MODELS = {
                                    "sliding_window": 64}),
     "falcon-7b (plain GELU)": ("tiiuae__falcon-7b.json", {"hidden_size": 256, "num_attention_heads": 4}),
     "gpt-2 (gelu_new)": ("openai__gpt2.json", {"n_embd": 256, "n_head": 4}),
+    "jamba (Mamba reference scan)": ("ai21labs__Jamba-v0.1.json",
+                                     {"hidden_size": 256, "intermediate_size": 896, "num_attention_heads": 4,
+                                      "num_key_value_heads": 2, "num_experts": 2, "attn_layer_offset": 1,
+                                      "expert_layer_offset": 1}),
 }
 
 
@@ -166,6 +170,28 @@ def test_hand_arithmetic_llama3_and_mistral(tmp_path):
         device="cpu", layers=1, decode_steps=2)
     assert mistral.measured_kv_bytes == 16 * 4096 and mistral.measured_kv_view_bytes == 15 * 4096
     assert mistral.measured_kv_after_prefill_bytes == 46 * 4096  # right after prefill: the whole prompt
+
+
+def test_profile_record_tables_from_profile_json(tmp_path):
+    """docs/profile_record.py turns `kvplan profile --json` output into the accuracy page's tables."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    result = profile_run.run_profile(test_copy(tmp_path, "meta-llama__Meta-Llama-3-8B.json", intermediate_size=64),
+                                     64, 2, device="cpu", layers=1, decode_steps=2)
+    records = tmp_path / "records"
+    records.mkdir()
+    (records / "llama.json").write_text(json.dumps(result.model_dump()), encoding="utf-8")
+    script = str(Path(__file__).resolve().parents[1] / "docs" / "profile_record.py")
+    done = subprocess.run([sys.executable, script, "table", str(records)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    kv = f"| {result.predicted_kv_bytes:,} | {result.measured_kv_bytes:,} |"
+    assert kv in done.stdout and f"torch {torch.__version__}" in done.stdout
+    assert f"{result.measured_activation_peak_bytes:,}" in done.stdout
+    wrong = subprocess.run([sys.executable, script, "run", "--out", str(tmp_path / "x"), "--only", "nope"],
+                           capture_output=True, text=True)
+    assert wrong.returncode == 1 and "no run named nope" in wrong.stderr
 
 
 def test_compare_recompute(tmp_path):

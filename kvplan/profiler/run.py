@@ -171,6 +171,7 @@ class Prediction(BaseModel):
     activations: int
     cuda_context: int
     by_kind: dict[str, tuple[int, int]]  # kind label -> (layers, bytes)
+    notes: list[str]  # what the activation figure rests on
 
     @property
     def total(self) -> int:
@@ -203,7 +204,8 @@ def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engi
         by_kind[label] = (layers + 1, size + one.bytes_held(batch, ctx))
     return Prediction(kv=pool.bytes_held(batch, ctx), kv_after_prefill=pool.bytes_after_prefill(batch, prompt, ctx),
                       weights=weights_bytes(spec, dtype)[0], activations=pool.activations.peak(batch, prompt),
-                      cuda_context=engine.overhead().cuda_context, by_kind=by_kind)
+                      cuda_context=engine.overhead().cuda_context, by_kind=by_kind,
+                      notes=pool.activations.notes())
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -271,7 +273,7 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         gpu_memory_bytes=probe.gpu_total, model_class="", predicted_kv_bytes=predicted.kv,
         predicted_kv_after_prefill_bytes=predicted.kv_after_prefill, predicted_weights_bytes=predicted.weights,
         predicted_activation_bytes=predicted.activations, predicted_cuda_context_bytes=predicted.cuda_context,
-        predicted_total_bytes=predicted.total, notes=[*notes, *spec.notes],
+        predicted_total_bytes=predicted.total, notes=[*notes, *spec.notes, *predicted.notes],
     )
     if spec.num_layers < source.spec.num_layers:
         result.notes.append(f"first {spec.num_layers} of {source.spec.num_layers} layers (--layers): the "
