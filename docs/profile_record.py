@@ -89,6 +89,12 @@ def _layers(r: dict) -> str:
     return f"{r['layers']} of {r['total_layers']}: {kinds}"
 
 
+def _other_attention(results: list[dict]) -> str:
+    first = results[0]["attn_implementation"]
+    others = [f"{r['attn_implementation']} for {r['model']}" for r in results if r["attn_implementation"] != first]
+    return f" ({', '.join(dict.fromkeys(others))})" if others else ""
+
+
 def table(folder: Path) -> None:
     results = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
     if not results:
@@ -97,7 +103,7 @@ def table(folder: Path) -> None:
     print(f"Measured {date.today().isoformat()} on {first['device_name']}"
           + (f" (driver {first['driver_version']}, CUDA {first['cuda_version']})" if first["cuda_version"] else "")
           + f"; torch {first['torch_version']}, transformers {first['transformers_version']}, "
-            f"{first['cache_class']}, {first['attn_implementation']} attention.\n")
+            f"{first['cache_class']}, {first['attn_implementation']} attention" + _other_attention(results) + ".\n")
     print("| model | layers | ctx x batch (prefill + decode) | dtype | KV predicted (B) | KV measured (B) | "
           "after prefill predicted / measured (B) | weights predicted / measured (B) | TTFT | decode tok/s |")
     print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
@@ -107,15 +113,16 @@ def table(folder: Path) -> None:
               f"{_bytes(r['measured_kv_bytes'])} | {_bytes(r['predicted_kv_after_prefill_bytes'])} / "
               f"{_bytes(r['measured_kv_after_prefill_bytes'])} | {_bytes(r['predicted_weights_bytes'])} / "
               f"{_bytes(r['measured_weights_bytes'])} | {r['ttft_s']:.2f} s | {r['decode_tokens_per_s']:.1f} |")
-    print("\n| model | ctx x batch | activations predicted (B) | measured peak (B) | error | total predicted (B) | "
-          "total measured (B) | error |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    totals = any(r["measured_total_bytes"] is not None for r in results)  # the CPU has no total
+    print("\n| model | ctx x batch | activations predicted (B) | measured peak (B) | error |"
+          + (" total predicted (B) | total measured (B) | error |" if totals else ""))
+    print("|---|---|---:|---:|---:|" + ("---:|---:|---:|" if totals else ""))
     for r in results:
+        total = (f" {_bytes(r['predicted_total_bytes'])} | {_bytes(r['measured_total_bytes'])} | "
+                 f"{_pct(r['predicted_total_bytes'], r['measured_total_bytes'])} |") if totals else ""
         print(f"| {r['model']} | {r['ctx']:,} x {r['batch']} | {_bytes(r['predicted_activation_bytes'])} | "
               f"{_bytes(r['measured_activation_peak_bytes'])} | "
-              f"{_pct(r['predicted_activation_bytes'], r['measured_activation_peak_bytes'])} | "
-              f"{_bytes(r['predicted_total_bytes'])} | {_bytes(r['measured_total_bytes'])} | "
-              f"{_pct(r['predicted_total_bytes'], r['measured_total_bytes'])} |")
+              f"{_pct(r['predicted_activation_bytes'], r['measured_activation_peak_bytes'])} |" + total)
     searched = [r for r in results if r.get("max_batch")]
     if searched:
         print("\n| model | ctx | max batch predicted | measured | error | trials (batch: fits) |")
