@@ -50,12 +50,12 @@ def series(table: Table, kind: str, with_weights: bool = False) -> dict:
     """What the chart plots, as plain data: the contexts, one line per model (x GPU), the GPU lines."""
     by_model: dict[str, list] = {}
     for row in table.rows:
-        by_model.setdefault(row.model, []).append(row)
+        by_model.setdefault(row.estimate.model, []).append(row)
     lines = []
     for model, rows in by_model.items():
         beyond = [r.beyond_max_context for r in rows]
         if kind == "kv":
-            values = [r.total_bytes if with_weights else r.kv_bytes_per_sequence * r.batch for r in rows]
+            values = [r.estimate.total_bytes if with_weights else r.estimate.kv_bytes_total for r in rows]
             lines.append({"model": model, "gpu": None, "values": values, "beyond_max_context": beyond})
         else:
             for i, gpu in enumerate(table.gpus):

@@ -20,6 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from kvplan.errors import KvplanError
+from kvplan.memory import Estimate, estimate
 from kvplan.model import ModelSpec
 
 FORMATS = ("rich", "markdown", "csv", "json")
@@ -30,8 +31,9 @@ LIST_SUFFIXES = (".txt", ".list")
 KiB, GiB = 1 << 10, 1 << 30
 
 # CSV / JSON columns, in order: one record per model x ctx, or per model x ctx x GPU when GPUs are given.
-FIELDS = ("model", "ctx", "batch", "kv_dtype", "weights_dtype", "kv_bytes_per_token", "kv_bytes_per_sequence",
-          "weights_bytes", "total_bytes", "max_context", "beyond_max_context")
+ESTIMATE_FIELDS = ("model", "ctx", "batch", "kv_dtype", "weights_dtype", "kv_bytes_per_token",
+                   "kv_bytes_per_sequence", "weights_bytes", "total_bytes")  # of kvplan.memory.Estimate
+FIELDS = (*ESTIMATE_FIELDS, "max_context", "beyond_max_context")
 GPU_FIELDS = ("engine", "engine_version", "gpu", "gpu_memory_bytes", "kv_budget_bytes",
               "engine_kv_bytes_per_user", "max_users")
 
@@ -58,23 +60,15 @@ class Users:
 
 @dataclass(frozen=True)
 class Row:
-    """One model at one ctx (from kvplan.memory.estimate), with its capacity on each GPU."""
+    """One model at one ctx: kvplan.memory's estimate, the model's context limit, its capacity on each GPU."""
 
-    model: str
-    ctx: int
-    batch: int
-    kv_dtype: str
-    weights_dtype: str
-    kv_bytes_per_token: int
-    kv_bytes_per_sequence: int
-    weights_bytes: int
-    total_bytes: int
+    estimate: Estimate
     max_context: int | None
     users: tuple[Users, ...] = ()
 
     @property
     def beyond_max_context(self) -> bool:
-        return self.max_context is not None and self.ctx > self.max_context
+        return self.max_context is not None and self.estimate.ctx > self.max_context
 
 
 @dataclass
@@ -195,7 +189,6 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
     """
     from kvplan import capacity, engines
     from kvplan.dtypes import kv_dtype, weight_dtype
-    from kvplan.memory import estimate
 
     if batch < 1:
         raise KvplanError(f"--batch must be at least 1, got {batch}")
@@ -220,7 +213,7 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
     for name in names:
         try:
             rows += _model_rows(loader(name), ctxs, batch, gpus, engine_name if planning else None, options,
-                                kv_dtype_name, weights_dtype_name, overhead, estimate, capacity)
+                                kv_dtype_name, weights_dtype_name, overhead, capacity)
         except KvplanError as err:
             message = str(err)
             failures.append(message if name.lower() in message.lower() else f"{name}: {message}")
@@ -232,7 +225,7 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
 
 
 def _model_rows(spec: ModelSpec, ctxs, batch, gpus, engine_name, options, kv_name, weights_name, overhead,
-                estimate, capacity) -> list[Row]:
+                capacity) -> list[Row]:
     if engine_name is not None:
         kv_name, weights_name = capacity.engine_dtypes(spec, engine_name, kv_name, weights_name)
     estimates = [estimate(spec, ctx, batch, kv_name, weights_name) for ctx in ctxs]
@@ -245,11 +238,7 @@ def _model_rows(spec: ModelSpec, ctxs, batch, gpus, engine_name, options, kv_nam
                                      kv_dtype_name=kv_name, weights_dtype_name=weights_name,
                                      overhead=overhead)
         per_gpu = [[Users(gpu, *cell) for cell in cells] for gpu, cells in zip(gpus, sweep, strict=True)]
-    return [Row(model=spec.name, ctx=e.ctx, batch=batch, kv_dtype=e.kv_dtype, weights_dtype=e.weights_dtype,
-                kv_bytes_per_token=e.kv_bytes_per_token, kv_bytes_per_sequence=e.kv_bytes_per_sequence,
-                weights_bytes=e.weights_bytes, total_bytes=e.total_bytes, max_context=spec.max_context,
-                users=tuple(users[i] for users in per_gpu))
-            for i, e in enumerate(estimates)]
+    return [Row(e, spec.max_context, tuple(users[i] for users in per_gpu)) for i, e in enumerate(estimates)]
 
 
 def _failure_line(failures: list[str], total: int, hint: bool = False) -> str:
@@ -301,13 +290,13 @@ def users_header(gpu: Gpu) -> str:
 def text_columns(table: Table, mark: str = "*") -> list[Column]:
     """The long-form columns of the text formats: one row per model x ctx, one max-users column per GPU."""
     columns = [
-        Column("model", False, lambda r: r.model),
-        Column("ctx", True, lambda r: ctx_label(r.ctx) + (mark if r.beyond_max_context else "")),
-        Column("dtype (W / KV)", False, lambda r: f"{r.weights_dtype} / {r.kv_dtype}"),
-        Column("KV / token (KiB)", True, lambda r: f"{r.kv_bytes_per_token / KiB:,.2f}"),
-        Column("KV / seq (GiB)", True, lambda r: _gib(r.kv_bytes_per_sequence)),
-        Column("weights (GiB)", True, lambda r: _gib(r.weights_bytes)),
-        Column(total_header(table.batch), True, lambda r: _gib(r.total_bytes)),
+        Column("model", False, lambda r: r.estimate.model),
+        Column("ctx", True, lambda r: ctx_label(r.estimate.ctx) + (mark if r.beyond_max_context else "")),
+        Column("dtype (W / KV)", False, lambda r: f"{r.estimate.weights_dtype} / {r.estimate.kv_dtype}"),
+        Column("KV / token (KiB)", True, lambda r: f"{r.estimate.kv_bytes_per_token / KiB:,.2f}"),
+        Column("KV / seq (GiB)", True, lambda r: _gib(r.estimate.kv_bytes_per_sequence)),
+        Column("weights (GiB)", True, lambda r: _gib(r.estimate.weights_bytes)),
+        Column(total_header(table.batch), True, lambda r: _gib(r.estimate.total_bytes)),
     ]
     for i, gpu in enumerate(table.gpus):
         columns.append(Column(users_header(gpu), True, lambda r, i=i: _count(r.users[i].max_users)))
@@ -331,7 +320,7 @@ def pivot_grid(table: Table, metric: str | None, mark: str = "*") -> tuple[list[
         raise KvplanError("--metric users needs a GPU: give --gpu or --vram")
     by_model: dict[str, list[Row]] = {}
     for row in table.rows:
-        by_model.setdefault(row.model, []).append(row)
+        by_model.setdefault(row.estimate.model, []).append(row)
     what = {"kv": "KV / seq", "total": total_header(table.batch).rsplit(" (", 1)[0],
             "users": "max users"}[metric]
     if metric == "users" and len(table.gpus) == 1:
@@ -354,15 +343,15 @@ def pivot_grid(table: Table, metric: str | None, mark: str = "*") -> tuple[list[
                 grid.append((lead + cells, [model, gpu.label, *values]))
         else:
             key = "kv_bytes_per_sequence" if metric == "kv" else "total_bytes"
-            values = [getattr(r, key) for r in rows]
-            cells = [_gib(getattr(r, key)) + (mark if r.beyond_max_context else "") for r in rows]
+            values = [getattr(r.estimate, key) for r in rows]
+            cells = [_gib(getattr(r.estimate, key)) + (mark if r.beyond_max_context else "") for r in rows]
             grid.append(([model, *cells], [model, *values]))
     return headers, numeric, grid
 
 
 def footnote(table: Table) -> str | None:
     """Which models a starred ctx is beyond the max context of."""
-    limits = {r.model: r.max_context for r in table.rows if r.beyond_max_context}
+    limits = {r.estimate.model: r.max_context for r in table.rows if r.beyond_max_context}
     if not limits:
         return None
     listed = ", ".join(f"{model} {limit:,} tokens" for model, limit in limits.items())
@@ -425,11 +414,8 @@ def records(table: Table) -> list[dict]:
     """Long form, raw values: one record per model x ctx, or per model x ctx x GPU with GPUs."""
     out = []
     for row in table.rows:
-        base = {"model": row.model, "ctx": row.ctx, "batch": row.batch, "kv_dtype": row.kv_dtype,
-                "weights_dtype": row.weights_dtype, "kv_bytes_per_token": row.kv_bytes_per_token,
-                "kv_bytes_per_sequence": row.kv_bytes_per_sequence, "weights_bytes": row.weights_bytes,
-                "total_bytes": row.total_bytes, "max_context": row.max_context,
-                "beyond_max_context": row.beyond_max_context}
+        base = {name: getattr(row.estimate, name) for name in ESTIMATE_FIELDS}
+        base |= {"max_context": row.max_context, "beyond_max_context": row.beyond_max_context}
         if not table.gpus:
             out.append(base)
         for users in row.users:
@@ -491,8 +477,8 @@ def rich_renderables(table: Table, *, pivot: bool = False, metric: str | None = 
                            overflow="fold")
         rows = table.rows
         for i, row in enumerate(rows):
-            first = i == 0 or rows[i - 1].model != row.model
-            last = i == len(rows) - 1 or rows[i + 1].model != row.model
+            first = i == 0 or rows[i - 1].estimate.model != row.estimate.model
+            last = i == len(rows) - 1 or rows[i + 1].estimate.model != row.estimate.model
             cells = [column.cell(row) for column in columns]
             out.add_row(*(Text(c) for c in [cells[0] if first else "", *cells[1:]]), end_section=last)
     renderables = [out]

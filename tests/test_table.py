@@ -345,10 +345,10 @@ def test_sweep_agrees_with_capacity(engine):
     gpus = planning.parse_gpus("h100,l40s,b200", None)
     table = planning.build(names, ctxs, gpus=gpus, engine_name=engine)
     for row in table.rows:
-        spec = load_model(row.model)
+        spec = load_model(row.estimate.model)
         kv, weights = engine_dtypes(spec, engine)
         for cell in row.users:
-            cap = capacity(spec, Workload(ctx=row.ctx), engine_name=engine, kv_dtype_name=kv,
+            cap = capacity(spec, Workload(ctx=row.estimate.ctx), engine_name=engine, kv_dtype_name=kv,
                            weights_dtype_name=weights, suggest=False,
                            hardware=Hardware(name=cell.gpu.name, memory_bytes=cell.gpu.memory_bytes))
             assert (cell.max_users, cell.engine_kv_bytes_per_user, cell.kv_budget_bytes) == (
