@@ -12,6 +12,8 @@ from conftest import load
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvplan.dtypes import kv_dtype
+from kvplan.engines import PrefillActivations
 from kvplan.errors import KvplanError
 from kvplan.memory import estimate
 from kvplan.model import ModelSpec
@@ -124,6 +126,21 @@ def test_total_is_weights_plus_kv(spec, ctx, batch):
     result = estimate(spec, ctx, batch)
     assert result.total_bytes == result.weights_bytes + result.kv_bytes_total
     assert result.params_active <= result.params_total
+
+
+@FAST
+@given(models, st.integers(min_value=0, max_value=4096), contexts, contexts, st.sampled_from(["bf16", "fp32"]))
+def test_prefill_activations_grow_with_batch_and_prompt(spec, users, a, b, dtype):
+    """The transformers engine's prefill activations: none without users, every sequence its own share (the
+    batch-shared window mask aside), and never less for a longer prompt."""
+    activations = PrefillActivations(spec, kv_dtype(dtype))
+    short, long = sorted((a, b))
+    assert activations.peak(0, short) == 0
+    assert activations.peak(users, short) <= activations.peak(users, long)
+    assert activations.peak(users, short) <= activations.peak(users + 1, short)
+    shared_mask = short**2 if activations.masked and not activations.eager_heads else 0
+    assert activations.peak(users, short) == users * (activations.peak(1, short) - shared_mask) + \
+        (shared_mask if users else 0)
 
 
 # ---------------------------------------------------------------------------------------------- the fuzzer
