@@ -24,7 +24,13 @@ from kvplan.profiler import run as profile_run  # noqa: E402
 from kvplan.profiler import runtime  # noqa: E402
 
 CUDA = torch.cuda.is_available()
-gpu = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def gpu(test):
+    """A test that needs CUDA: marked `gpu` (`pytest -m gpu` selects them) and skipped without one."""
+    return pytest.mark.gpu(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")(test))
+
+
 SMALL = {"vocab_size": 512, "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
 
 # name: (config file, overrides beyond SMALL, --layers, ctx, sliding window W or None)
@@ -366,6 +372,25 @@ def test_gpu_find_max_batch(tmp_path):
     result = profile_run.run_profile(path, 4096, 1, device="cuda", layers=2, decode_steps=4, find_max_batch=True)
     assert result.max_batch.measured >= 1 and result.max_batch.predicted >= 1
     assert any(not trial.fits for trial in result.max_batch.trials)
+
+
+@gpu
+def test_gpu_targets_llama3_8b_at_8k():
+    """Issue #5's targets on the real model: KV to the byte, prefill activations within 10% (as on the CPU),
+    total VRAM within 3%."""
+    result = profile_run.run_profile("meta-llama/Llama-3-8B", 8192, 4, device="cuda", decode_steps=32)
+    assert result.kv_exact, result.verdict
+    activations = result.components[3]
+    assert abs(activations.error_pct) <= 10, result.verdict
+    total = result.components[-1]
+    assert total.measured is not None and abs(total.error_pct) <= 100 * profile_run.TOTAL_TOLERANCE, result.verdict
+
+
+@gpu
+def test_gpu_max_batch_within_5_percent():
+    result = profile_run.run_profile("meta-llama/Llama-3-8B", 8192, 1, device="cuda", decode_steps=8,
+                                     find_max_batch=True)
+    assert result.max_batch.within_target, result.max_batch
 
 
 def test_cuda_probe_reads_the_allocator_and_nvml(monkeypatch):
