@@ -262,6 +262,8 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     prompt = ctx - decode_steps
     engine = transformers_engine(transformers.__version__, cache)
     predicted = predict(spec, ctx, batch, prompt, dtype, engine)
+    if device == "cpu":
+        _check_ram(predicted, source.name, spec.num_layers)
     config = runtime.make_config(transformers, model_type, fields)
     probe = runtime.Probe(torch, device)
     result = Profile(
@@ -315,6 +317,17 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     result.notes.extend(probe.notes)
     _judge(result, predicted)
     return result
+
+
+def _check_ram(predicted: Prediction, name: str, layers: int) -> None:
+    """On the CPU a run larger than the free memory is killed by the kernel, with no error to report: refuse it
+    first, from the prediction (weights + the KV and activation peak)."""
+    available = runtime.available_ram()
+    need = predicted.total - predicted.cuda_context
+    if available is not None and need > available:
+        raise KvplanError(f"profiling {name} ({layers} layers) on the CPU needs about {need / 2**30:,.1f} GiB "
+                          f"(weights {predicted.weights / 2**30:,.1f} GiB) and {available / 2**30:,.1f} GiB is free: "
+                          "keep fewer layers with --layers, or lower --batch or --ctx")
 
 
 def _decode_run(session: Session, probe, result: Profile, predicted: Prediction, spec: ModelSpec,

@@ -364,6 +364,18 @@ def tensor_peak(torch):
     return TensorPeak()
 
 
+def available_ram() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux): what a process can allocate without swapping; None elsewhere."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _rss() -> int | None:
     try:
         with open("/proc/self/statm", encoding="ascii") as statm:
