@@ -96,6 +96,7 @@ class Capacity(BaseModel):
     users: int
     engine_kv_bytes_for_users: int
     engine_activation_bytes_for_users: int = 0  # activations that grow with the batch (transformers prefill)
+    engine_activation_bytes_per_sequence: int = 0
     engine_kv_bytes_per_sequence_decode: int  # what a sequence holds in steady decode (sliding layers trimmed)
     max_concurrent_users: int
     max_ctx_for_users: int | None
@@ -389,6 +390,7 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         engine_kv_bytes_per_sequence_decode=binding.bytes_per_sequence_decode(ctx),
         engine_kv_bytes_for_users=max(p.bytes_for(need, ctx, prefix) for p in pools),
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),
+        engine_activation_bytes_per_sequence=binding.activation_bytes(1, ctx),
         max_concurrent_users=users, max_ctx_for_users=longest, avg_ctx=workload.avg_ctx,
         max_users_at_avg_ctx=at_avg, shared_prefix=prefix, fits=users >= workload.target, reasons=[],
         suggestions=[], notes=notes,
@@ -469,12 +471,15 @@ def _reason(cap: Capacity) -> str:
         usable = int(cap.gpu_memory_bytes * cap.memory_fraction)
         return (f"weights ({_gib(cap.weights_bytes_per_gpu)} per GPU) and overhead "
                 f"({_gib(cap.overhead_bytes)}) leave no KV memory in the {_gib(usable)} the engine may use")
+    activations = cap.engine_activation_bytes_per_sequence
+    also = f" and {_gib(activations)} of prefill activations" if activations else ""
     if cap.max_concurrent_users == 0:
         return (f"one sequence of {cap.ctx:,} tokens needs {_gib(cap.engine_kv_bytes_per_sequence)} of KV "
-                f"cache; the budget is {_gib(cap.kv_budget_bytes)}")
+                f"cache{also}; the budget is {_gib(cap.kv_budget_bytes)}")
     verb = "fits" if cap.max_concurrent_users == 1 else "fit"
-    return (f"{users_label(cap.max_concurrent_users)} {verb} at {cap.ctx:,} tokens "
-            f"({_gib(cap.engine_kv_bytes_per_sequence)} each); {cap.users:,} asked")
+    each = f"{_gib(cap.engine_kv_bytes_per_sequence)} each" + (f", {_gib(activations)} activations" if also else "")
+    return f"{users_label(cap.max_concurrent_users)} {verb} at {cap.ctx:,} tokens ({each}); {cap.users:,} asked"
+
 
 
 def _suggestions(model: ModelSpec, workload: Workload, cap: Capacity, engine: Engine, parallel: Parallelism,
@@ -505,7 +510,8 @@ def _suggestions(model: ModelSpec, workload: Workload, cap: Capacity, engine: En
             out.append(f"needs {layout_label(more)}: {more.gpus} x {cap.gpu or 'this GPU'} fit "
                        f"{users_label(more.max_concurrent_users)}")
     if workload.users and cap.max_ctx_for_users:
-        out.append(f"{workload.users:,} users fit at up to {cap.max_ctx_for_users:,} tokens each")
+        verb = "fits" if workload.users == 1 else "fit"
+        out.append(f"{users_label(workload.users)} {verb} at up to {cap.max_ctx_for_users:,} tokens each")
     return out
 
 

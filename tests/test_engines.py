@@ -364,3 +364,14 @@ def test_transformers_prefill_activations_mamba_scan_and_unmodelled_mixers():
     assert any("reference selective scan" in note for note in jamba.notes())
     qwen3_next = activations("Qwen/Qwen3-Next-80B-A3B-Thinking")
     assert any("gated_deltanet mixers' own transients are not" in note for note in qwen3_next.notes())
+
+
+def test_transformers_reason_names_prefill_activations():
+    # gpt-oss runs eager attention in transformers: at 128k its scores alone, 64 heads x 131,071 x 131,072 x 2 B
+    # x 3 live tensors, are terabytes; the refusal says so instead of blaming the KV cache
+    cap = capacity(load_model("openai/gpt-oss-20b"), Workload(ctx=131_072, users=1), engine_name="transformers",
+                   hardware=Hardware(name="H100", memory_bytes=81_559 * MiB))
+    assert cap.max_concurrent_users == 0 and not cap.fits
+    assert cap.engine_activation_bytes_per_sequence > 3 * 64 * 131_071 * 131_072 * 2
+    assert "of prefill activations" in cap.reasons[0]
+    assert "1 user fits at up to" in " ".join(cap.suggestions)
