@@ -27,6 +27,7 @@ CPU_RUNS = {
     "mistral-above": "--model mistralai/Mistral-7B-v0.1 --ctx 4160 --layers 1 --decode-steps 8",
     "mistral-below": "--model mistralai/Mistral-7B-v0.1 --ctx 1024 --layers 1 --decode-steps 8",
     "gemma3-4b": "--model google/gemma-3-4b-it --ctx 1088 --layers 6 --decode-steps 8",
+    "gemma2-2b": "--model google/gemma-2-2b --ctx 2048 --batch 2 --layers 2 --dtype bf16 --decode-steps 8",
     "qwen3-8b": "--model Qwen/Qwen3-8B --ctx 1024 --layers 2 --decode-steps 8",
     "deepseek-v2-lite": "--model deepseek-ai/DeepSeek-V2-Lite --ctx 1024 --layers 2 --decode-steps 8",
     "gpt-oss-20b": "--model openai/gpt-oss-20b --ctx 1024 --layers 2 --decode-steps 8",

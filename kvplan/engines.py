@@ -662,13 +662,16 @@ class PrefillActivations:
                  A, B and B x u, when mamba_ssm is not installed) + d_inner x (6b + 8) (in_proj output,
                  the conv and gate outputs, fp32 dt and skip)
     Per prompt of P tokens, with h attention heads: SDPA on windowed layers (and Falcon, MASK_ALWAYS) adds one
-    P x P boolean mask for the batch. Eager attention (EAGER_ATTENTION) adds two P x P masks in the model dtype
-    per sequence, and its P x (P + 1) probabilities per head outlive attention (the layer returns them) into
-    the MLP moment, while attention itself holds three such tensors (scores, with sinks, max-subtracted):
-        peak = batch x (2 P^2 b + max(P x per token + h P (P + 1) b, P x 4 x hidden x b + 3 h P (P + 1) b))
+    P x P boolean mask for the batch. Eager attention (EAGER_ATTENTION: models transformers has no SDPA path for)
+    adds two P x P masks in the model dtype per sequence, and its h x P x C probabilities (C = P + sinks columns)
+    outlive attention (the layer returns them) into the MLP moment, while attention itself holds s bytes per
+    score (gpt-oss: 3b, scores with sinks and max-subtracted; Gemma 2: b + 4 + b, masked scores, their fp32
+    softmax and its cast back, the cast skipped in fp32):
+        peak = batch x (2 P^2 b + max(P x per token + h P C b, P x 4 x hidden x b + h P C s))
     Without widths (a YAML spec without them, NAS blocks) a flat 1 GiB."""
 
-    EAGER_ATTENTION = frozenset({"gpt_oss"})  # `_supports_sdpa = False` (attention sinks)
+    # `_supports_sdpa = False`: architecture -> (sink columns, score tensors in the model dtype, fp32 softmax)
+    EAGER_ATTENTION = {"gpt_oss": (1, 3, False), "gemma2": (0, 1, True)}
     GATE_TENSORS = {"gpt_oss": 10}  # expert-intermediate-wide tensors of a routed token's gating, default 4
     PYTHON_GELU = frozenset({"gelu_new"})  # NewGELUActivation
     MODELLED_MIXERS = frozenset({"mamba"})  # others' scans (Gated DeltaNet's chunked fp32 one) are not
@@ -676,7 +679,8 @@ class PrefillActivations:
 
     def __init__(self, model: ModelSpec, dtype: DType):
         self.widths, self.bytes = model.widths, dtype.block_bytes / dtype.block_elements
-        self.eager_heads = model.num_attention_heads if model.architecture in self.EAGER_ATTENTION else 0
+        self.eager = self.EAGER_ATTENTION.get(model.architecture)
+        self.heads = model.num_attention_heads
         self.gate_tensors = self.GATE_TENSORS.get(model.architecture, 4)
         self.residuals = 4 if model.num_layers > 1 else 3  # the first layer's input is the embedding output
         self.masked = model.architecture in self.MASK_ALWAYS or any(c.kind in WINDOWED for c in model.caches)
@@ -705,17 +709,20 @@ class PrefillActivations:
         if self.widths is None:
             return GiB
         layer = prompt * self.per_token()
-        if not self.eager_heads:
+        if self.eager is None:
             return users * layer + (prompt**2 if self.masked else 0)
-        probs = math.ceil(self.eager_heads * prompt * (prompt + 1) * self.bytes)
-        attention = math.ceil(prompt * self.residuals * self.widths.hidden * self.bytes) + 3 * probs
-        masks = math.ceil(2 * prompt**2 * self.bytes)
-        return users * (masks + max(layer + probs, attention))
+        sinks, score_tensors, fp32_softmax = self.eager
+        b = self.bytes
+        per_score = score_tensors * b + (4 + (b if b < 4 else 0) if fp32_softmax else 0)
+        scores = self.heads * prompt * (prompt + sinks)
+        attention = prompt * self.residuals * self.widths.hidden * b + scores * per_score
+        masks = 2 * prompt**2 * b
+        return users * math.ceil(masks + max(layer + scores * b, attention))
 
     def notes(self) -> list[str]:
         if self.widths is None:
             return ["prefill activations: a flat 1 GiB (the model spec gives no forward widths)"]
-        grows = "eager attention, quadratic in the prompt" if self.eager_heads else \
+        grows = "eager attention, quadratic in the prompt" if self.eager else \
             f"{self.per_token():,} B per prompt token"
         out = [f"prefill activations grow with batch x prompt ({grows})"]
         if self.scan:

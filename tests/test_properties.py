@@ -138,7 +138,7 @@ def test_prefill_activations_grow_with_batch_and_prompt(spec, users, a, b, dtype
     assert activations.peak(0, short) == 0
     assert activations.peak(users, short) <= activations.peak(users, long)
     assert activations.peak(users, short) <= activations.peak(users + 1, short)
-    shared_mask = short**2 if activations.masked and not activations.eager_heads else 0
+    shared_mask = short**2 if activations.masked and activations.eager is None else 0
     assert activations.peak(users, short) == users * (activations.peak(1, short) - shared_mask) + \
         (shared_mask if users else 0)
 
