@@ -93,8 +93,20 @@ def print_layout(console: Console, model: ModelSpec) -> None:
     if model.params.active != model.params.total:
         params.add_row("active per token", f"{model.params.active:,}")
     console.print(params)
+    if model.widths is not None:
+        console.print(f"forward widths (for prefill activations): {_widths(model.widths)}")
     if model.checkpoint is not None:
         _print_checkpoint(console, model)
+
+
+def _widths(widths) -> str:
+    parts = [f"hidden {widths.hidden:,}"]
+    if widths.mlp_intermediate:
+        gate = "gated" if widths.gated_mlp else "plain"
+        parts.append(f"MLP {widths.mlp_intermediate:,} ({gate}, {widths.mlp_activation})")
+    if widths.experts_per_token:
+        parts.append(f"top-{widths.experts_per_token} experts of {widths.expert_intermediate:,}")
+    return ", ".join(parts)
 
 
 def _print_checkpoint(console: Console, model: ModelSpec) -> None:

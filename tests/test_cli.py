@@ -123,6 +123,8 @@ def test_show(monkeypatch, capsys):
     assert code == 0, err
     assert "sliding" in out and "full" in out
     assert "999,885,952" in out  # gemma-3-1b parameters
+    # its published config: hidden_size 1,152, intermediate_size 6,912, GeGLU (gelu_pytorch_tanh)
+    assert "hidden 1,152, MLP 6,912 (gated, gelu_pytorch_tanh)" in " ".join(out.split())
 
 
 # ---------------------------------------------------------------------------------------------- bad input
