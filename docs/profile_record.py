@@ -91,9 +91,13 @@ def _layers(r: dict) -> str:
 
 
 def _other_attention(results: list[dict]) -> str:
+    """The models whose attention differs from the first's, grouped: ' (eager for a and b)'."""
     first = results[0]["attn_implementation"]
-    others = [f"{r['attn_implementation']} for {r['model']}" for r in results if r["attn_implementation"] != first]
-    return f" ({', '.join(dict.fromkeys(others))})" if others else ""
+    others: dict[str, list[str]] = {}
+    for r in results:
+        if r["attn_implementation"] != first and r["model"] not in others.get(r["attn_implementation"], []):
+            others.setdefault(r["attn_implementation"], []).append(r["model"])
+    return "".join(f" ({kind} for {' and '.join(models)})" for kind, models in others.items())
 
 
 def table(folder: Path) -> None:
