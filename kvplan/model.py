@@ -149,15 +149,19 @@ class ParamCounts(BaseModel):
     experts: int = Field(ge=0, description="routed MoE expert matrices, all experts")
     active_experts: int = Field(ge=0, description="routed expert matrices used per token")
     other: int = Field(ge=0, description="norms, biases, routers, convolutions, sinks")
+    vision: int = Field(0, ge=0, description="a multimodal checkpoint's vision tower and its projector into the "
+                                             "decoder")
 
     @property
     def total(self) -> int:
-        return self.embedding + self.lm_head + self.attention + self.mlp + self.experts + self.other
+        """Everything the checkpoint loads, the vision tower included."""
+        return self.embedding + self.lm_head + self.attention + self.mlp + self.experts + self.other + self.vision
 
     @property
     def active(self) -> int:
-        """Parameters touched per token: all but the routed experts not chosen."""
-        return self.total - self.experts + self.active_experts
+        """Parameters a text token passes through: the decoder less the routed experts not chosen (no vision
+        tower), as model cards count "active" (Llama 4 Scout: 17B)."""
+        return self.total - self.vision - self.experts + self.active_experts
 
     @property
     def tied(self) -> bool:

@@ -88,7 +88,8 @@ def print_layout(console: Console, model: ModelSpec) -> None:
     params.add_column("group")
     params.add_column("count", justify="right")
     for group, count in model.params.model_dump(exclude={"active_experts"}).items():
-        params.add_row(group, f"{count:,}")
+        if count or group != "vision":  # text-only models have no vision row
+            params.add_row(group, f"{count:,}")
     params.add_row("[bold]total[/bold]", f"[bold]{model.params.total:,}[/bold]")
     if model.params.active != model.params.total:
         params.add_row("active per token", f"{model.params.active:,}")

@@ -276,6 +276,12 @@ PUBLISHED_TOTAL = {
     "tiiuae__falcon-7b.json": 6.92e9,
     "deepseek-ai__DeepSeek-V2-Lite.json": 15.7e9,
     "Qwen__Qwen2.5-7B.json": 7.62e9,
+    # multimodal: the vision tower and projector are loaded with the decoder and count in the total
+    "google__gemma-3-4b-it.json": 4.3e9,
+    "google__gemma-3-12b-it.json": 12.2e9,
+    "google__gemma-3-27b-it.json": 27.4e9,
+    "meta-llama__Llama-4-Scout-17B-16E-Instruct.json": 109e9,
+    "meta-llama__Llama-4-Maverick-17B-128E-Instruct.json": 400e9,
 }
 
 
@@ -292,6 +298,12 @@ PUBLISHED_EXACT = {
     "meta-llama__Llama-3.1-8B.json": 8_030_261_248,
     "mistralai__Mistral-7B-v0.1.json": 7_241_732_096,
     "meta-llama__Llama-2-7b-hf.json": 6_738_415_616,
+    # multimodal checkpoints: text decoder plus vision tower and projector, all in BF16
+    "google__gemma-3-4b-it.json": 4_300_079_472,
+    "google__gemma-3-12b-it.json": 12_187_325_040,
+    "google__gemma-3-27b-it.json": 27_432_406_640,
+    "meta-llama__Llama-4-Scout-17B-16E-Instruct.json": 108_641_793_536,
+    "meta-llama__Llama-4-Maverick-17B-128E-Instruct.json": 401_583_781_376,
 }
 
 
@@ -329,6 +341,33 @@ def test_qwen3_30b_a3b_active_parameters():
     params = load("Qwen__Qwen3-30B-A3B.json").params
     assert abs(params.active - 3.3e9) <= 0.02 * 3.3e9
     assert params.total > 9 * params.active
+
+
+def test_llama4_active_parameters_leave_the_vision_tower_out():
+    # published "17B active parameters" for Scout (16 experts) and Maverick (128): two significant figures
+    for filename in ("meta-llama__Llama-4-Scout-17B-16E-Instruct.json",
+                     "meta-llama__Llama-4-Maverick-17B-128E-Instruct.json"):
+        params = load(filename).params
+        assert abs(params.active - 17e9) <= 0.02 * 17e9
+        assert params.vision > 0 and params.active + params.vision < params.total
+
+
+def test_gemma3_vision_tower_by_hand():
+    # SigLIP So400m/14 at 896 px: patch conv 3 x 14 x 14 x 1152 + bias, 64 x 64 positions x 1152; per layer
+    # q, k, v, o 1152 x 1152 + bias, fc1/fc2 1152 x 4304 + biases, 2 LayerNorms; 27 layers; post LayerNorm;
+    # projector 1152 x 3840 (text hidden) and an RMSNorm of 1152
+    layer = 4 * (1152 * 1152 + 1152) + 2 * 1152 * 4304 + 4304 + 1152 + 4 * 1152
+    tower = 3 * 14 * 14 * 1152 + 1152 + 64 * 64 * 1152 + 27 * layer + 2 * 1152
+    assert load("google__gemma-3-12b-it.json").params.vision == tower + 1152 * 3840 + 1152
+
+
+def test_multimodal_tower_kvplan_does_not_know_is_left_out_with_a_note():
+    llava = {"model_type": "llava", "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024},
+             "text_config": {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
+                             "num_attention_heads": 32, "intermediate_size": 11008, "vocab_size": 32064}}
+    model = model_from_config(llava, "llava", "test")
+    assert model.params.vision == 0
+    assert any("vision encoder of llava is not counted" in note for note in model.notes)
 
 
 def test_dense_models_have_active_equal_total():

@@ -16,6 +16,7 @@ from conftest import SPECS, raw, run_main, run_python
 
 from kvplan.errors import KvplanError
 from kvplan.profiler import config as profile_config
+from kvplan.sources.hf_config import model_from_config
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -345,7 +346,9 @@ def test_layers_cut_keeps_the_first_layers(filename, layers):
     assert spec.caches == tuple(c for c in source.spec.caches if c.layer < layers)
     assert spec.params.embedding == source.spec.params.embedding and spec.params.lm_head == source.spec.params.lm_head
     assert spec.params.total < source.spec.params.total
-    assert profile_config.first_layers(source, None)[1] is source.spec
+    whole = profile_config.first_layers(source, None)[1]  # as built: the text decoder, no vision tower
+    assert whole.caches == source.spec.caches and whole.params.vision == 0
+    assert whole.params.total == source.spec.params.total - source.spec.params.vision
 
 
 def test_transformers_fields():
@@ -356,6 +359,28 @@ def test_transformers_fields():
     assert model_type == "gemma3_text" and "vision_config" not in fields and any("text_config" in n for n in notes)
     model_type, fields, notes = profile_config.transformers_fields(raw("openai__gpt-oss-20b.json"))
     assert "quantization_config" not in fields and any("mxfp4" in n for n in notes)
+
+
+@pytest.mark.parametrize("filename, class_name, vision_overrides", [
+    ("google__gemma-3-12b-it.json", "Gemma3ForConditionalGeneration", {}),
+    ("google__gemma-3-4b-it.json", "Gemma3ForConditionalGeneration", {"vision_use_head": True}),
+    ("meta-llama__Llama-4-Scout-17B-16E-Instruct.json", "Llama4ForConditionalGeneration", {}),
+])
+def test_vision_tower_equals_transformers_modules(filename, class_name, vision_overrides):
+    """The vision parameters kvplan reads from vision_config are those of transformers' own multimodal class,
+    built on the meta device (no memory, no weights) with the text decoder cut to one layer."""
+    import transformers
+
+    data = raw(filename)
+    data["vision_config"].update(vision_overrides)
+    spec = model_from_config(data, filename, "test")
+    data["text_config"]["num_hidden_layers"] = 1
+    config_class = getattr(transformers, class_name.replace("ForConditionalGeneration", "Config"))
+    with torch.device("meta"):
+        model = getattr(transformers, class_name)(config_class.from_dict(data))
+    outside_decoder = sum(p.numel() for name, p in model.named_parameters()
+                          if "language_model" not in name and not name.startswith("lm_head"))
+    assert spec.params.vision == outside_decoder > 0
 
 
 # ---------------------------------------------------------------------------------------------- on a GPU

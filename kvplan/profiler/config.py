@@ -77,7 +77,8 @@ def decoder_fields(data: dict) -> dict:
 
 
 def first_layers(source: Source, layers: int | None) -> tuple[dict, ModelSpec]:
-    """The config data and ModelSpec of the model's first `layers` layers (all of them for None).
+    """The config data and ModelSpec of the model's first `layers` layers (all of them for None), as built:
+    without a vision tower.
 
     Embeddings, final norm and lm_head stay whole; per-layer fields are cut; layouts stated by rule (Gemma's
     sliding_window_pattern, Jamba's attn_layer_period, DeepSeek's first_k_dense_replace) keep their meaning,
@@ -86,7 +87,7 @@ def first_layers(source: Source, layers: int | None) -> tuple[dict, ModelSpec]:
     data = copy.deepcopy(source.config)
     total = source.spec.num_layers
     if layers is None or layers == total:
-        return data, source.spec
+        return data, text_decoder(source.spec)
     if not 1 <= layers <= total:
         raise KvplanError(f"--layers must be between 1 and {source.name}'s {total} layers, got {layers}")
     decoder = decoder_fields(data)
@@ -103,7 +104,13 @@ def first_layers(source: Source, layers: int | None) -> tuple[dict, ModelSpec]:
     if spec.caches != tuple(c for c in source.spec.caches if c.layer < layers):
         raise KvplanError(f"cutting {source.name} to {layers} layers changed the layout of the layers kept: "
                           "profile it whole (no --layers)")
-    return data, spec
+    return data, text_decoder(spec)
+
+
+def text_decoder(spec: ModelSpec) -> ModelSpec:
+    """The spec of what the profiler builds: the text decoder alone (`transformers_fields`), so a multimodal
+    model's vision tower leaves the predicted weights too."""
+    return spec.model_copy(update={"params": spec.params.model_copy(update={"vision": 0})})
 
 
 def transformers_fields(data: dict) -> tuple[str, dict, list[str]]:
