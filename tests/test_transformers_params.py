@@ -1,0 +1,42 @@
+"""Every bundled model's parameter count against transformers' own model classes.
+
+kvplan counts parameters from the config by its own rules (`kvplan.sources.hf_config`, docs/formulas.md section 6).
+Here transformers builds each library model from the same config fields the profiler uses
+(`kvplan.profiler.config.transformers_fields`), whole, on the meta device (shapes only: no memory, no weights), and
+its parameters are counted. The two must agree to the parameter. Multimodal models are compared on their text
+decoder; their vision towers are checked against transformers in test_profile.py.
+"""
+
+import pytest
+
+from kvplan.profiler import config as profile_config
+from kvplan.sources import library
+from kvplan.sources.hf_config import ENCODER_ONLY
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+# Tensors a checkpoint stores and transformers registers as buffers, not parameters: DeepSeek-V3's router keeps its
+# load-balancing bias (`mlp.gate.e_score_correction_bias`, one per routed expert) as a buffer.
+CHECKPOINT_BUFFERS = ("e_score_correction_bias",)
+
+
+def transformers_count(model_type: str, fields: dict) -> int:
+    from transformers import CONFIG_MAPPING, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    if model_type not in CONFIG_MAPPING:
+        pytest.skip(f"transformers {transformers.__version__} has no {model_type} (remote code only)")
+    auto = AutoModelForSeq2SeqLM if model_type == "t5" else AutoModel if model_type in ENCODER_ONLY else \
+        AutoModelForCausalLM
+    with torch.device("meta"):
+        model = auto.from_config(CONFIG_MAPPING[model_type](**fields))
+    buffers = sum(b.numel() for name, b in model.named_buffers() if name.endswith(CHECKPOINT_BUFFERS))
+    return sum(p.numel() for p in model.parameters()) + buffers  # parameters(): tied ones once
+
+
+@pytest.mark.parametrize("model_id", [entry.id for entry in library.entries()])
+def test_parameters_equal_transformers_modules(model_id):
+    source = profile_config.resolve(model_id)
+    data, spec = profile_config.first_layers(source, None)
+    model_type, fields, _ = profile_config.transformers_fields(data)
+    assert spec.params.total == transformers_count(model_type, fields)
