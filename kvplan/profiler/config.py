@@ -17,11 +17,13 @@ from kvplan.sources import library, load_model
 from kvplan.sources.hf_config import model_from_config, parse_json, read_text
 
 LAYER_COUNT_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-# Fields with one entry per layer (lists) or one character per layer (strings), cut with the layers.
+# Fields with one entry per layer (lists) or one character per layer (strings), cut with the layers. Besides
+# these, any list as long as the model is deep whose name says "layer" or "types" (mlp_layer_types, indexer_types,
+# num_attention_heads_per_layer: transformers' config classes check their length against num_hidden_layers).
 PER_LAYER_FIELDS = ("layer_types", "no_rope_layers", "block_configs", "hybrid_override_pattern",
                     "kv_sharing_modes", "swa_layers")
 # Fields listing layer indices: indices past the cut are dropped.
-LAYER_INDEX_FIELDS = ("mlp_only_layers",)
+LAYER_INDEX_FIELDS = ("mlp_only_layers", "attn_layer_indices", "hybrid_layer_ids", "full_attn_idxs")
 # Not architecture: loading, provenance, remote code. quantization_config is dropped with a note.
 DROPPED_FIELDS = ("quantization_config", "auto_map", "_name_or_path", "transformers_version", "torch_dtype",
                   "dtype", "architectures")
@@ -94,17 +96,24 @@ def first_layers(source: Source, layers: int | None) -> tuple[dict, ModelSpec]:
     counted = [field for field in LAYER_COUNT_FIELDS if field in decoder]
     for field in counted or ["num_hidden_layers"]:
         decoder[field] = layers
-    for field in PER_LAYER_FIELDS:
-        if isinstance(decoder.get(field), (list, str)):
-            decoder[field] = decoder[field][:layers]
-    for field in LAYER_INDEX_FIELDS:
-        if isinstance(decoder.get(field), list):
-            decoder[field] = [i for i in decoder[field] if isinstance(i, int) and i < layers]
+    _cut_per_layer_fields(decoder, total, layers)
     spec = model_from_config(data, source.spec.name, source.spec.source, where=str(source.file))
     if spec.caches != tuple(c for c in source.spec.caches if c.layer < layers):
         raise KvplanError(f"cutting {source.name} to {layers} layers changed the layout of the layers kept: "
                           "profile it whole (no --layers)")
     return data, text_decoder(spec)
+
+
+def _cut_per_layer_fields(decoder: dict, total: int, layers: int) -> None:
+    """Cut every per-layer field of the decoder config to its first `layers` layers (in place)."""
+    for field, value in decoder.items():
+        if field in LAYER_INDEX_FIELDS and isinstance(value, list):
+            decoder[field] = [i for i in value if isinstance(i, int) and i < layers]
+        elif field in PER_LAYER_FIELDS and isinstance(value, (list, str)) or (
+                isinstance(value, list) and len(value) == total and ("layer" in field or field.endswith("types"))):
+            decoder[field] = value[:layers]
+        elif field.startswith("per_layer") and isinstance(value, dict):  # {"11": {...}}: overrides by layer index
+            decoder[field] = {k: v for k, v in value.items() if not str(k).isdigit() or int(k) < layers}
 
 
 def text_decoder(spec: ModelSpec) -> ModelSpec:

@@ -227,11 +227,19 @@ class Session:
         return self.torch.randint(0, self.vocab, (batch, length), device=self.device, generator=self.generator)
 
     def forward(self, ids, cache=None, last_only: bool = True):
+        """The next token of each sequence; an OOM propagates (a finding), any other failure of the model's code
+        becomes a one-line error."""
         kwargs = {"logits_to_keep": 1} if last_only and self.logits_to_keep else {}
-        if cache is None:
-            out = self.model(input_ids=ids, use_cache=False, **kwargs)
-        else:
-            out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, **kwargs)
+        try:
+            if cache is None:
+                out = self.model(input_ids=ids, use_cache=False, **kwargs)
+            else:
+                out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, **kwargs)
+        except Exception as err:
+            if runtime.is_oom(self.torch, err):
+                raise
+            raise runtime.failed(self.transformers, f"running {self.model.config.model_type} on {ids.shape[0]:,} x "
+                                 f"{ids.shape[1]:,} tokens", err) from None
         return out.logits[:, -1:].argmax(-1)
 
 

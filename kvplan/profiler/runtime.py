@@ -76,11 +76,23 @@ def make_config(transformers, model_type: str, fields: dict):
                           "upgrade transformers (pip install -U transformers)")
     try:
         config = CONFIG_MAPPING[model_type](**fields)
-    except (TypeError, ValueError) as err:
+    except Exception as err:  # TypeError, ValueError, huggingface_hub's StrictDataclassClassValidationError
         raise KvplanError(f"transformers {transformers.__version__} rejects this {model_type} config: "
-                          f"{str(err).splitlines()[0]}") from None
+                          f"{one_line(err)}") from None
     config.use_cache = True
     return config
+
+
+def one_line(err: BaseException) -> str:
+    """An exception as one line: its type and its message's lines joined (validators nest the cause below)."""
+    message = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+    return f"{type(err).__name__}: {message[:300]}" if message else type(err).__name__
+
+
+def failed(transformers, what: str, err: BaseException) -> KvplanError:
+    """The one-line error for transformers' own code failing on a config it accepted (a model class that does
+    not support this combination of fields, a bug in a new architecture)."""
+    return KvplanError(f"transformers {transformers.__version__} failed {what}: {one_line(err)}")
 
 
 def build(torch, transformers, config, device: str, dtype: str):
@@ -97,8 +109,13 @@ def build(torch, transformers, config, device: str, dtype: str):
         from transformers.initialization import no_init_weights
     except ImportError:  # transformers 4.x
         from transformers.modeling_utils import no_init_weights
-    with torch.device(device), no_init_weights():
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, TORCH_DTYPES[dtype]))
+    try:
+        with torch.device(device), no_init_weights():
+            model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, TORCH_DTYPES[dtype]))
+    except Exception as err:
+        if is_oom(torch, err):
+            raise
+        raise failed(transformers, f"building its {config.model_type} model from this config", err) from None
     model.tie_weights()  # post_init ties inside init_weights, which no_init_weights skips
     model.eval()
     model.requires_grad_(False)
