@@ -48,6 +48,7 @@ class Estimate(BaseModel):
     params_active: int
     breakdown: list[KindTotals]
     warnings: list[str]
+    notes: list[str]  # how the model was read (the text output's "note:" lines)
 
 
 def default_kv_dtype(model: ModelSpec) -> str:
@@ -142,4 +143,5 @@ def estimate(model: ModelSpec, ctx: int, batch: int = 1, kv_dtype_name: str | No
         state_bytes_per_sequence=state, weights_bytes=weights, total_bytes=weights + per_sequence * batch,
         weights_source="checkpoint" if weights_from_checkpoint(model, weights_dtype_name) else "config",
         params_total=model.params.total, params_active=model.params.active, breakdown=rows, warnings=warnings,
+        notes=list(model.notes),
     )

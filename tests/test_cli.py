@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from conftest import SPECS, assert_one_line_error, run_cli, run_main
+from conftest import SPECS, assert_one_line_error, raw, run_cli, run_main
 
 LLAMA8B = str(SPECS / "meta-llama__Llama-3.1-8B.json")
 JSON_KEYS = {
@@ -197,6 +197,22 @@ def test_config_missing_a_field_names_it(monkeypatch, capsys, write_json):
     )
     code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", str(path), "--ctx", "8k")
     assert_one_line_error(code, err, "num_hidden_layers")
+
+
+def test_json_carries_how_the_model_was_read(monkeypatch, capsys, write_json):
+    """A script reading --json sees the notes the table prints: here, a model_type kvplan has no rule for."""
+    data = raw("meta-llama__Meta-Llama-3-8B.json") | {"model_type": "my_new_arch"}
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "-m", str(write_json(data)), "--ctx", "8k", "--json")
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert any("'my_new_arch' is not one kvplan knows" in note for note in notes), notes
+
+
+def test_recurrent_fields_in_an_attention_layout_are_refused(monkeypatch, capsys, write_json):
+    """Falcon-H1-like: Mamba fields on a model_type kvplan reads as attention would lose the Mamba state."""
+    data = raw("meta-llama__Meta-Llama-3-8B.json") | {"model_type": "my_hybrid", "mamba_d_state": 256}
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", str(write_json(data)), "--ctx", "8k")
+    assert_one_line_error(code, err, "cannot lay out my_hybrid's cache", "mamba_d_state")
 
 
 def test_directory_without_config_json(monkeypatch, capsys, tmp_path):

@@ -40,3 +40,21 @@ def test_parameters_equal_transformers_modules(model_id):
     data, spec = profile_config.first_layers(source, None)
     model_type, fields, _ = profile_config.transformers_fields(data)
     assert spec.params.total == transformers_count(model_type, fields)
+
+
+# Architectures with no bundled model whose counts follow kvplan's rules to the parameter: MLA with no head_dim
+# (GLM-4.7-Flash), dense layers named by mlp_layer_types and routers with a correction bias (MiMo-V2-Flash), V heads
+# narrower than K heads with sinks on sliding layers (MiMo-V2-Flash), q/k norms over all heads (MiniMax-M2).
+# transformers' config defaults are the published shapes.
+@pytest.mark.parametrize("model_type", ["glm4_moe_lite", "mimo_v2_flash", "minimax_m2", "solar_open", "minicpm3"])
+def test_transformers_default_configs_count_exactly(model_type):
+    from transformers import CONFIG_MAPPING
+
+    from kvplan.sources.hf_config import model_from_config
+
+    if model_type not in CONFIG_MAPPING:
+        pytest.skip(f"transformers {transformers.__version__} has no {model_type}")
+    data = CONFIG_MAPPING[model_type]().to_dict()
+    spec = model_from_config(data, model_type, "transformers defaults")
+    _, fields, _ = profile_config.transformers_fields(data)
+    assert spec.params.total == transformers_count(model_type, fields)

@@ -71,6 +71,28 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "gemma3": "gemma3_text",
                       "llama4": "llama4_text", "deci": "nemotron-nas", "mt5": "t5"}
+# Config fields saying that layers keep something none of kvplan's layer kinds holds (transformers' config classes
+# of DeepSeek-V3.2, GLM-5, Gemma 3n and Gemma 4, among others). Reading such a model as plain attention would give a KV
+# figure that is wrong with no sign of it, so it is refused, naming the field.
+UNMODELLED_CACHE_FIELDS = {
+    "index_head_dim": "a sparse-attention indexer's key cache",
+    "indexer_compress_ratio": "a compressed indexer cache",
+    "compress_rates": "compressed attention caches",
+    "num_kv_shared_layers": "layers that reuse an earlier layer's KV cache",
+    "swa_num_key_value_heads": "sliding-window layers with their own KV heads",
+    "swa_head_dim": "sliding-window layers with their own head size",
+    "per_layer_config": "per-layer overrides of the attention shape",
+    "attention_k_eq_v": "keys that double as values",
+}
+# Fields of recurrent mixers (Mamba, RG-LRU, short convolutions, linear attention): refused when the layout kvplan
+# reads from the config has no recurrent layer, since that state would be missing from the figures.
+RECURRENT_FIELDS = ("mamba_d_state", "mamba_n_heads", "n_mamba_heads", "state_size", "ssm_state_size", "lru_width",
+                    "conv_L_cache", "short_conv_kernel_size", "number_of_conv_states", "linear_num_heads",
+                    "linear_num_key_heads", "layers_block_type", "block_types")
+# MoE routers that keep a load-balancing bias per routed expert (`e_score_correction_bias`, which checkpoints store
+# and transformers registers as a buffer): the families whose modeling files define it, as of transformers 5.23.
+CORRECTION_BIAS_ROUTERS = {"deepseek_v3", "dots1", "ernie4_5_moe", "exaone_moe", "glm4_moe", "glm4_moe_lite", "hy_v3",
+                           "laguna", "longcat_flash", "mimo_v2_flash", "minimax_m2", "solar_open"}
 ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "deberta", "deberta-v2", "electra", "albert",
                 "modernbert", "camembert", "mpnet", "nomic_bert", "xlm-roberta-xl"}
 
@@ -109,6 +131,12 @@ FAMILIES: dict[str, Family] = {
     "olmo2": Family(qk_norm="full"),
     "gpt_oss": Family(qkv_bias=True, o_bias=True),
     "nemotron_h": Family(gated_mlp=False, norms_per_layer=1),
+    # Checked against transformers' classes only (tests/test_transformers_params.py): no bundled model.
+    "glm4_moe_lite": Family(),
+    "mimo_v2_flash": Family(),
+    "minicpm3": Family(),
+    "minimax_m2": Family(qk_norm="full"),
+    "solar_open": Family(),
 }
 LLAMA_LIKE = Family()
 
@@ -285,10 +313,13 @@ def _decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[s
     kv_heads = _kv_heads(cfg, model_type, heads)
     if heads % kv_heads:
         raise KvplanError(f"{cfg.where}: {heads} attention heads cannot be grouped over {kv_heads} KV heads")
-    head_dim = _head_dim(cfg, hidden, heads)
+    # MLA's query heads are qk_nope + qk_rope wide, whatever hidden / heads is (GLM-4.7-Flash: 2,048 / 20)
+    mla = cfg.has("kv_lora_rank")
+    head_dim = cfg.int("qk_nope_head_dim") + cfg.int("qk_rope_head_dim", minimum=0) if mla else \
+        _head_dim(cfg, hidden, heads)
     types: list[str] = []
     blocks: list[Fields] = []
-    if cfg.has("kv_lora_rank"):  # DeepSeek V2/V3, Kimi K2: multi-head latent attention on every layer
+    if mla:  # DeepSeek V2/V3, Kimi K2: multi-head latent attention on every layer
         latent, rope = cfg.int("kv_lora_rank"), cfg.int("qk_rope_head_dim", minimum=0)
         caches = [MLALatent(layer=i, latent_dim=latent, rope_dim=rope) for i in range(num_layers)]
     elif cfg.has("block_configs"):  # Nemotron NAS (DeciLM): each block says its own attention and FFN
@@ -297,12 +328,27 @@ def _decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[s
     else:
         types = _layer_types(cfg, model_type, num_layers, notes)
         caches = _layer_caches(cfg, types, kv_heads, head_dim)
+        if model_type == "mimo_v2_flash":  # its modeling code gives sliding layers twice the KV heads (and sinks)
+            caches = [c.model_copy(update={"kv_heads": 2 * kv_heads}) if isinstance(c, SlidingWindow) else c
+                      for c in caches]
+    _refuse_unmodelled_caches(cfg, model_type, caches)
     params = _decoder_params(cfg, model_type, family, caches, types, blocks, hidden, heads, head_dim)
     params = params.model_copy(update={"vision": vision})
     widths = None if blocks or model_type == "nemotron_h" else _widths(cfg, model_type, family, hidden, num_layers)
     return ModelSpec(name=name, architecture=model_type or "unknown", num_layers=num_layers,
                      num_attention_heads=heads, caches=tuple(caches), params=params, widths=widths, source=source,
                      **_common(cfg, notes))
+
+
+def _refuse_unmodelled_caches(cfg: Fields, model_type: str, caches: list) -> None:
+    """A one-line refusal for a model whose config says its layers keep more than kvplan's layout of it holds."""
+    field = next((f for f in UNMODELLED_CACHE_FIELDS if cfg.data.get(f) not in (None, 0, [], {})), None)
+    if field is None and not any(isinstance(c, RecurrentState) for c in caches):
+        field = next((f for f in RECURRENT_FIELDS if cfg.data.get(f) not in (None, 0, [], {})), None)
+    if field is not None:
+        what = UNMODELLED_CACHE_FIELDS.get(field, "recurrent or convolution state in layers kvplan reads as attention")
+        raise KvplanError(f"{cfg.where}: kvplan cannot lay out {model_type or 'this model'}'s cache: its config has "
+                          f"{field} ({what}), which kvplan does not model, so its KV figures would be wrong")
 
 
 def _widths(cfg: Fields, model_type: str, family: Family, hidden: int, num_layers: int) -> Widths:
@@ -334,7 +380,7 @@ def _kv_heads(cfg: Fields, model_type: str, heads: int) -> int:
 
 
 def _head_dim(cfg: Fields, hidden: int, heads: int) -> int:
-    explicit = cfg.int("head_dim", "attention_head_dim", "d_kv", default=None)
+    explicit = cfg.int("head_dim", "attention_head_dim", "d_kv", "kv_channels", default=None)
     if explicit is not None:
         return explicit
     if hidden % heads:
@@ -345,7 +391,7 @@ def _head_dim(cfg: Fields, hidden: int, heads: int) -> int:
 
 def _layer_caches(cfg: Fields, types: list[str], kv_heads: int, head_dim: int) -> list:
     """One cache entry per layer, from its layer type."""
-    attention = {"kv_heads": kv_heads, "head_dim": head_dim, "head_dim_v": head_dim}
+    attention = {"kv_heads": kv_heads, "head_dim": head_dim, "head_dim_v": cfg.int("v_head_dim", default=head_dim)}
     caches = []
     for i, layer_type in enumerate(types):
         if layer_type in ("full_attention", "attention"):
@@ -634,19 +680,19 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
     if isinstance(cache, NoCache):
         replaced = "replaced by a linear" in cache.reason
         return (hidden * hidden if replaced else 0), 0
-    kv = cache.kv_heads * cache.head_dim
+    k, v = cache.kv_heads * cache.head_dim, cache.kv_heads * cache.head_dim_v
     q = heads * head_dim * (2 if model_type == "qwen3_next" else 1)  # Qwen3-Next gates its attention output
-    matrices = hidden * (q + 2 * kv) + heads * head_dim * hidden
+    matrices = hidden * (q + k + v) + heads * cache.head_dim_v * hidden
     other = 0
     if family.qkv_bias or cfg.flag("attention_bias"):
-        other += heads * head_dim + 2 * kv
+        other += heads * head_dim + k + v
     if family.o_bias or (cfg.flag("attention_bias") and model_type not in ("qwen2", "qwen2_moe")):
         other += hidden
     if family.qk_norm == "head":
         other += 2 * head_dim
     elif family.qk_norm == "full":
-        other += heads * head_dim + kv
-    if model_type == "gpt_oss":
+        other += heads * head_dim + k
+    if model_type == "gpt_oss" or (model_type == "mimo_v2_flash" and isinstance(cache, SlidingWindow)):
         other += heads  # attention sinks: one learned logit per head
     return matrices, other
 
@@ -740,13 +786,19 @@ class _MoE:
             router += hidden if shared_size else 0  # shared_expert_gate
         elif model_type == "llama4_text":
             shared_size = size
-        if model_type == "deepseek_v3":
+        if model_type in CORRECTION_BIAS_ROUTERS:
             router += n  # e_score_correction_bias
         first_dense = cfg.int("first_k_dense_replace", default=0, minimum=0)
         if first_dense > layers:
             raise KvplanError(f"{cfg.where}: first_k_dense_replace {first_dense:,} exceeds the {layers} layers")
         dense = set(range(first_dense))
         dense |= set(cfg.list("mlp_only_layers", int))
+        if cfg.has("mlp_layer_types"):  # transformers 5's per-layer statement: "dense" or "sparse"
+            kinds = cfg.list("mlp_layer_types", str, length=layers)
+            if set(kinds) - {"dense", "sparse"}:
+                raise KvplanError(f"{cfg.where}: field mlp_layer_types must hold \"dense\" or \"sparse\" for each "
+                                  f"layer, got {sorted(set(kinds) - {'dense', 'sparse'})}")
+            dense |= {i for i, kind in enumerate(kinds) if kind == "dense"}
         if model_type == "jamba":  # experts on layers i % period == offset
             period, offset = cfg.int("expert_layer_period"), cfg.int("expert_layer_offset", minimum=0)
             dense |= {i for i in range(layers) if i % period != offset}
