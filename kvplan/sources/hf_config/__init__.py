@@ -1,0 +1,20 @@
+"""Hugging Face `config.json` -> ModelSpec.
+
+All per-architecture knowledge of kvplan lives in this package, split by concern:
+    fields.py        typed access to the config's fields (every error names the file and the field)
+    families.py      what is known of a family by name: defaults of fields configs omit, block shapes
+    layout.py        what each layer caches (attention, windows, MLA, recurrent states)
+    params.py        parameter counts, block by block
+    quantization.py  float dtype, weight quantisation, KV dtype, max context
+    vision.py        vision towers of multimodal checkpoints
+    reader.py        the config taken apart and handed to the rules above
+
+Rules follow transformers' configuration and modeling files and vLLM's config readers; each cites its source.
+The config is data: nothing it names (`auto_map`, remote code) is imported or run.
+"""
+
+from kvplan.sources.hf_config.families import ENCODER_ONLY
+from kvplan.sources.hf_config.fields import MAX_LAYERS, parse_json, read_text
+from kvplan.sources.hf_config.reader import model_from_config, read_config_file
+
+__all__ = ["ENCODER_ONLY", "MAX_LAYERS", "model_from_config", "parse_json", "read_config_file", "read_text"]

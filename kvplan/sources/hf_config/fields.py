@@ -1,0 +1,119 @@
+"""Typed access to config.json fields: every error names the file and the field; reading the file itself."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from kvplan.errors import KvplanError
+
+MAX_LAYERS = 100_000  # far above any real model; refuses absurd configs before building per-layer lists
+
+
+MAX_FIELD = 2**53  # no real size field comes near; above it float arithmetic would be inexact or overflow
+
+
+_MISSING = object()
+
+
+class Fields:
+    """Typed access to a config dict; every error names the file and the field."""
+
+    def __init__(self, data: dict, where: str):
+        self.data = data
+        self.where = where
+
+    def has(self, name: str) -> bool:
+        return self.data.get(name) is not None
+
+    def get(self, *names: str, default: Any = _MISSING) -> Any:
+        for name in names:
+            if self.data.get(name) is not None:
+                return self.data[name]
+        if default is _MISSING:
+            also = f" (also looked for {', '.join(names[1:])})" if len(names) > 1 else ""
+            raise KvplanError(f"{self.where}: missing field {names[0]}{also}")
+        return default
+
+    def int(self, *names: str, default: Any = _MISSING, minimum: int = 1) -> Any:
+        value = self.get(*names, default=default)
+        if value is default and default is not _MISSING:
+            return value
+        name = next((n for n in names if self.data.get(n) is not None), names[0])
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise KvplanError(f"{self.where}: field {name} must be a whole number, got {value!r}")
+        if value < minimum:
+            raise KvplanError(f"{self.where}: field {name} must be at least {minimum}, got {value}")
+        if value > MAX_FIELD:
+            raise KvplanError(f"{self.where}: field {name} has {len(str(value))} digits, too large for a real model")
+        return value
+
+    def flag(self, name: str, default: bool = False) -> bool:
+        value = self.data.get(name, default)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise KvplanError(f"{self.where}: field {name} must be true or false, got {value!r}")
+        return value
+
+    def layers(self, *names: str, default: Any = _MISSING) -> int:
+        """A layer count, refused past MAX_LAYERS before anything is built per layer."""
+        count = self.int(*names, default=default)
+        if count > MAX_LAYERS:
+            raise KvplanError(f"{self.where}: {count:,} layers is not a real model (at most {MAX_LAYERS:,} are read)")
+        return count
+
+    def number(self, name: str) -> float:
+        value = self.get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise KvplanError(f"{self.where}: field {name} must be a positive number, got {value!r}")
+        return value
+
+    def list(self, name: str, item: type = str, length: int | None = None) -> list:
+        """A list field (empty if absent); `item` checks each entry, `length` the count (one per layer)."""
+        value = self.data.get(name)
+        if value is None:
+            return []
+        def fits(entry: Any) -> bool:  # bool is an int subclass: only a bool list takes bools
+            return isinstance(entry, item) and (item is bool or not isinstance(entry, bool))
+
+        if not isinstance(value, list) or not all(fits(v) for v in value):
+            raise KvplanError(f"{self.where}: field {name} must be a list of {item.__name__} values")
+        if length is not None and len(value) != length:
+            raise KvplanError(f"{self.where}: field {name} must have one entry for each of the {length} layers")
+        return value
+
+    def mapping(self, name: str) -> Fields:
+        """A nested object field as Fields (empty if absent), so errors name the path to it."""
+        value = self.data.get(name)
+        if value is not None and not isinstance(value, dict):
+            raise KvplanError(f"{self.where}: field {name} must be an object, got {type(value).__name__}")
+        return Fields(value or {}, f"{self.where} {name}")
+
+
+def read_text(path: Path) -> str:
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise KvplanError(f"{path}: cannot read ({err.strerror or err})") from None
+    if not raw.strip():
+        raise KvplanError(f"{path}: file is empty")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise KvplanError(f"{path}: not a text file (it holds binary data, not UTF-8 JSON or YAML)") from None
+
+
+def parse_json(text: str, where: str) -> dict:
+    """JSON as Python reads it, which accepts the bare `Infinity` / `NaN` some configs carry."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise KvplanError(f"{where}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    if not isinstance(data, dict):
+        raise KvplanError(f"{where}: expected a JSON object with the model's fields, got {type(data).__name__}")
+    return data

@@ -1,0 +1,102 @@
+"""The checkpoint's dtypes and limits: its float dtype, weight quantisation (and the KV dtype a quantisation
+config asks for), and its maximum context."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kvplan.errors import KvplanError
+from kvplan.model import LINEAR_GROUPS, Quantization
+from kvplan.sources.hf_config.fields import Fields
+
+
+def common(cfg: Fields, notes: list[str]) -> dict:
+    """dtype, quantisation, limits, and the notes gathered while reading them (so call it last)."""
+    quantization, kv_dtype = _quantization(cfg, notes)
+    dtype = _float_dtype(cfg, notes, quantized=quantization is not None)
+    max_context = _max_context(cfg, notes)
+    return {"dtype": dtype, "quantization": quantization, "kv_dtype": kv_dtype, "max_context": max_context,
+            "notes": tuple(notes)}
+
+
+_FLOAT_NAMES = {"float32": "fp32", "float": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
+                "float16": "fp16", "fp16": "fp16", "half": "fp16"}
+
+
+def dtype_name(cfg: Fields, value: Any, field: str) -> str:
+    name = _FLOAT_NAMES.get(str(value).removeprefix("torch.").lower())
+    if name is None:
+        raise KvplanError(f"{cfg.where}: field {field} is {value!r}, not a float dtype (float32, bfloat16, float16)")
+    return name
+
+
+def optional_dtype(cfg: Fields, *names: str) -> str | None:
+    value = cfg.get(*names, default=None)
+    return dtype_name(cfg, value, names[0]) if value is not None else None
+
+
+def _float_dtype(cfg: Fields, notes: list[str], quantized: bool) -> str:
+    """The checkpoint's float dtype. Without torch_dtype, vLLM and transformers' legacy loading take float32;
+    quantised checkpoints (gpt-oss) keep their unquantised tensors in bf16, so those are read as bf16."""
+    value = cfg.get("torch_dtype", "dtype", default=None)
+    if value is not None:
+        return dtype_name(cfg, value, "torch_dtype")
+    if quantized:
+        notes.append("config names no torch_dtype: the unquantised tensors of this quantised checkpoint taken as bf16")
+        return "bf16"
+    notes.append("config names no torch_dtype: weights and KV taken as float32 (use --kv-dtype to serve in bf16)")
+    return "fp32"
+
+
+def _max_context(cfg: Fields, notes: list[str]) -> int | None:
+    value = cfg.get("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx",
+                    default=None)
+    if value is None:
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        notes.append("max_position_embeddings is not finite: no context limit")
+        return None
+    return cfg.int("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+
+
+def _quantization(cfg: Fields, notes: list[str]) -> tuple[Quantization | None, str | None]:
+    """Weight dtype from quantization_config (fp8, mxfp4, AWQ/GPTQ, bitsandbytes, compressed-tensors)."""
+    if not cfg.has("quantization_config"):
+        return None, None
+    qc = cfg.mapping("quantization_config")
+    method = str(qc.get("quant_method", default="")).lower()
+    bits = qc.int("bits", default=None)
+    groups = LINEAR_GROUPS
+    if any("attn" in module for module in qc.list("modules_to_not_convert", str)):
+        groups = tuple(g for g in groups if g != "attention")
+    kv_dtype = None
+    if method == "fp8":
+        dtype = "fp8"
+    elif method == "mxfp4":
+        dtype = "mxfp4"
+    elif method in ("awq", "gptq", "autoround", "auto-round") and bits in (4, 8):
+        dtype = "int4" if bits == 4 else "int8"
+    elif method == "bitsandbytes":
+        dtype = "nf4" if qc.flag("load_in_4bit") else "int8"
+    elif method == "compressed-tensors":
+        dtype, kv_dtype = _compressed_tensors(qc)
+    else:
+        dtype = None
+    if dtype is None:
+        notes.append(f"quantization_config {method or '?'} not understood: weights counted in the float dtype")
+        return None, None
+    return Quantization(method=method, weights_dtype=dtype, groups=groups), kv_dtype
+
+
+def _compressed_tensors(qc: Fields) -> tuple[str | None, str | None]:
+    """compressed-tensors: weights from config_groups.*.weights (num_bits, type); KV from kv_cache_scheme."""
+    weights = None
+    groups = qc.mapping("config_groups")
+    for name in groups.data:
+        spec = groups.mapping(name).mapping("weights")
+        bits = spec.int("num_bits", default=None)
+        weights = {4: "int4", 8: "fp8" if spec.get("type", default="") == "float" else "int8"}.get(bits, weights)
+    kv = qc.mapping("kv_cache_scheme")
+    is_fp8 = kv.int("num_bits", default=None) == 8 and kv.get("type", default="") == "float"
+    return weights, ("fp8" if is_fp8 else None)

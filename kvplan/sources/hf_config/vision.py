@@ -1,0 +1,65 @@
+"""Vision towers of multimodal checkpoints: their parameters, loaded with the decoder but used by no text token."""
+
+from __future__ import annotations
+
+from kvplan.sources.hf_config.fields import Fields
+
+
+def _vit_attention_and_mlp(hidden: int, intermediate: int) -> int:
+    """A ViT block's attention and MLP (SigLIP, Llama 4 vision): q, k, v, o with biases; fc1, fc2 with biases."""
+    return 4 * (hidden * hidden + hidden) + 2 * hidden * intermediate + intermediate + hidden
+
+
+def _vit_layer(hidden: int, intermediate: int) -> int:
+    """One pre-norm ViT encoder layer: attention and MLP, and two LayerNorms (weight and bias)."""
+    return _vit_attention_and_mlp(hidden, intermediate) + 2 * 2 * hidden
+
+
+def _gemma3_vision(vision: Fields, text_hidden: int) -> int:
+    """Gemma 3: a SigLIP vision transformer (transformers `SiglipVisionModel`) and `Gemma3MultiModalProjector`.
+    SigLIP: a patch Conv2d with bias, one learned position per patch, the layers, a post LayerNorm, and the
+    attention-pooling head only if vision_use_head (Gemma 3 sets it false). Projector: a vision x text matrix
+    and an RMSNorm over the vision width."""
+    hidden, intermediate = vision.int("hidden_size"), vision.int("intermediate_size")
+    patch = vision.int("patch_size")
+    patches = (vision.int("image_size") // patch) ** 2
+    tower = (vision.int("num_channels", default=3) * patch * patch * hidden + hidden + patches * hidden
+             + vision.layers("num_hidden_layers") * _vit_layer(hidden, intermediate) + 2 * hidden)
+    if vision.flag("vision_use_head", default=True):  # probe, nn.MultiheadAttention and MLP, LayerNorm
+        tower += hidden + _vit_attention_and_mlp(hidden, intermediate) + 2 * hidden
+    return tower + hidden * text_hidden + hidden
+
+
+def _llama4_vision(vision: Fields, text_hidden: int) -> int:
+    """Llama 4: `Llama4VisionModel` and `Llama4MultiModalProjector`. The tower: an unfolded patch projection
+    (no bias), a class embedding, one learned position per patch plus the class token, pre and post LayerNorms,
+    the layers, and the pixel-shuffle adapter's two bias-free matrices (intermediate x projector_input_dim,
+    projector_output_dim squared). Projector: vision_output_dim x text hidden, no bias."""
+    hidden, intermediate = vision.int("hidden_size"), vision.int("intermediate_size")
+    patch = vision.int("patch_size")
+    positions = (vision.int("image_size") // patch) ** 2 + 1
+    adapter = intermediate * vision.int("projector_input_dim") + vision.int("projector_output_dim") ** 2
+    tower = (vision.int("num_channels", default=3) * patch * patch * hidden + hidden + positions * hidden
+             + 2 * 2 * hidden + vision.layers("num_hidden_layers") * _vit_layer(hidden, intermediate) + adapter)
+    return tower + vision.int("vision_output_dim") * text_hidden
+
+
+VISION_TOWERS = {"gemma3": _gemma3_vision, "llama4": _llama4_vision}  # the multimodal config's model_type
+
+
+def vision_params(top: Fields, text: Fields, notes: list[str]) -> int:
+    """Parameters of a multimodal checkpoint's vision tower and projector, from its vision_config. They are
+    loaded with the decoder (vLLM loads them unless images are turned off) but no text token touches them,
+    so they count in the weights and not in the active parameters. Unknown towers are left out, with a note."""
+    model_type = str(top.get("model_type", default=""))
+    counter = VISION_TOWERS.get(model_type)
+    others = [name for name in ("vision_config", "audio_config") if top.has(name)]
+    if counter is None or not top.has("vision_config"):
+        encoders = " and ".join(name.removesuffix("_config") for name in others) or "non-text"
+        notes.append(f"text decoder read from text_config; the {encoders} encoder of {model_type or 'this model'} "
+                     "is not counted (kvplan counts Gemma 3 and Llama 4 vision towers)")
+        return 0
+    count = counter(top.mapping("vision_config"), text.int("hidden_size", "n_embd", "d_model", "dim"))
+    notes.append(f"text decoder read from text_config; weights include the vision tower and projector "
+                 f"({count / 1e9:.2f}B params, not active for text)")
+    return count
