@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from kvplan.dtypes import DType, kv_dtype
 from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype
-from kvplan.model import LayerCache, ModelSpec
+from kvplan.model import EMPTY_KINDS, IndexerKeys, LayerCache, ModelSpec
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -109,12 +109,12 @@ class Row(BaseModel):
 
 
 def rows(layers: Layers, kv: DType, state_dtype: DType, sliding_as_full: bool = False) -> list[Row]:
-    """A GPU's caches as rows; layers that keep nothing (kind none) are dropped."""
+    """A GPU's caches as rows; layers that store nothing of their own (no cache, KV shared) are dropped."""
     out = []
     for cache, count in layers:
-        kind = "full" if cache.kind in ("mla", "cross") or (sliding_as_full and cache.kind in WINDOWED) \
+        kind = "full" if cache.kind in ("mla", "indexer", "cross") or (sliding_as_full and cache.kind in WINDOWED) \
             else cache.kind
-        if kind != "none":
+        if kind not in EMPTY_KINDS:
             out.append(Row(cache=cache, kind=kind, count=count, bytes_per_token=cache.bytes_per_token(kv),
                            state_bytes=cache.state_bytes(state_dtype)))
     return out
@@ -329,6 +329,17 @@ class Vllm(Engine):
     @property
     def modern(self) -> bool:
         return version_tuple(self.version) >= (0, 21)
+
+    INDEXER_QUANT_BLOCK = 128
+
+    def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
+        """DSA indexer keys as vLLM stores them whatever the KV dtype: fp8 values with one fp32 scale per
+        128 elements, index_head_dim + index_head_dim // 128 x 4 bytes per token (`DeepseekV32IndexerCache`,
+        uint8; `models/deepseek_v2.py`)."""
+        return tuple(
+            c.model_copy(update={"head_dim": c.head_dim + c.head_dim // self.INDEXER_QUANT_BLOCK * 4,
+                                 "storage_dtype": "fp8"}) if isinstance(c, IndexerKeys) else c
+            for c in model.caches)
 
     def default_fraction(self) -> float:
         return 0.92 if self.modern else 0.90

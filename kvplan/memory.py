@@ -107,7 +107,8 @@ def kind_label(cache) -> str:
         return f"chunked {cache.chunk:,}"
     if cache.kind == "recurrent":
         return f"recurrent ({cache.mixer})"
-    return {"full": "full attention", "mla": "MLA latent", "cross": "cross-attention", "none": "no cache"}[cache.kind]
+    return {"full": "full attention", "mla": "MLA latent", "indexer": "DSA indexer keys", "cross": "cross-attention",
+            "shared": "KV shared with an earlier layer", "none": "no cache"}[cache.kind]
 
 
 def breakdown(model: ModelSpec, ctx: int, kv: DType) -> list[KindTotals]:

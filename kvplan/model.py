@@ -16,7 +16,8 @@ from kvplan.dtypes import SAFETENSORS_BITS, DType, kv_dtype
 class _Cache(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    layer: int = Field(ge=0, description="decoder layer index (an encoder-decoder layer has two caches)")
+    layer: int = Field(ge=0, description="decoder layer index (a layer may have two caches: an encoder-decoder layer's "
+                                        "self- and cross-attention, MLA and its indexer, attention beside Mamba)")
     split_by_tensor_parallel: bool = True
 
     def bytes_per_token(self, dtype: DType) -> int:
@@ -90,6 +91,35 @@ class MLALatent(_Cache):
         return ctx
 
 
+class IndexerKeys(_Cache):
+    """A sparse-attention indexer's keys (DeepSeek-V3.2, GLM-5: DeepSeek Sparse Attention), cached beside the
+    layer's MLA latent: one `head_dim`-wide row per token (`index_head_dim`), kept for every token since the
+    indexer scores them all to pick the ones attention reads; one head, so tensor parallelism cannot split it.
+    transformers stores it in the model dtype (`DynamicIndexedLayer`); vLLM in fp8 with scales
+    (`kvplan.engines.Vllm`)."""
+
+    kind: Literal["indexer"] = "indexer"
+    split_by_tensor_parallel: bool = False
+    head_dim: PositiveInt
+    storage_dtype: str | None = Field(None, description="a dtype the engine stores it in whatever the KV dtype; "
+                                                        "None: the KV cache's")
+
+    def bytes_per_token(self, dtype: DType) -> int:
+        return (kv_dtype(self.storage_dtype) if self.storage_dtype else dtype).bytes_for(self.head_dim)
+
+    def tokens_held(self, ctx: int) -> int:
+        return ctx
+
+
+class SharedKV(_Cache):
+    """Attention that reads the keys and values an earlier layer cached (Gemma 3n and Gemma 4
+    `num_kv_shared_layers`: the last layers reuse the last unshared layer of their type): it stores nothing of its
+    own (transformers `DummyLayer`, vLLM `kv_sharing_target_layer_name`)."""
+
+    kind: Literal["shared"] = "shared"
+    source: int = Field(ge=0, description="the layer whose cache it reads")
+
+
 class RecurrentState(_Cache):
     """Linear attention or SSM (Mamba, Gated DeltaNet): a fixed-size state per sequence, whatever its length.
 
@@ -131,10 +161,12 @@ class NoCache(_Cache):
 
 
 LayerCache = Annotated[
-    FullAttention | SlidingWindow | ChunkedAttention | MLALatent | RecurrentState | CrossAttention | NoCache,
+    FullAttention | SlidingWindow | ChunkedAttention | MLALatent | IndexerKeys | SharedKV | RecurrentState
+    | CrossAttention | NoCache,
     Field(discriminator="kind"),
 ]
-KV_KINDS = ("full", "sliding", "chunked", "mla", "cross")
+KV_KINDS = ("full", "sliding", "chunked", "mla", "indexer", "cross")  # caches that grow with the tokens held
+EMPTY_KINDS = ("shared", "none")  # layers that store nothing of their own
 
 
 class ParamCounts(BaseModel):

@@ -3,6 +3,7 @@
 from itertools import groupby
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kvplan.memory import Estimate, checkpoint_bytes_by_dtype, kind_label
@@ -78,11 +79,14 @@ def print_layout(console: Console, model: ModelSpec) -> None:
     table = Table(title="layers", title_justify="left")
     for column in ("layers", "cache", "shape per token", "split by TP"):
         table.add_column(column)
-    for _, run in groupby(model.caches, key=lambda c: c.model_dump(exclude={"layer"})):
+    layers = [list(caches) for _, caches in groupby(model.caches, key=lambda c: c.layer)]
+    for _, run in groupby(layers, key=lambda caches: [c.model_dump(exclude={"layer"}) for c in caches]):
         run = list(run)
-        first, last = run[0].layer, run[-1].layer
+        first, last = run[0][0].layer, run[-1][0].layer
         span = str(first) if first == last else f"{first}-{last}"
-        table.add_row(span, kind_label(run[0]), _shape(run[0]), "yes" if run[0].split_by_tensor_parallel else "no")
+        for i, cache in enumerate(run[0]):  # a layer with two caches (MLA and its indexer) gets two lines
+            split = "yes" if cache.split_by_tensor_parallel else "no"
+            table.add_row(span if i == 0 else "", escape(kind_label(cache)), escape(_shape(cache)), split)
     console.print(table)
     params = Table(title="parameters", title_justify="left")
     params.add_column("group")
@@ -129,8 +133,12 @@ def _shape(cache) -> str:
         return f"K,V: {cache.kv_heads} heads x {dims}"
     if cache.kind == "mla":
         return f"latent {cache.latent_dim} + rope {cache.rope_dim}, 1 head"
+    if cache.kind == "indexer":
+        return f"indexer key {cache.head_dim}, 1 head"
     if cache.kind == "recurrent":
         return f"state: conv {cache.conv_elements:,} + ssm {cache.ssm_elements:,} elements"
+    if cache.kind == "shared":
+        return f"reads layer {cache.source}'s K,V"
     return cache.reason
 
 

@@ -197,9 +197,9 @@ def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engi
     caches = engine.cached_layers(spec)
     pool = engine.pool(gpu_layers(caches, spec.num_layers, 1, 1)[0], spec, kv)
     by_kind: dict[str, tuple[int, int]] = {}
-    for original, cache in zip(spec.caches, caches, strict=True):
-        one = engine.pool([(cache.model_copy(update={"layer": 0}), 1)], spec, kv)
-        label = kind_label(original)
+    for index, originals in layer_caches(spec.caches).items():
+        one = engine.pool([(c.model_copy(update={"layer": 0}), 1) for c in caches if c.layer == index], spec, kv)
+        label = layer_label(originals)
         layers, size = by_kind.get(label, (0, 0))
         by_kind[label] = (layers + 1, size + one.bytes_held(batch, ctx))
     return Prediction(kv=pool.bytes_held(batch, ctx), kv_after_prefill=pool.bytes_after_prefill(batch, prompt, ctx),
@@ -389,11 +389,25 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
     result.by_kind = _by_kind(final, spec.caches, predicted, result)
 
 
+def layer_caches(caches) -> dict[int, list]:
+    """The caches of each layer, in layer order: transformers keeps one cache layer per decoder layer, holding
+    both caches of a layer that has two (MLA and its indexer keys, attention beside a Mamba mixer)."""
+    out: dict[int, list] = {}
+    for cache in caches:
+        out.setdefault(cache.layer, []).append(cache)
+    return out
+
+
+def layer_label(caches) -> str:
+    return " + ".join(kind_label(c) for c in caches)
+
+
 def _by_kind(final, spec_caches, predicted: Prediction, result: Profile) -> list[KindRow]:
     """Measured layers grouped as the prediction groups them (kvplan's kind labels, in layer order)."""
     rows: dict[str, KindRow] = {}
-    for layer, cache in zip(final, spec_caches, strict=False):
-        label = kind_label(cache)
+    by_layer = list(layer_caches(spec_caches).values())
+    for layer, caches in zip(final, by_layer, strict=False):
+        label = layer_label(caches)
         layers, size = predicted.by_kind.get(label, (0, 0))
         row = rows.setdefault(label, KindRow(kind=label, layers=layers, tokens_measured=layer.tokens,
                                              predicted=size, measured=0, measured_view=0,
@@ -403,8 +417,8 @@ def _by_kind(final, spec_caches, predicted: Prediction, result: Profile) -> list
         row.dtypes = sorted(set(row.dtypes) | layer.dtypes)
         if layer.layer_class not in row.cache_layer_class.split(", "):
             row.cache_layer_class += f", {layer.layer_class}"
-    if len(final) != len(spec_caches):
-        result.findings.append(f"the cache has {len(final)} layers; kvplan's layout has {len(spec_caches)}")
+    if len(final) != len(by_layer):
+        result.findings.append(f"the cache has {len(final)} layers; kvplan's layout has {len(by_layer)}")
     return list(rows.values())
 
 

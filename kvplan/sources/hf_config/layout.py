@@ -3,11 +3,63 @@ configuration classes; vLLM's config readers for the states)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 from kvplan.errors import KvplanError
-from kvplan.model import ChunkedAttention, FullAttention, NoCache, RecurrentState, SlidingWindow
+from kvplan.model import ChunkedAttention, FullAttention, LayerCache, MLALatent, NoCache, RecurrentState, SlidingWindow
 from kvplan.sources.hf_config.families import RECURRENT_FIELDS, UNMODELLED_CACHE_FIELDS
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.quantization import optional_dtype
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A decoder's layers as the reader lays them out. `types` names each layer as transformers' `layer_types`
+    do (full_attention, sliding_attention, mamba2, ...; parameter counts follow them); `caches` holds what each
+    layer caches, one or two entries per layer (MLA beside its indexer keys, attention beside a Mamba mixer);
+    `head_dim` is the query head size; `blocks` are Nemotron NAS block configs, when the config gives them."""
+
+    types: list[str]
+    caches: list[LayerCache]
+    head_dim: int
+    blocks: list[Fields] = field(default_factory=list)
+
+    def layer(self, index: int) -> list[LayerCache]:
+        return [c for c in self.caches if c.layer == index]
+
+
+# Families whose layout no shared rule states: model_type -> reader(cfg, num_layers, hidden, heads, notes).
+FAMILY_LAYOUTS: dict[str, Callable[..., Layout]] = {}
+
+
+def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """What each layer caches: the family's own rule if it has one, else MLA on every layer (kv_lora_rank), NAS
+    blocks (block_configs), or a layer type per layer (`layer_types`)."""
+    if model_type in FAMILY_LAYOUTS:
+        layout = FAMILY_LAYOUTS[model_type](cfg, num_layers, hidden, heads, notes)
+    elif cfg.has("kv_lora_rank"):  # DeepSeek V2/V3, Kimi K2: multi-head latent attention on every layer
+        # MLA's query heads are qk_nope + qk_rope wide, whatever hidden / heads is (GLM-4.7-Flash: 2,048 / 20)
+        latent, rope = cfg.int("kv_lora_rank"), cfg.int("qk_rope_head_dim", minimum=0)
+        layout = Layout(types=["full_attention"] * num_layers,
+                        caches=[MLALatent(layer=i, latent_dim=latent, rope_dim=rope) for i in range(num_layers)],
+                        head_dim=cfg.int("qk_nope_head_dim") + rope)
+    elif cfg.has("block_configs"):  # Nemotron NAS (DeciLM): each block says its own attention and FFN
+        head_dim = read_head_dim(cfg, hidden, heads)
+        blocks = nas_blocks(cfg, num_layers)
+        layout = Layout(types=["full_attention"] * num_layers, caches=nas_caches(blocks, head_dim, heads),
+                        head_dim=head_dim, blocks=blocks)
+    else:
+        head_dim = read_head_dim(cfg, hidden, heads)
+        types = layer_types(cfg, model_type, num_layers, notes)
+        kv_heads = read_kv_heads(cfg, model_type, heads)
+        caches = layer_caches(cfg, types, kv_heads, head_dim)
+        if model_type == "mimo_v2_flash":  # its modeling code gives sliding layers twice the KV heads (and sinks)
+            caches = [c.model_copy(update={"kv_heads": 2 * kv_heads}) if isinstance(c, SlidingWindow) else c
+                      for c in caches]
+        layout = Layout(types=types, caches=caches, head_dim=head_dim)
+    refuse_unmodelled_caches(cfg, model_type, layout.caches)
+    return layout
 
 
 def refuse_unmodelled_caches(cfg: Fields, model_type: str, caches: list) -> None:

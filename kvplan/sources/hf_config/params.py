@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvplan.errors import KvplanError
 from kvplan.model import MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
 from kvplan.sources.hf_config.families import CORRECTION_BIAS_ROUTERS, Family
 from kvplan.sources.hf_config.fields import Fields
-from kvplan.sources.hf_config.layout import mamba_dims
+from kvplan.sources.hf_config.layout import Layout, mamba_dims
+
+# Families whose parameters no shared rule counts: model_type -> counter(cfg, layout, hidden, heads).
+FAMILY_PARAMS: dict[str, Callable[..., ParamCounts]] = {}
 
 
-def decoder_params(cfg: Fields, model_type: str, family: Family, caches: list, types: list[str],
-                    blocks: list[Fields], hidden: int, heads: int, head_dim: int) -> ParamCounts:
+def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout, hidden: int,
+                   heads: int) -> ParamCounts:
     """Parameters block by block, following each family's modeling file. Multi-token-prediction heads
     (DeepSeek num_nextn_predict_layers) are not part of the served model and are not counted."""
+    if model_type in FAMILY_PARAMS:
+        return FAMILY_PARAMS[model_type](cfg, layout, hidden, heads)
     vocab = cfg.int("vocab_size", "n_vocab", "padded_vocab_size")
     norm = hidden * (2 if family.layer_norm else 1)
     embedding = vocab * hidden
@@ -27,19 +33,19 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, caches: list, t
     if model_type == "phi":
         totals["other"] += vocab  # lm_head bias
     moe = MoE.read(cfg, model_type)
-    for cache in caches:
-        i = cache.layer
+    for i, layer_type in enumerate(layout.types):
         layer_norms = _norms_per_layer(cfg, model_type, family)
-        mixer, mixer_other = _mixer_params(cfg, model_type, family, cache, hidden, heads, head_dim)
-        totals["attention"] += mixer
-        totals["other"] += mixer_other
-        if blocks:
-            ffn, layer_norms = _nas_block_params(blocks[i], hidden)
+        for cache in layout.layer(i):
+            mixer, mixer_other = _mixer_params(cfg, model_type, family, cache, hidden, heads, layout.head_dim)
+            totals["attention"] += mixer
+            totals["other"] += mixer_other
+        if layout.blocks:
+            ffn, layer_norms = _nas_block_params(layout.blocks[i], hidden)
             totals["mlp"] += ffn
         elif model_type == "nemotron_h":  # each block is a single mixer, MLP or MoE
-            if types[i] == "mlp":
+            if layer_type == "mlp":
                 totals["mlp"] += 2 * hidden * cfg.int("intermediate_size")
-            elif types[i] == "moe":
+            elif layer_type == "moe":
                 if moe is None:
                     raise KvplanError(f"{cfg.where}: MoE layers (E) but no n_routed_experts")
                 moe.add(totals, hidden)
@@ -53,12 +59,13 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, caches: list, t
     return ParamCounts(embedding=embedding, lm_head=lm_head, **totals)
 
 
-
-def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, num_layers: int) -> Widths:
+def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layout: Layout) -> Widths | None:
     """The forward widths: dense MLP (or shared expert) and routed expert intermediates, widest over layers.
     Nemotron-H and NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them."""
+    if layout.blocks or model_type == "nemotron_h":
+        return None
     moe = MoE.read(cfg, model_type)
-    dense = moe is None or any(not moe.on_layer(i) for i in range(num_layers))
+    dense = moe is None or any(not moe.on_layer(i) for i in range(len(layout.types)))
     intermediate = intermediate_size(cfg, model_type, hidden) if dense else 0
     if moe is not None:
         intermediate = max(intermediate, moe.shared_intermediate)
@@ -67,7 +74,6 @@ def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, num_l
     return Widths(hidden=hidden, mlp_intermediate=intermediate, gated_mlp=family.gated_mlp,
                   mlp_activation=str(activation), experts_per_token=moe.top_k if moe else 0,
                   expert_intermediate=moe.intermediate if moe else 0)
-
 
 
 def _norms_per_layer(cfg: Fields, model_type: str, family: Family) -> int:

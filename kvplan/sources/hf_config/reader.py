@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvplan.errors import KvplanError
-from kvplan.model import CrossAttention, FullAttention, MLALatent, ModelSpec, NoCache, ParamCounts, SlidingWindow
+from kvplan.model import CrossAttention, FullAttention, ModelSpec, NoCache, ParamCounts
 from kvplan.sources.hf_config.families import (
     ENCODER_ONLY,
     FAMILIES,
@@ -15,15 +15,7 @@ from kvplan.sources.hf_config.families import (
     MODEL_TYPE_DEFAULTS,
 )
 from kvplan.sources.hf_config.fields import Fields, parse_json, read_text
-from kvplan.sources.hf_config.layout import (
-    layer_caches,
-    layer_types,
-    nas_blocks,
-    nas_caches,
-    read_head_dim,
-    read_kv_heads,
-    refuse_unmodelled_caches,
-)
+from kvplan.sources.hf_config.layout import read_kv_heads, read_layout
 from kvplan.sources.hf_config.params import decoder_params, read_widths
 from kvplan.sources.hf_config.quantization import common
 from kvplan.sources.hf_config.vision import vision_params
@@ -87,32 +79,13 @@ def decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[st
     kv_heads = read_kv_heads(cfg, model_type, heads)
     if heads % kv_heads:
         raise KvplanError(f"{cfg.where}: {heads} attention heads cannot be grouped over {kv_heads} KV heads")
-    # MLA's query heads are qk_nope + qk_rope wide, whatever hidden / heads is (GLM-4.7-Flash: 2,048 / 20)
-    mla = cfg.has("kv_lora_rank")
-    head_dim = cfg.int("qk_nope_head_dim") + cfg.int("qk_rope_head_dim", minimum=0) if mla else \
-        read_head_dim(cfg, hidden, heads)
-    types: list[str] = []
-    blocks: list[Fields] = []
-    if mla:  # DeepSeek V2/V3, Kimi K2: multi-head latent attention on every layer
-        latent, rope = cfg.int("kv_lora_rank"), cfg.int("qk_rope_head_dim", minimum=0)
-        caches = [MLALatent(layer=i, latent_dim=latent, rope_dim=rope) for i in range(num_layers)]
-    elif cfg.has("block_configs"):  # Nemotron NAS (DeciLM): each block says its own attention and FFN
-        blocks = nas_blocks(cfg, num_layers)
-        caches = nas_caches(blocks, head_dim, heads)
-    else:
-        types = layer_types(cfg, model_type, num_layers, notes)
-        caches = layer_caches(cfg, types, kv_heads, head_dim)
-        if model_type == "mimo_v2_flash":  # its modeling code gives sliding layers twice the KV heads (and sinks)
-            caches = [c.model_copy(update={"kv_heads": 2 * kv_heads}) if isinstance(c, SlidingWindow) else c
-                      for c in caches]
-    refuse_unmodelled_caches(cfg, model_type, caches)
-    params = decoder_params(cfg, model_type, family, caches, types, blocks, hidden, heads, head_dim)
+    layout = read_layout(cfg, model_type, num_layers, hidden, heads, notes)
+    params = decoder_params(cfg, model_type, family, layout, hidden, heads)
     params = params.model_copy(update={"vision": vision})
-    widths = None if blocks or model_type == "nemotron_h" else read_widths(cfg, model_type, family, hidden, num_layers)
+    widths = read_widths(cfg, model_type, family, hidden, layout)
     return ModelSpec(name=name, architecture=model_type or "unknown", num_layers=num_layers,
-                     num_attention_heads=heads, caches=tuple(caches), params=params, widths=widths, source=source,
-                     **common(cfg, notes))
-
+                     num_attention_heads=heads, caches=tuple(layout.caches), params=params, widths=widths,
+                     source=source, **common(cfg, notes))
 
 
 def encoder_only(cfg: Fields, model_type: str, name: str, source: str, notes: list[str]) -> ModelSpec:
