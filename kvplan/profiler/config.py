@@ -24,6 +24,8 @@ PER_LAYER_FIELDS = ("layer_types", "no_rope_layers", "block_configs", "hybrid_ov
                     "kv_sharing_modes", "swa_layers")
 # Fields listing layer indices: indices past the cut are dropped.
 LAYER_INDEX_FIELDS = ("mlp_only_layers", "attn_layer_indices", "hybrid_layer_ids", "full_attn_idxs")
+# Counts of leading layers, which cannot exceed the layers kept (DeepSeek's dense layers before the MoE ones).
+LAYER_COUNT_BOUNDS = ("first_k_dense_replace",)
 # Not architecture: loading, provenance, remote code. quantization_config is dropped with a note.
 DROPPED_FIELDS = ("quantization_config", "auto_map", "_name_or_path", "transformers_version", "torch_dtype",
                   "dtype", "architectures")
@@ -107,7 +109,9 @@ def first_layers(source: Source, layers: int | None) -> tuple[dict, ModelSpec]:
 def _cut_per_layer_fields(decoder: dict, total: int, layers: int) -> None:
     """Cut every per-layer field of the decoder config to its first `layers` layers (in place)."""
     for field, value in decoder.items():
-        if field in LAYER_INDEX_FIELDS and isinstance(value, list):
+        if field in LAYER_COUNT_BOUNDS and isinstance(value, int) and not isinstance(value, bool):
+            decoder[field] = min(value, layers)
+        elif field in LAYER_INDEX_FIELDS and isinstance(value, list):
             decoder[field] = [i for i in value if isinstance(i, int) and i < layers]
         elif field in PER_LAYER_FIELDS and isinstance(value, (list, str)) or (
                 isinstance(value, list) and len(value) == total and ("layer" in field or field.endswith("types"))):

@@ -1,0 +1,135 @@
+"""Checking kvplan against transformers' own architectures: each decoder family built from its own config class,
+its cache measured by `kvplan profile` and its parameters counted on the meta device.
+
+transformers' config defaults are the published checkpoints' shapes. A model is built with vocabulary, MLP and
+expert widths shrunk and windows of 16 tokens, so that ctx 40 crosses them; the cache does not depend on the
+shrunk widths. It is cut to the fewest first layers that hold every kind of layer it has (`--layers`, which also
+exercises the cut of per-layer fields).
+"""
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kvplan.profiler import config as profile_config
+from kvplan.sources.hf_config import model_from_config
+
+SHRUNK_WIDTHS = {"intermediate_size": 64, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+                 "vocab_size": 512}
+WINDOW_FIELDS = ("sliding_window", "attention_chunk_size")
+WINDOW = 16
+CTX, BATCH, DECODE_STEPS = 40, 2, 2
+MIN_LAYERS = 4  # DeepSeek's first dense layers, then an MoE one
+# Tensors a checkpoint stores and transformers registers as buffers, not parameters: DeepSeek-V3's router keeps its
+# load-balancing bias (`mlp.gate.e_score_correction_bias`, one per routed expert) as a buffer.
+CHECKPOINT_BUFFERS = ("e_score_correction_bias",)
+
+
+def default_config(model_type: str) -> dict:
+    from transformers import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        pytest.skip(f"this transformers has no {model_type}")
+    return CONFIG_MAPPING[model_type]().to_dict()
+
+
+def decoder_of(data: dict) -> dict:
+    return data["text_config"] if isinstance(data.get("text_config"), dict) else data
+
+
+def shrunk(model_type: str, **edits) -> dict:
+    """transformers' default config of model_type, widths shrunk and windows cut; `edits` set decoder fields."""
+    data = default_config(model_type)
+    decoder = decoder_of(data)
+    for field, width in SHRUNK_WIDTHS.items():
+        if isinstance(decoder.get(field), int) and decoder[field] > width:
+            decoder[field] = width
+    groups = decoder.get("n_group") if isinstance(decoder.get("n_group"), int) else 1
+    for field in ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"):
+        experts = max(4, 2 * groups)  # group-limited routing takes the top 2 experts of each group
+        if isinstance(decoder.get(field), int) and decoder[field] > experts:
+            decoder[field] = experts
+            for top_k in ("num_experts_per_tok", "moe_k", "num_experts_per_token"):
+                if isinstance(decoder.get(top_k), int):
+                    decoder[top_k] = min(decoder[top_k], 2)
+    for field in WINDOW_FIELDS:
+        if isinstance(decoder.get(field), int) and decoder[field] > WINDOW:
+            decoder[field] = WINDOW
+    for field in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        if isinstance(decoder.get(field), int) and decoder[field] >= SHRUNK_WIDTHS["vocab_size"]:
+            decoder[field] = 0
+    decoder.update(edits)
+    return data
+
+
+def representative_layers(spec) -> int | None:
+    """The fewest first layers, at least MIN_LAYERS, that hold every kind of layer the model has (None: all)."""
+    def signature(caches):
+        return tuple(sorted(str(c.model_dump(exclude={"layer"})) for c in caches))
+
+    by_layer: dict[int, list] = {}
+    for cache in spec.caches:
+        by_layer.setdefault(cache.layer, []).append(cache)
+    kinds = {signature(c) for c in by_layer.values()}
+    seen: set = set()
+    for index in range(spec.num_layers):
+        seen.add(signature(by_layer.get(index, [])))
+        if seen >= kinds and index + 1 >= MIN_LAYERS:
+            return index + 1 if index + 1 < spec.num_layers else None
+    return None
+
+
+@dataclass
+class Check:
+    """kvplan's prediction beside transformers' figures, for one shrunk model."""
+
+    model_type: str
+    layers: int
+    predicted_kv: int
+    measured_kv: int
+    predicted_kv_after_prefill: int
+    measured_kv_after_prefill: int
+    predicted_params: int
+    measured_params: int
+
+    @property
+    def exact(self) -> bool:
+        return (self.predicted_kv == self.measured_kv and self.predicted_params == self.measured_params
+                and self.predicted_kv_after_prefill == self.measured_kv_after_prefill)
+
+
+def meta_parameters(model_type: str, fields: dict) -> int:
+    """Parameters of transformers' causal-LM class for these fields, built on the meta device (shapes only),
+    tied ones once, plus the buffers checkpoints store as weights."""
+    import torch
+    from transformers import CONFIG_MAPPING, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[model_type](**fields))
+    buffers = sum(b.numel() for name, b in model.named_buffers() if name.endswith(CHECKPOINT_BUFFERS))
+    return sum(p.numel() for p in model.parameters()) + buffers
+
+
+def check(tmp_path: Path, model_type: str, data: dict | None = None, layers: int | None = 0) -> Check:
+    """Profile the shrunk model (or `data`) on the CPU, in fp32, and count its parameters on the meta device.
+    layers=0: the representative cut; None: every layer."""
+    from kvplan.profiler import run as profile_run
+
+    data = data if data is not None else shrunk(model_type)
+    path = tmp_path / f"{model_type}.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    spec = model_from_config(data, model_type, "test")
+    if layers == 0:
+        layers = representative_layers(spec)
+    result = profile_run.run_profile(str(path), CTX, BATCH, device="cpu", dtype="fp32", layers=layers,
+                                     decode_steps=DECODE_STEPS)
+    source = profile_config.resolve(str(path))
+    cut, cut_spec = profile_config.first_layers(source, layers)
+    cut_type, fields, _ = profile_config.transformers_fields(cut)
+    return Check(model_type=model_type, layers=result.layers, predicted_kv=result.predicted_kv_bytes,
+                 measured_kv=result.measured_kv_bytes,
+                 predicted_kv_after_prefill=result.predicted_kv_after_prefill_bytes,
+                 measured_kv_after_prefill=result.measured_kv_after_prefill_bytes,
+                 predicted_params=cut_spec.params.total, measured_params=meta_parameters(cut_type, fields))
