@@ -30,12 +30,12 @@ NOT_YET = {
                      "dots3_note_text", "glm4_moe", "glm_moe_dsa", "hunyuan_v1_moe", "hy_v3", "hy_v4", "kimi_linear",
                      "longcat_flash", "minimax_m3_vl_text", "qwen4_exp", "qwen4_exp_text"], "mla-dsa"),
     # Mamba, Mamba-2 and their hybrids; Gated DeltaNet families
-    **dict.fromkeys(["bailing_hybrid", "bamba", "falcon_h1", "falcon_mamba", "granitemoehybrid", "mamba", "mamba2",
+    **dict.fromkeys(["bamba", "falcon_h1", "falcon_mamba", "granitemoehybrid", "mamba", "mamba2",
                      "nemotron_h", "olmo_hybrid", "qwen3_5", "qwen3_5_moe", "qwen3_5_moe_text", "qwen3_5_text",
                      "zamba", "zamba2", "zaya"], "ssm"),
     # short convolutions, lightning attention, RWKV, xLSTM and other recurrent mixers
-    **dict.fromkeys(["blt", "hrm_text", "inkling2_text", "inkling_text", "lfm2", "lfm2_moe", "lfm3", "minimax",
-                     "rwkv", "xlstm"], "recurrent"),
+    **dict.fromkeys(["bailing_hybrid", "blt", "hrm_text", "inkling2_text", "inkling_text", "lfm2", "lfm2_moe",
+                     "lfm3", "minimax", "rwkv", "xlstm"], "recurrent"),
     # parameter counts of families read through the Llama-style rules
     **dict.fromkeys(["afmoe", "apertus", "arcee", "aria_text", "bitnet", "cohere2_moe", "cohere_compass_text",
                      "diffllama", "doge", "emu3", "ernie4_5_moe", "exaone4", "exaone_moe", "flex_olmo", "flint",
