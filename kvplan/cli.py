@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from kvplan.errors import KvplanError
+from kvplan.text import LINE, plain, shorten
 
 app = typer.Typer(
     help="VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users.",
@@ -25,9 +26,9 @@ Ctx = Annotated[str, typer.Option(help="tokens each sequence holds: 8192, 8k, 12
 
 def _console():
     """rich is imported only to print tables, so `--json` runs never pay for it."""
-    from rich.console import Console
+    from kvplan.report import console
 
-    return Console()
+    return console()
 
 
 def _flag(kind, help: str, *names: str):
@@ -265,7 +266,9 @@ KeepGoing = _flag(bool, "leave out models that fail (still named on stderr, exit
                   "--keep-going")
 TableFormat = _flag(str | None, "rich, markdown, csv or json (default: from --out's extension, else rich)",
                     "--format", "-f")
-TableOut = _flag(str | None, "write the table to this file", "--out", "-o")
+TableOut = _flag(str | None, "write the table to this file (replaced whole, never one of the inputs)", "--out",
+                 "-o")
+Force = _flag(bool, "--out: write through a symbolic link to the file it points to", "--force")
 Pivot = _flag(bool, "contexts as columns, one value a cell (--metric)", "--pivot")
 Metric = _flag(str | None, "the --pivot value: kv (KV per sequence), total, or users (default: users with a "
                "GPU, else kv)")
@@ -300,7 +303,7 @@ def table_command(
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
     kv_dtype: KvDtypes = None, weights_dtype: WeightsDtypes = None,
     fmt: TableFormat = None, out: TableOut = None, pivot: Pivot = False, metric: Metric = None,
-    keep_going: KeepGoing = False,
+    keep_going: KeepGoing = False, force: Force = False,
 ) -> None:
     """A planning table: KV per token and per sequence, weights, total and max users on each GPU, for every
     model x context, as rich, GitHub Markdown, CSV or JSON (docs/tables.md)."""
@@ -326,9 +329,20 @@ def table_command(
         if out is None:
             sys.stdout.write(text)
         else:
-            planning.write(out, text)
+            _report_written(planning.write(out, text, planning.input_files(models, names), force), result,
+                            len(names))
+            return
     if result.failures:
         raise KvplanError(planning.failure_line(result, len(names)))
+
+
+def _report_written(written: str, result, asked: int) -> None:
+    """Where --out went, on stderr; with models left out (--keep-going), in the one error line."""
+    from kvplan import table as planning
+
+    if result.failures:
+        raise KvplanError(f"{planning.failure_line(result, asked)} ({written} with the others)")
+    print(f"kvplan: {written}", file=sys.stderr)
 
 
 PLOT_CTX = "1k,2k,4k,8k,16k,32k,64k,128k"
@@ -352,7 +366,7 @@ def plot_command(
     kv_dtype: KvDtypes = None, weights_dtype: WeightsDtypes = None,
     y_scale: Annotated[str, typer.Option(help="log or linear")] = "log",
     title: Annotated[str | None, typer.Option(help="chart title (default: says what is plotted)")] = None,
-    keep_going: KeepGoing = False,
+    keep_going: KeepGoing = False, force: Force = False,
 ) -> None:
     """Chart KV memory or max users against context for several models, as PNG or SVG (needs matplotlib:
     pip install 'kvplan[plot]')."""
@@ -367,9 +381,9 @@ def plot_command(
                              gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names)
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
-    plot.draw(result, kind, out, with_weights=with_weights, title=title, y_scale=y_scale)
-    if result.failures:
-        raise KvplanError(planning.failure_line(result, len(names)))
+    _, written = plot.draw(result, kind, out, with_weights=with_weights, title=title, y_scale=y_scale,
+                           inputs=tuple(planning.input_files(models, names)), force=force)
+    _report_written(written, result, len(names))
 
 
 @app.command()
@@ -417,19 +431,30 @@ def profile(
     print_profile(_console(), result)
 
 
+BUG_REPORT = ("this is a bug in kvplan, not a problem with your input: please report it with the command you "
+              "ran and the traceback that `--debug` (or KVPLAN_DEBUG=1) prints")
+
+
 def main() -> None:
-    """Run the app; any error becomes one line on stderr: exit 2 for bad input, 130 for Ctrl-C."""
+    """Run the app; any error becomes one line on stderr: exit 2 for bad input, 130 for Ctrl-C, 70 for a bug in
+    kvplan (its traceback only under --debug or KVPLAN_DEBUG=1, since it may hold a token or a path)."""
     # kvplan uses no pydantic plugins; skipping their discovery spares every run an entry-point scan.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    args = sys.argv[1:]
+    debug = "--debug" in args or os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
+    args = [arg for arg in args if arg != "--debug"]
     try:
-        app(args=sys.argv[1:] or ["--help"], standalone_mode=False)
+        app(args=args or ["--help"], standalone_mode=False)
     except KvplanError as err:
-        print(f"kvplan: error: {err}", file=sys.stderr)
+        print(f"kvplan: error: {shorten(plain(err), LINE)}", file=sys.stderr)
         sys.exit(2)
-    except typer.Abort:
+    except (typer.Abort, KeyboardInterrupt):
         sys.exit(130)
     except Exception as err:
-        if not hasattr(err, "format_message"):  # usage errors of typer's click, vendored or not
+        if hasattr(err, "format_message"):  # usage errors of typer's click, vendored or not
+            print(f"kvplan: error: {err.format_message()}", file=sys.stderr)
+            sys.exit(getattr(err, "exit_code", 2))
+        if debug:
             raise
-        print(f"kvplan: error: {err.format_message()}", file=sys.stderr)
-        sys.exit(getattr(err, "exit_code", 2))
+        print(f"kvplan: error: {type(err).__name__}: {BUG_REPORT}", file=sys.stderr)
+        sys.exit(70)

@@ -18,6 +18,7 @@ import json
 from pathlib import Path
 
 from kvplan.errors import KvplanError
+from kvplan.output import write_output
 from kvplan.table import GiB, Table, ctx_label
 
 KINDS = ("kv", "users")
@@ -86,8 +87,9 @@ def _figure():
 
 
 def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title: str | None = None,
-         y_scale: str = "log") -> dict:
-    """Draw the chart into `out` (.png or .svg) and return the plotted data."""
+         y_scale: str = "log", inputs: tuple[str, ...] = (), force: bool = False) -> tuple[dict, str]:
+    """Draw the chart into `out` (.png or .svg, written as `kvplan.output.write_output` writes; `inputs` and
+    `force` are its) and return the plotted data and what was written."""
     fmt = output_format(out)
     kind = check_kind(kind, bool(table.gpus))
     if y_scale not in SCALES:
@@ -154,8 +156,8 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
         handles.append(Line2D([], [], linestyle="none", marker="o", markersize=5, markerfacecolor="white",
                               markeredgecolor="0.3", label="hollow: beyond the model's max context"))
     axes.legend(handles=handles, loc="best", fontsize="small", framealpha=0.9, handlelength=3.5)
-    _save(figure, out, fmt, data)
-    return data
+    written = write_output(out, lambda path: _save(figure, path, fmt, data), inputs, force)
+    return data, written
 
 
 def _gpu_lines(axes, table: Table) -> None:
@@ -171,16 +173,13 @@ def _gpu_lines(axes, table: Table) -> None:
         axes.set_ylim(low, max(high, max(g.memory_bytes for g in table.gpus) / GiB * 1.6))
 
 
-def _save(figure, out: str, fmt: str, data: dict) -> None:
+def _save(figure, path: Path, fmt: str, data: dict) -> None:
     from matplotlib import rc_context
 
     metadata = ({"Date": None, "Description": DESCRIPTION_PREFIX + json.dumps(data, sort_keys=True)}
                 if fmt == "svg" else {"Software": None})
-    try:
-        with rc_context({"svg.hashsalt": SVG_SALT, "svg.fonttype": "path"}):
-            figure.savefig(out, format=fmt, dpi=150, metadata=metadata)
-    except OSError as err:
-        raise KvplanError(f"cannot write {out}: {err.strerror or err}") from None
+    with rc_context({"svg.hashsalt": SVG_SALT, "svg.fonttype": "path"}):
+        figure.savefig(path, format=fmt, dpi=150, metadata=metadata)
 
 
 def svg_data(svg_text: str) -> dict | None:

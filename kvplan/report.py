@@ -1,14 +1,33 @@
-"""Presentation only: rich tables of numbers computed elsewhere. Nothing here computes memory."""
+"""Presentation only: rich tables of numbers computed elsewhere. Nothing here computes memory.
+
+Text from a config, a file name or the Hub is data: it is printed through a Console with markup off (`console()`),
+styles are given as Text styles, and such text passes through `kvplan.text.plain`, so a model name holding
+`[/dim]` or an escape sequence is shown as it is written."""
 
 from itertools import groupby
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from kvplan.memory import Estimate, checkpoint_bytes_by_dtype, kind_label
 from kvplan.model import ModelSpec
+from kvplan.text import plain
 from kvplan.units import format_bytes
+
+
+def console(stderr: bool = False) -> Console:
+    """The Console reports print to: markup is never parsed, so no string can become a style or a hyperlink."""
+    return Console(markup=False, stderr=stderr)
+
+
+def styled(text: object, style: str) -> Text:
+    return Text(plain(text), style=style)
+
+
+def line(*parts: str | tuple[str, str]) -> Text:
+    """One line of plain parts and (text, style) parts, every part made safe."""
+    return Text.assemble(*((plain(p[0]), p[1]) if isinstance(p, tuple) else plain(p) for p in parts))
 
 
 def both_units(n: int) -> str:
@@ -20,7 +39,7 @@ def billions(n: int) -> str:
     return f"{n / 1e9:,.2f}B" if n >= 1e9 else f"{n / 1e6:,.1f}M"
 
 
-def model_header(model: ModelSpec) -> str:
+def model_header(model: ModelSpec) -> Text:
     params = f"{billions(model.params.total)} params"
     if model.params.active != model.params.total:
         params += f" ({billions(model.params.active)} active)"
@@ -29,7 +48,7 @@ def model_header(model: ModelSpec) -> str:
     quant = f", weights {model.quantization.weights_dtype} ({model.quantization.method})" if model.quantization else ""
     ctx = f", max context {model.max_context:,}" if model.max_context else ""
     layout = f"{model.architecture}, {model.num_layers} layers, {params}, {model.dtype}"
-    return f"[bold]{model.name}[/bold]\n{layout}{quant}{ctx}"
+    return line((model.name, "bold"), f"\n{layout}{quant}{ctx}")
 
 
 def checkpoint_summary(model: ModelSpec) -> str:
@@ -44,14 +63,14 @@ def checkpoint_summary(model: ModelSpec) -> str:
 
 def print_estimate(console: Console, model: ModelSpec, est: Estimate) -> None:
     console.print(model_header(model))
-    console.print(f"[dim]source: {model.source}[/dim]")
+    console.print(styled(f"source: {model.source}", "dim"))
     for note in model.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(styled(f"note: {note}", "dim"))
     table = Table(title=f"KV cache per sequence at {est.ctx:,} tokens ({est.kv_dtype})", title_justify="left")
     for column in ("layer kind", "layers", "per token", "tokens held", "per sequence"):
         table.add_column(column, justify="left" if column == "layer kind" else "right")
     for row in est.breakdown:
-        table.add_row(row.kind, str(row.layers), format_bytes(row.bytes_per_token), f"{row.tokens_held:,}",
+        table.add_row(plain(row.kind), str(row.layers), format_bytes(row.bytes_per_token), f"{row.tokens_held:,}",
                       format_bytes(row.bytes_per_sequence))
     console.print(table)
     summary = Table(show_header=False, box=None, padding=(0, 2))
@@ -64,18 +83,18 @@ def print_estimate(console: Console, model: ModelSpec, est: Estimate) -> None:
     summary.add_row(f"KV for batch {est.batch:,}", both_units(est.kv_bytes_total))
     exact = ", exact from safetensors" if est.weights_source == "checkpoint" else ""
     summary.add_row(f"weights ({est.weights_dtype}{exact})", both_units(est.weights_bytes))
-    summary.add_row("[bold]weights + KV[/bold]", f"[bold]{both_units(est.total_bytes)}[/bold]")
+    summary.add_row(styled("weights + KV", "bold"), styled(both_units(est.total_bytes), "bold"))
     console.print(summary)
     for warning in est.warnings:
-        console.print(f"[yellow]warning: {warning}[/yellow]")
+        console.print(styled(f"warning: {warning}", "yellow"))
 
 
 def print_layout(console: Console, model: ModelSpec) -> None:
     """The normalised layer layout: runs of consecutive layers with the same cache, then parameters."""
     console.print(model_header(model))
-    console.print(f"[dim]source: {model.source}[/dim]")
+    console.print(styled(f"source: {model.source}", "dim"))
     for note in model.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(styled(f"note: {note}", "dim"))
     table = Table(title="layers", title_justify="left")
     for column in ("layers", "cache", "shape per token", "split by TP"):
         table.add_column(column)
@@ -86,7 +105,7 @@ def print_layout(console: Console, model: ModelSpec) -> None:
         span = str(first) if first == last else f"{first}-{last}"
         for i, cache in enumerate(run[0]):  # a layer with two caches (MLA and its indexer) gets two lines
             split = "yes" if cache.split_by_tensor_parallel else "no"
-            table.add_row(span if i == 0 else "", escape(kind_label(cache)), escape(_shape(cache)), split)
+            table.add_row(span if i == 0 else "", plain(kind_label(cache)), plain(_shape(cache)), split)
     console.print(table)
     params = Table(title="parameters", title_justify="left")
     params.add_column("group")
@@ -94,7 +113,7 @@ def print_layout(console: Console, model: ModelSpec) -> None:
     for group, count in model.params.model_dump(exclude={"active_experts"}).items():
         if count or group != "vision":  # text-only models have no vision row
             params.add_row(group, f"{count:,}")
-    params.add_row("[bold]total[/bold]", f"[bold]{model.params.total:,}[/bold]")
+    params.add_row(styled("total", "bold"), styled(f"{model.params.total:,}", "bold"))
     if model.params.active != model.params.total:
         params.add_row("active per token", f"{model.params.active:,}")
     console.print(params)
@@ -116,14 +135,14 @@ def _widths(widths) -> str:
 
 def _print_checkpoint(console: Console, model: ModelSpec) -> None:
     """The checkpoint's real tensors: elements and bytes by stored dtype."""
-    table = Table(title=f"checkpoint tensors ({model.checkpoint.source})", title_justify="left")
+    table = Table(title=plain(f"checkpoint tensors ({model.checkpoint.source})"), title_justify="left")
     for column in ("dtype", "elements", "bytes"):
         table.add_column(column, justify="left" if column == "dtype" else "right")
     sizes = checkpoint_bytes_by_dtype(model.checkpoint)
     for dtype, count in model.checkpoint.elements.items():
         table.add_row(dtype, f"{count:,}", both_units(sizes[dtype]))
-    table.add_row(f"[bold]{model.checkpoint.tensors:,} tensors[/bold]", f"[bold]{model.checkpoint.total:,}[/bold]",
-                  f"[bold]{both_units(sum(sizes.values()))}[/bold]")
+    table.add_row(styled(f"{model.checkpoint.tensors:,} tensors", "bold"),
+                  styled(f"{model.checkpoint.total:,}", "bold"), styled(both_units(sum(sizes.values())), "bold"))
     console.print(table)
 
 
@@ -152,7 +171,7 @@ def print_capacity(console: Console, cap) -> None:
     if cap.data_parallel_replicas > 1:
         layout += f", {cap.data_parallel_replicas} replicas"
     version = cap.engine_version + ("" if cap.engine_version_given else ", assumed")
-    console.print(f"\n[bold]Capacity on {where}[/bold] ({layout}) with {cap.engine} {version}")
+    console.print(line("\n", (f"Capacity on {where}", "bold"), f" ({layout}) with {cap.engine} {version}"))
     table = Table(show_header=False, box=None, padding=(0, 2))
     table.add_column()
     table.add_column(justify="right")
@@ -165,7 +184,7 @@ def print_capacity(console: Console, cap) -> None:
         table.add_row("x memory fraction", f"{cap.memory_fraction:g}")
         table.add_row(f"- weights per GPU ({cap.weights_dtype})", both_units(cap.weights_bytes_per_gpu))
         table.add_row(f"- overhead ({parts or 'none'})", both_units(cap.overhead_bytes))
-        table.add_row("[bold]= KV budget per GPU[/bold]", f"[bold]{both_units(cap.kv_budget_bytes)}[/bold]")
+        table.add_row(styled("= KV budget per GPU", "bold"), styled(both_units(cap.kv_budget_bytes), "bold"))
     table.add_row(f"KV the engine needs per user at {cap.ctx:,} tokens ({cap.kv_dtype})",
                   both_units(cap.engine_kv_bytes_per_sequence))
     decode = cap.engine_kv_bytes_per_sequence_decode
@@ -174,8 +193,8 @@ def print_capacity(console: Console, cap) -> None:
     if cap.engine_activation_bytes_for_users:
         table.add_row(f"prefill activations for {_users(cap.users)} (grow with batch x prompt)",
                       both_units(cap.engine_activation_bytes_for_users))
-    table.add_row(f"[bold]max concurrent users at {cap.ctx:,} tokens[/bold]",
-                  f"[bold]{cap.max_concurrent_users:,}[/bold]")
+    table.add_row(styled(f"max concurrent users at {cap.ctx:,} tokens", "bold"),
+                  styled(f"{cap.max_concurrent_users:,}", "bold"))
     if cap.max_users_at_avg_ctx is not None:
         table.add_row(f"max concurrent users at the mean {cap.avg_ctx:,} tokens",
                       f"{cap.max_users_at_avg_ctx:,}")
@@ -187,14 +206,14 @@ def print_capacity(console: Console, cap) -> None:
     if cap.vllm_log:
         _print_vllm_log(console, cap)
     for note in [*cap.engine_assumptions, *cap.notes]:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(styled(f"note: {note}", "dim"))
     if cap.fits:
-        console.print(f"[green bold]fits[/green bold]: {_users(cap.users)} at {cap.ctx:,} tokens "
-                      f"(room for {cap.max_concurrent_users:,})")
+        console.print(line(("fits", "green bold"), f": {_users(cap.users)} at {cap.ctx:,} tokens "
+                           f"(room for {cap.max_concurrent_users:,})"))
         return
-    console.print(f"[red bold]does not fit[/red bold]: {'; '.join(cap.reasons)}")
+    console.print(line(("does not fit", "red bold"), f": {'; '.join(cap.reasons)}"))
     for suggestion in cap.suggestions:
-        console.print(f"  - {suggestion}")
+        console.print(line(f"  - {suggestion}"))
 
 
 def _print_vllm_log(console: Console, cap) -> None:
@@ -205,8 +224,8 @@ def _print_vllm_log(console: Console, cap) -> None:
         return
     console.print(f"vLLM would log ({blocks}, {cap.vllm_blocks_per_sequence:,} per request; one is the null "
                   "block):")
-    for line in cap.vllm_log:
-        console.print(f"  {line}", markup=False, highlight=False)
+    for log_line in cap.vllm_log:
+        console.print(plain(f"  {log_line}"), highlight=False)
 
 
 def _users(n: int) -> str:
@@ -216,12 +235,12 @@ def _users(n: int) -> str:
 def print_plan(console: Console, plan) -> None:
     """The configurations of kvplan.capacity.plan, fewest GPUs first."""
     gpu = plan.gpu or f"{format_bytes(plan.gpu_memory_bytes)} GPU"
-    console.print(f"[bold]{plan.model}[/bold]: {plan.users:,} users at {plan.ctx:,} tokens on {gpu} "
-                  f"with {plan.engine} {plan.engine_version}")
+    console.print(line((plan.model, "bold"), f": {plan.users:,} users at {plan.ctx:,} tokens on {gpu} "
+                       f"with {plan.engine} {plan.engine_version}"))
     for warning in plan.warnings:
-        console.print(f"[yellow]warning: {warning}[/yellow]")
+        console.print(styled(f"warning: {warning}", "yellow"))
     if not plan.rows:
-        console.print("[red]no configuration of up to the largest GPU count considered fits[/red]")
+        console.print(styled("no configuration of up to the largest GPU count considered fits", "red"))
         return
     table = Table(title="configurations that fit, fewest GPUs first", title_justify="left")
     for column in ("GPUs", "layout", "KV", "weights", "max users", "KV headroom/GPU"):
@@ -258,7 +277,7 @@ class ProfileProgress:
     is not a terminal."""
 
     def __init__(self):
-        self.console = Console(stderr=True)
+        self.console = console(stderr=True)
 
     def phase(self, description: str, total: int | None = None):
         from contextlib import contextmanager, nullcontext
@@ -270,12 +289,12 @@ class ProfileProgress:
 
         @contextmanager
         def run():
-            columns = [SpinnerColumn(), TextColumn("{task.description}")]
+            columns = [SpinnerColumn(), TextColumn("{task.description}", markup=False)]
             if total:
                 columns += [BarColumn(), MofNCompleteColumn()]
             columns.append(TimeElapsedColumn())
             with Progress(*columns, console=self.console, transient=True) as bar:
-                task = bar.add_task(description, total=total)
+                task = bar.add_task(plain(description), total=total)
                 yield lambda steps=1: bar.advance(task, steps)
 
         return run()
@@ -296,16 +315,16 @@ def print_profile(console: Console, result) -> None:
     """kvplan.profiler.run.Profile: predicted vs measured per component and per layer kind, time, verdict."""
     cut = f"first {result.layers} of {result.total_layers} layers" if result.layers < result.total_layers \
         else f"{result.layers} layers"
-    console.print(f"[bold]{result.model}[/bold] ({result.architecture}, {cut}): {result.batch:,} x "
-                  f"{result.ctx:,} tokens ({result.prompt_tokens:,} prefilled + {result.decode_steps:,} decoded), "
-                  f"{result.dtype}")
+    console.print(line((result.model, "bold"), f" ({result.architecture}, {cut}): {result.batch:,} x "
+                       f"{result.ctx:,} tokens ({result.prompt_tokens:,} prefilled + {result.decode_steps:,} decoded), "
+                       f"{result.dtype}"))
     versions = f"torch {result.torch_version}, transformers {result.transformers_version}"
     if result.cuda_version:
         versions += f", CUDA {result.cuda_version}"
     if result.driver_version:
         versions += f", driver {result.driver_version}"
-    console.print(f"[dim]{result.device_name} ({result.device}); {versions}; {result.model_class}, "
-                  f"{result.cache_class or '-'}, attention {result.attn_implementation or '-'}[/dim]")
+    console.print(styled(f"{result.device_name} ({result.device}); {versions}; {result.model_class}, "
+                         f"{result.cache_class or '-'}, attention {result.attn_implementation or '-'}", "dim"))
     cuda = result.device.startswith("cuda")
     table = Table(title="predicted (kvplan, transformers engine) vs measured, bytes", title_justify="left")
     for column in ("component", "predicted", "measured", "error", "error %", "measured size"):
@@ -323,17 +342,17 @@ def print_profile(console: Console, result) -> None:
         for column in ("layer kind", "layers", "tokens held", "predicted", "measured", "visible", "stored as"):
             kinds.add_column(column, justify="left" if column in ("layer kind", "stored as") else "right")
         for row in result.by_kind:
-            kinds.add_row(row.kind, str(row.layers), _count(row.tokens_measured), _count(row.predicted),
+            kinds.add_row(plain(row.kind), str(row.layers), _count(row.tokens_measured), _count(row.predicted),
                           _count(row.measured), _count(row.measured_view),
                           f"{row.cache_layer_class} ({', '.join(row.dtypes)})")
         console.print(kinds)
     _print_profile_memory(console, result)
     if result.ttft_s is not None:
-        line = (f"time to first token {result.ttft_s * 1000:,.1f} ms ({result.prefill_tokens_per_s:,.0f} prefill "
+        timing = (f"time to first token {result.ttft_s * 1000:,.1f} ms ({result.prefill_tokens_per_s:,.0f} prefill "
                 "tokens/s)")
         if result.decode_tokens_per_s is not None:
-            line += f"; decode {result.decode_tokens_per_s:,.1f} tokens/s (batch {result.batch:,})"
-        console.print(line)
+            timing += f"; decode {result.decode_tokens_per_s:,.1f} tokens/s (batch {result.batch:,})"
+        console.print(timing)
     if result.recompute:
         rec = Table(title="decode with the KV cache vs recomputing the prefix per token (batch 1)",
                     title_justify="left")
@@ -353,11 +372,11 @@ def print_profile(console: Console, result) -> None:
                       f"{mb.measured:,}, predicted {mb.predicted:,} ({error}, {target} the 5% target); tried "
                       + ", ".join(f"{t.batch}{'' if t.fits else ' (OOM)'}" for t in mb.trials))
     for note in result.notes:
-        console.print(f"[dim]note: {note}[/dim]")
+        console.print(styled(f"note: {note}", "dim"))
     for finding in result.findings:
-        console.print(f"[yellow]finding: {finding}[/yellow]")
+        console.print(styled(f"finding: {finding}", "yellow"))
     style = "green" if result.kv_exact else "yellow"
-    console.print(f"[{style} bold]verdict[/{style} bold]: {result.verdict}")
+    console.print(line(("verdict", f"{style} bold"), f": {result.verdict}"))
 
 
 def _print_profile_memory(console: Console, result) -> None:

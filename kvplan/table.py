@@ -22,6 +22,8 @@ from pathlib import Path
 from kvplan.errors import KvplanError
 from kvplan.memory import Estimate, estimate
 from kvplan.model import ModelSpec
+from kvplan.output import write_output
+from kvplan.text import plain
 
 FORMATS = ("rich", "markdown", "csv", "json")
 FORMAT_ALIASES = {"md": "markdown", "text": "rich", "txt": "rich"}
@@ -94,11 +96,11 @@ def parse_models(models: str | None, filter_text: str | None = None) -> list[str
     """
     names: list[str] = []
     if models is not None:
-        text = models.strip()
-        if text.startswith("@") or (text.lower().endswith(LIST_SUFFIXES) and "," not in text):
-            names += _read_list(Path(text.removeprefix("@")).expanduser())
+        list_file = _list_file(models)
+        if list_file is not None:
+            names += _read_list(Path(list_file).expanduser())
         else:
-            names += [n.strip() for n in text.split(",") if n.strip()]
+            names += [n.strip() for n in models.split(",") if n.strip()]
     if filter_text is not None:
         from kvplan.sources import library
 
@@ -114,6 +116,14 @@ def parse_models(models: str | None, filter_text: str | None = None) -> list[str
     if not names:
         raise KvplanError("no models given: --models a,b,c, --models @models.txt, or --filter TEXT")
     return names
+
+
+def _list_file(models: str) -> str | None:
+    """The model list file `--models` names (`@FILE`, or a single .txt/.list path), if it names one."""
+    text = models.strip()
+    if text.startswith("@") or (text.lower().endswith(LIST_SUFFIXES) and "," not in text):
+        return text.removeprefix("@")
+    return None
 
 
 def _read_list(path: Path) -> list[str]:
@@ -374,7 +384,7 @@ def render(table: Table, fmt: str, *, pivot: bool = False, metric: str | None = 
         return json.dumps(records(table), indent=2) + "\n"
     from rich.console import Console
 
-    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False)
+    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False, markup=False)
     for renderable in rich_renderables(table, pivot=pivot, metric=metric):
         console.print(renderable)
     return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"
@@ -382,8 +392,11 @@ def render(table: Table, fmt: str, *, pivot: bool = False, metric: str | None = 
 
 def markdown_table(headers: Sequence[str], numeric: Sequence[bool], rows: Iterable[Sequence[str]]) -> str:
     """A GitHub-flavoured table: cells padded to the column's width, numbers right-aligned (`---:`)."""
-    def escape(cell: str) -> str:
-        return str(cell).replace("\\", "\\\\").replace("|", "\\|").replace("*", "\\*")
+    def escape(cell: str) -> str:  # a cell is text: no line breaks, pipes, emphasis, links or HTML
+        text = plain(cell).replace("\\", "\\\\")
+        for char in "|*_`[]<>":
+            text = text.replace(char, "\\" + char)
+        return text
 
     body = [[escape(c) for c in row] for row in rows]
     head = [escape(h) for h in headers]
@@ -427,12 +440,20 @@ def records(table: Table) -> list[dict]:
     return out
 
 
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
+
+
 def _csv_value(value) -> str:
+    """A CSV cell: numbers as written; text safe to show, and quoted with ' where a spreadsheet would take it for
+    a formula (OWASP's CSV injection advice)."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
-    return str(value)
+    if isinstance(value, int | float):
+        return str(value)
+    text = plain(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
 
 
 def to_csv(table: Table, *, pivot: bool = False, metric: str | None = None) -> str:
@@ -469,7 +490,7 @@ def rich_renderables(table: Table, *, pivot: bool = False, metric: str | None = 
         for header, num in zip(headers, numeric, strict=True):
             out.add_column(Text(header), justify="right" if num else "left", overflow="fold")
         for cells, _ in grid:
-            out.add_row(*(Text(c) for c in cells))
+            out.add_row(*(Text(plain(c)) for c in cells))
     else:
         columns = text_columns(table)
         for column in columns:
@@ -480,17 +501,21 @@ def rich_renderables(table: Table, *, pivot: bool = False, metric: str | None = 
             first = i == 0 or rows[i - 1].estimate.model != row.estimate.model
             last = i == len(rows) - 1 or rows[i + 1].estimate.model != row.estimate.model
             cells = [column.cell(row) for column in columns]
-            out.add_row(*(Text(c) for c in [cells[0] if first else "", *cells[1:]]), end_section=last)
+            out.add_row(*(Text(plain(c)) for c in [cells[0] if first else "", *cells[1:]]), end_section=last)
     renderables = [out]
     note = footnote(table)
     if note:
-        renderables.append(Text(f"* {note}"))
+        renderables.append(Text(plain(f"* {note}")))
     return renderables
 
 
-def write(out: str, text: str) -> None:
-    """Write the rendered table to --out; a path that cannot be written is bad input."""
-    try:
-        Path(out).expanduser().write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise KvplanError(f"cannot write {out}: {err.strerror or err}") from None
+def write(out: str, text: str, inputs: Sequence[str] = (), force: bool = False) -> str:
+    """Write the rendered table to --out (`kvplan.output.write_output`); returns what was written."""
+    return write_output(out, lambda path: path.write_text(text, encoding="utf-8"), inputs, force)
+
+
+def input_files(models: str | None, names: Sequence[str]) -> list[str]:
+    """The files a table is made from, which --out must not overwrite: a model list file and local configs."""
+    files = [name for name in names if Path(name).expanduser().exists()]
+    list_file = _list_file(models) if models is not None else None
+    return files + ([list_file] if list_file else [])

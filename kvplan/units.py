@@ -7,6 +7,7 @@ Byte sizes are printed in binary units (KiB, MiB, GiB = 2**30) unless decimal on
 import re
 
 from kvplan.errors import KvplanError
+from kvplan.text import brief
 
 TOKEN_SUFFIXES = {"": 1, "k": 1024, "m": 1024**2}
 BYTE_UNITS = {
@@ -22,12 +23,12 @@ def parse_tokens(text: str | int, what: str = "ctx") -> int:
     """`8192`, `8k`, `128K`, `1M`, `1.5k` -> tokens (k = 1,024, M = 1,048,576); must be a positive whole count."""
     match = _TOKENS.match(str(text))
     if not match:
-        raise KvplanError(f"--{what} {text!r} is not a token count: use a number like 8192, 8k, 128K or 1M")
+        raise KvplanError(f"--{what} {brief(text)} is not a token count: use a number like 8192, 8k, 128K or 1M")
     tokens = float(match.group(1)) * TOKEN_SUFFIXES[match.group(2).lower()]
     if tokens != int(tokens):
-        raise KvplanError(f"--{what} {text!r} is not a whole number of tokens ({tokens:g})")
+        raise KvplanError(f"--{what} {brief(text)} is not a whole number of tokens ({tokens:g})")
     if tokens <= 0:
-        raise KvplanError(f"--{what} must be at least 1 token, got {text!r}")
+        raise KvplanError(f"--{what} must be at least 1 token, got {brief(text)}")
     return int(tokens)
 
 
@@ -36,10 +37,10 @@ def parse_bytes(text: str, what: str) -> int:
     match = _BYTES.match(str(text))
     unit = match.group(2).lower() if match else ""
     if not match or unit not in BYTE_UNITS:
-        raise KvplanError(f"{what} {text!r} is not a size: use a number with a unit, like 24GiB, 80GB or 512MiB")
+        raise KvplanError(f"{what} {brief(text)} is not a size: use a number with a unit, like 24GiB, 80GB or 512MiB")
     size = float(match.group(1)) * BYTE_UNITS[unit]
     if size <= 0:
-        raise KvplanError(f"{what} must be more than 0 bytes, got {text!r}")
+        raise KvplanError(f"{what} must be more than 0 bytes, got {brief(text)}")
     return int(size)
 
 

@@ -2,6 +2,7 @@
 written out in each test, never from kvplan itself."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from kvplan.sources.hf_config import read_config_file
+
+# A bug in kvplan raises in the tests, traceback and all, instead of becoming the one line users see (`cli.main`).
+os.environ["KVPLAN_DEBUG"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "model_specs"

@@ -281,10 +281,10 @@ def test_unknown_format(monkeypatch, capsys, fmt):
 
 
 def test_unwritable_output(monkeypatch, capsys, tmp_path):
-    for target in (tmp_path / "no" / "such" / "dir" / "t.md", tmp_path):
+    for target, why in ((tmp_path / "no" / "such" / "dir" / "t.md", "cannot write"), (tmp_path, "is a directory")):
         code, out, err = run_main(monkeypatch, capsys, "table", "-m", LLAMA31, "--ctx", "8k", "-f", "md",
                                   "--out", str(target))
-        assert_one_line_error(code, err, "cannot write", str(target))
+        assert_one_line_error(code, err, why, str(target))
         assert out == ""
 
 

@@ -26,6 +26,7 @@ def load_model(name: str, revision: str | None = None, token: str | None = None)
     library, then the Hub for names shaped `org/name` (docs/hub.md). `revision` asks for a Hub revision, so a
     library name with one is read from the Hub; `token` is for gated and private repos (default: HF_TOKEN or
     the stored login, as huggingface_hub finds it). Nothing Hub-related is imported before the Hub is needed."""
+    token = clean_token(token)
     path = Path(name).expanduser()
     if path.exists():
         if revision:
@@ -53,6 +54,19 @@ def load_model(name: str, revision: str | None = None, token: str | None = None)
     hint = f"; closest: {', '.join(close)}" if close else ""
     raise KvplanError(f"unknown model {name!r}: not a local file, not in the bundled library, and not a Hub id "
                       f"(org/name){hint} (`kvplan models` lists the library)")
+
+
+def clean_token(token: str | None) -> str | None:
+    """A --token as huggingface_hub cleans HF_TOKEN: surrounding whitespace stripped (a token file saved with CRLF
+    line endings, read with `$(cat file)`); any other control or space character refused. The token itself is
+    never part of a message."""
+    if token is None:
+        return None
+    token = token.strip()
+    if not token or not token.isascii() or not token.isprintable() or " " in token:
+        raise KvplanError("--token is empty or holds a space, a control or a non-ASCII character: a Hugging Face token "
+                          "is one word (hf_...); check the file or variable it came from")
+    return token
 
 
 def _with_local_checkpoint(spec: ModelSpec, directory: Path) -> ModelSpec:
