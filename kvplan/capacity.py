@@ -47,6 +47,7 @@ class Parallelism(BaseModel):
     tp: int = 1
     pp: int = 1
     replicas: int = 1
+    from_gpus: bool = Field(False, description="TP or PP taken from --gpus, not given")
 
     @property
     def gpus(self) -> int:
@@ -123,16 +124,19 @@ class Capacity(BaseModel):
 # ---------------------------------------------------------------------------------------------- parallelism
 
 
-def check_parallel(model: ModelSpec, tp: int, pp: int) -> None:
+def check_parallel(model: ModelSpec, tp: int, pp: int, from_gpus: bool = False) -> None:
     """TP must divide the attention heads, and split KV heads evenly or replicate them whole (tp a multiple of
-    kv_heads); PP cannot exceed the layers."""
+    kv_heads); PP cannot exceed the layers. `from_gpus`: the degrees came from --gpus, so the error says so."""
     if tp < 1 or pp < 1:
         raise KvplanError(f"--tp and --pp must be at least 1, got {tp} and {pp}")
     problem = _tp_problem(model, tp)
+    flag = f"--gpus {tp * pp} as TP {tp}" if from_gpus else f"--tp {tp}"
     if problem:
-        raise KvplanError(f"--tp {tp} {problem} (valid: {', '.join(map(str, valid_tp(model)))})")
+        hint = "; give --tp with --gpus" if from_gpus else ""
+        raise KvplanError(f"{flag} {problem} (valid TP: {', '.join(map(str, valid_tp(model)))}{hint})")
     if pp > model.num_layers:
-        raise KvplanError(f"--pp {pp} exceeds {model.name}'s {model.num_layers} layers")
+        flag = f"--gpus {tp * pp} as PP {pp}" if from_gpus else f"--pp {pp}"
+        raise KvplanError(f"{flag} exceeds {model.name}'s {model.num_layers} layers")
 
 
 def _tp_problem(model: ModelSpec, tp: int) -> str | None:
@@ -206,6 +210,7 @@ def parallelism(engine_name: str, gpus: int | None, tp: int | None, pp: int | No
     for flag, value in (("--gpus", gpus), ("--tp", tp), ("--pp", pp)):
         if value is not None and value < 1:
             raise KvplanError(f"{flag} must be at least 1, got {value}")
+    derived = bool(gpus) and tp is None
     if gpus and tp is None:
         if engines.engine_class(engine_name).splits_heads:
             tp = gpus // (pp or 1) or 1
@@ -214,8 +219,9 @@ def parallelism(engine_name: str, gpus: int | None, tp: int | None, pp: int | No
     tp, pp = tp or 1, pp or 1
     gpus = gpus or tp * pp
     if gpus % (tp * pp):
-        raise KvplanError(f"--gpus {gpus} is not a multiple of TP x PP = {tp * pp}")
-    return Parallelism(tp=tp, pp=pp, replicas=gpus // (tp * pp))
+        raise KvplanError(f"--gpus {gpus} is not a multiple of TP x PP = {tp} x {pp}: give --gpus a multiple of "
+                          "--tp x --pp")
+    return Parallelism(tp=tp, pp=pp, replicas=gpus // (tp * pp), from_gpus=derived)
 
 
 # ------------------------------------------------------------------------------------------------- searches
@@ -313,7 +319,7 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
             hardware: Hardware, parallel: Parallelism, kv_dtype_name: str | None,
             weights_dtype_name: str | None, kv_budget: int | None, overhead: int | None,
             stages: list | None = None) -> _Deployment:
-    check_parallel(model, parallel.tp, parallel.pp)
+    check_parallel(model, parallel.tp, parallel.pp, parallel.from_gpus)
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes, parallel.tp,
                             parallel.pp)
     for workload in workloads:
@@ -337,7 +343,11 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
             raise KvplanError("capacity needs a GPU: give --gpu, --vram or --kv-budget")
         fraction = engine.memory_fraction()
         if not 0 < fraction <= 1:
-            raise KvplanError(f"{engine.fraction_flag} must be in (0, 1], got {fraction}")
+            if options.memory_fraction is not None:
+                raise KvplanError(f"{engine.fraction_flag} must be in (0, 1], got {fraction}")
+            raise KvplanError(f"{engine.label}'s default {engine.fraction_flag} for a GPU of "
+                              f"{hardware.memory_bytes / 2**30:,.2f} GiB is {fraction}: it reserves more than the GPU "
+                              "has; give a GPU with more memory or set the fraction yourself")
         breakdown = {"given": overhead} if overhead is not None else engine.overhead().model_dump()
         overhead_bytes = sum(breakdown.values())
         budget = engine.kv_budget(hardware.memory_bytes, fraction, weights_per_gpu, overhead_bytes)

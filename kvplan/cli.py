@@ -83,8 +83,8 @@ def estimate(
     from kvplan.units import parse_tokens
 
     tokens = parse_tokens(ctx)
-    if batch <= 0:
-        raise KvplanError(f"--batch must be at least 1, got {batch}")
+    _counts(batch=batch, users=users, gpus=gpus, tp=tp, pp=pp, block_size=block_size,
+            max_num_batched_tokens=max_num_batched_tokens)
     if kv_dtype:
         check_kv(kv_dtype)
     if weights_dtype:
@@ -131,9 +131,7 @@ def estimate(
 def _engine_options(version, fraction, block_size, batched_tokens, kv_unified, swa_full, cache):
     from kvplan.engines import EngineOptions
 
-    for flag, value in (("--block-size", block_size), ("--max-num-batched-tokens", batched_tokens)):
-        if value is not None and value < 1:
-            raise KvplanError(f"{flag} must be at least 1, got {value}")
+    _counts(block_size=block_size, max_num_batched_tokens=batched_tokens)
     if fraction is not None and not 0 < fraction <= 1:
         raise KvplanError(f"--gpu-memory-utilization must be in (0, 1], got {fraction}")
     if cache not in (None, "dynamic", "static"):
@@ -159,11 +157,20 @@ def _hardware(gpu: str | None, vram: str | None):
 def _size(text: str | None, flag: str, allow_zero: bool = False) -> int | None:
     from kvplan.units import parse_bytes
 
-    if text is None:
-        return None
-    if allow_zero and text.strip() in ("0", "0B"):
-        return 0
-    return parse_bytes(text, flag)
+    return None if text is None else parse_bytes(text, flag, allow_zero)
+
+
+MAX_COUNT = 2**31 - 1  # users, GPUs, layers, block sizes: far above any real deployment
+
+
+def _counts(**flags: int | None) -> None:
+    """Whole-number flags (`--batch 4` as batch=4): at least 1 and at most MAX_COUNT, so that no later product
+    of them leaves exact arithmetic."""
+    for name, value in flags.items():
+        flag = "--" + name.replace("_", "-")
+        if value is not None and not 1 <= value <= MAX_COUNT:
+            shown = f"{value}" if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
+            raise KvplanError(f"{flag} must be between 1 and {MAX_COUNT:,}, got {shown}")
 
 
 @app.command()
@@ -187,10 +194,7 @@ def plan(
     from kvplan.units import parse_tokens
 
     tokens = parse_tokens(ctx)
-    if users < 1:
-        raise KvplanError(f"--users must be at least 1, got {users}")
-    if max_gpus < 1:
-        raise KvplanError(f"--max-gpus must be at least 1, got {max_gpus}")
+    _counts(users=users, max_gpus=max_gpus)
     hardware = _hardware(gpu, vram)
     if hardware.memory_bytes is None:
         raise KvplanError("plan needs a GPU: give --gpu or --vram")
@@ -280,6 +284,7 @@ def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engi
                     overhead, kv_dtype, weights_dtype, keep_going, names_out: list):
     from kvplan import table as planning
 
+    _counts(batch=batch)
     names = planning.parse_models(models, filter)
     names_out.extend(names)
     ctxs = planning.parse_ctxs(ctx)
@@ -412,8 +417,7 @@ def profile(
     from kvplan.units import parse_tokens
 
     tokens = parse_tokens(ctx)
-    if layers is not None and layers < 1:
-        raise KvplanError(f"--layers must be at least 1, got {layers}")
+    _counts(batch=batch, layers=layers, decode_steps=decode_steps)
     progress = None
     if not as_json:
         from kvplan.report import ProfileProgress

@@ -23,6 +23,7 @@ from kvplan.dtypes import DType, kv_dtype
 from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype
 from kvplan.model import EMPTY_KINDS, IndexerKeys, LayerCache, ModelSpec
+from kvplan.text import brief
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -76,8 +77,8 @@ FLAG_NAMES = {
 def version_tuple(text: str) -> tuple[int, ...]:
     """`0.33.0`, `v0.19`, `5.15.1` -> (0, 33, 0), ... ; anything else is bad input."""
     parts = text.strip().removeprefix("v").split(".")
-    if not parts or not all(p.isdigit() for p in parts):
-        raise KvplanError(f"--engine-version {text!r} is not a release number like 0.33.0")
+    if not parts or not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts):
+        raise KvplanError(f"--engine-version {brief(text)} is not a release number like 0.33.0")
     return tuple(int(p) for p in parts)
 
 

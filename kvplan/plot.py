@@ -95,6 +95,9 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
     if y_scale not in SCALES:
         raise KvplanError(f"unknown --y-scale {y_scale!r}: choose log or linear")
     data = series(table, kind, with_weights)
+    if kind == "users" and y_scale == "log" and not any(v for line in data["lines"] for v in line["values"]):
+        raise KvplanError("no user fits on any GPU at any of these contexts: nothing to draw on a log scale "
+                          "(`kvplan table` shows the figures; a larger GPU, fp8 KV or a shorter --ctx may fit)")
     matplotlib = require_matplotlib()
     from matplotlib.lines import Line2D
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator

@@ -127,12 +127,12 @@ def _list_file(models: str) -> str | None:
 
 
 def _read_list(path: Path) -> list[str]:
+    from kvplan.sources.hf_config import read_text
+
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except OSError as err:
-        raise KvplanError(f"cannot read the model list {path}: {err.strerror or err}") from None
-    except UnicodeDecodeError:
-        raise KvplanError(f"the model list {path} is not a UTF-8 text file") from None
+        text = read_text(path)
+    except KvplanError as err:
+        raise KvplanError(f"cannot read the model list: {err}") from None
     return [line.split("#", 1)[0].strip() for line in text.splitlines() if line.split("#", 1)[0].strip()]
 
 

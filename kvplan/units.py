@@ -5,42 +5,62 @@ Byte sizes are printed in binary units (KiB, MiB, GiB = 2**30) unless decimal on
 """
 
 import re
+from fractions import Fraction
 
 from kvplan.errors import KvplanError
 from kvplan.text import brief
 
 TOKEN_SUFFIXES = {"": 1, "k": 1024, "m": 1024**2}
 BYTE_UNITS = {
-    "b": 1,
+    "": 1, "b": 1,
     "kb": 1000, "mb": 1000**2, "gb": 1000**3, "tb": 1000**4,
     "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4,
 }
-_TOKENS = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
-_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+MAX_TOKENS = 2**53  # as config fields are bounded (`Fields.int`): far past any model, and exact as a float
+MAX_BYTES = 2**60  # an exbibyte: more memory than any GPU set has
+_NUMBER = re.compile(r"^\s*([0-9]{1,30})(?:\.([0-9]{1,30}))?\s*([a-zA-Z]{0,3})\s*$")
+
+
+def _exact(text: str, units: dict[str, int]) -> tuple[Fraction, str] | None:
+    """`1.5k` -> (Fraction(1536), "k"): the number times its unit, exactly (no float round trip), or None when
+    the text is not a number with one of `units`. ASCII digits only, at most 30 of them either side."""
+    match = _NUMBER.match(text) if text.isascii() else None
+    if not match or match.group(3).lower() not in units:
+        return None
+    whole, fraction, unit = match.groups()
+    value = Fraction(int(whole + (fraction or "")), 10 ** len(fraction or ""))
+    return value * units[unit.lower()], unit
 
 
 def parse_tokens(text: str | int, what: str = "ctx") -> int:
-    """`8192`, `8k`, `128K`, `1M`, `1.5k` -> tokens (k = 1,024, M = 1,048,576); must be a positive whole count."""
-    match = _TOKENS.match(str(text))
-    if not match:
+    """`8192`, `8k`, `128K`, `1M`, `1.5k` -> tokens (k = 1,024, M = 1,048,576): a whole, positive count up to
+    MAX_TOKENS."""
+    parsed = _exact(str(text), TOKEN_SUFFIXES)
+    if parsed is None:
         raise KvplanError(f"--{what} {brief(text)} is not a token count: use a number like 8192, 8k, 128K or 1M")
-    tokens = float(match.group(1)) * TOKEN_SUFFIXES[match.group(2).lower()]
-    if tokens != int(tokens):
-        raise KvplanError(f"--{what} {brief(text)} is not a whole number of tokens ({tokens:g})")
+    tokens, _ = parsed
+    if tokens.denominator != 1:
+        raise KvplanError(f"--{what} {brief(text)} is not a whole number of tokens ({float(tokens):g})")
     if tokens <= 0:
         raise KvplanError(f"--{what} must be at least 1 token, got {brief(text)}")
+    if tokens > MAX_TOKENS:
+        raise KvplanError(f"--{what} {brief(text)} is more tokens than any model holds (at most {MAX_TOKENS:,})")
     return int(tokens)
 
 
-def parse_bytes(text: str, what: str) -> int:
-    """`24GiB`, `80GB`, `512MiB`, `1073741824` -> bytes. GB is 10**9 and GiB 2**30, as written."""
-    match = _BYTES.match(str(text))
-    unit = match.group(2).lower() if match else ""
-    if not match or unit not in BYTE_UNITS:
+def parse_bytes(text: str, what: str, allow_zero: bool = False) -> int:
+    """`24GiB`, `80GB`, `512MiB`, `1073741824` -> bytes: GB is 10**9 and GiB 2**30, as written; a plain number
+    is bytes. A whole number of bytes up to MAX_BYTES; 0 only where `allow_zero`."""
+    parsed = _exact(str(text), BYTE_UNITS)
+    if parsed is None:
         raise KvplanError(f"{what} {brief(text)} is not a size: use a number with a unit, like 24GiB, 80GB or 512MiB")
-    size = float(match.group(1)) * BYTE_UNITS[unit]
-    if size <= 0:
+    size, _ = parsed
+    if size.denominator != 1:
+        raise KvplanError(f"{what} {brief(text)} is not a whole number of bytes")
+    if size < 0 or (size == 0 and not allow_zero):
         raise KvplanError(f"{what} must be more than 0 bytes, got {brief(text)}")
+    if size > MAX_BYTES:
+        raise KvplanError(f"{what} {brief(text)} is more memory than any GPU set has (at most 1 EiB)")
     return int(size)
 
 

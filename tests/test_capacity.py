@@ -143,7 +143,7 @@ def test_tp_splits_kv_heads_and_replicates_past_them():
 def test_tp_must_divide_heads():
     with pytest.raises(KvplanError, match="does not divide .* 32 attention heads"):
         check_parallel(load_model(LLAMA8B), 3, 1)
-    with pytest.raises(KvplanError, match="valid: 1, 2, 4, 8, 16, 32"):
+    with pytest.raises(KvplanError, match="valid TP: 1, 2, 4, 8, 16, 32"):
         check_parallel(load_model(LLAMA8B), 6, 1)
 
 
@@ -168,11 +168,17 @@ def test_replicas_multiply_users():
 
 
 def test_gpus_tp_pp_resolution():
-    assert parallelism("vllm", 8, None, None) == Parallelism(tp=8)
+    assert parallelism("vllm", 8, None, None) == Parallelism(tp=8, from_gpus=True)
     assert parallelism("vllm", 8, 2, None) == Parallelism(tp=2, replicas=4)
-    assert parallelism("llama.cpp", 2, None, None) == Parallelism(pp=2)
+    assert parallelism("llama.cpp", 2, None, None) == Parallelism(pp=2, from_gpus=True)
     with pytest.raises(KvplanError, match="multiple of TP x PP"):
         parallelism("vllm", 6, 4, None)
+
+
+def test_an_error_about_tp_taken_from_gpus_names_gpus():
+    """--gpus 3 alone means TP 3, which no 32-head model allows: the error names the flag that was given."""
+    with pytest.raises(KvplanError, match=r"--gpus 3 as TP 3 does not divide .*give --tp with --gpus"):
+        check_parallel(load_model(LLAMA8B), 3, 1, from_gpus=True)
 
 
 # ------------------------------------------------------------------------------------------------- workload

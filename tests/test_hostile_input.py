@@ -196,3 +196,142 @@ def test_plot_out_is_written_the_same_way(monkeypatch, capsys, tmp_path, llama_n
     target = tmp_path / "chart2.svg"
     code, _, err = run_main(monkeypatch, capsys, "plot", "--models", config, "--ctx", "4k,8k", "--out", str(target))
     assert code == 0 and err.strip() == f"kvplan: wrote {target}" and target.read_text().startswith("<?xml")
+
+
+# ---------------------------------------------------------------------------------------------- numbers
+
+
+@pytest.mark.parametrize(("flag", "value", "fragment"), [
+    ("--ctx", "9007199254740993", "more tokens than any model"),  # 2**53 + 1: a float would make it ...992
+    ("--ctx", "1.0000000000000001", "not a whole number"),  # a float would take it as 1
+    ("--ctx", "٣٢k", "not a token count"),  # Arabic-Indic digits
+    ("--ctx", "9" * 5000, "not a token count"),
+    ("--batch", "9" * 5000, "--batch"),  # click refuses it, past its own limit
+    ("--batch", "9" * 20, "a 20-digit number"),
+    ("--users", "99999999999", "--users must be between 1 and"),
+    ("--block-size", "0", "--block-size must be between 1 and"),
+    ("--kv-budget", "0.5B", "not a whole number of bytes"),  # a float would make it 0 bytes
+    ("--kv-budget", "10EiB", "not a size"),
+    ("--kv-budget", "2000000TiB", "more memory than any GPU set"),
+    ("--engine-version", "٣.1", "not a release number"),
+    ("--engine-version", "0.3²", "not a release number"),
+])
+def test_numbers_are_parsed_exactly_and_bounded(monkeypatch, capsys, flag, value, fragment):
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", "--gpu",
+                            "h100", flag, value)
+    assert_one_line_error(code, err, fragment)
+    assert len(err) < 400
+
+
+def test_exact_sizes_and_counts(monkeypatch, capsys):
+    def plan(*args):
+        code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--json", *args)
+        assert code == 0, err
+        return json.loads(out)
+
+    assert plan("--ctx", "9007199254740991")["ctx"] == 2**53 - 1
+    assert plan("--ctx", "1.5k")["ctx"] == 1536
+    assert plan("--ctx", "8k", "--kv-budget", "1073741824")["kv_budget_bytes"] == 2**30  # plain bytes
+    assert plan("--ctx", "8k", "--gpu", "h100", "--overhead", "0GiB")["overhead_bytes"] == 0
+
+
+def test_misleading_messages_name_what_was_given(monkeypatch, capsys):
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", "--gpu",
+                            "h100", "--gpus", "3")
+    assert_one_line_error(code, err, "--gpus 3 as TP 3")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", "--engine",
+                            "sglang", "--vram", "512KiB")
+    assert_one_line_error(code, err, "SGLang's default --mem-fraction-static", "set the fraction yourself")
+
+
+def test_top_k_above_the_expert_count_is_refused(monkeypatch, capsys, tmp_path):
+    data = json.loads((SPECS / "mistralai__Mixtral-8x7B-v0.1.json").read_text(encoding="utf-8"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data | {"num_experts_per_tok": 16}), encoding="utf-8")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k")
+    assert_one_line_error(code, err, "num_experts_per_tok")
+
+
+def test_plot_of_users_when_nothing_fits_is_one_line(monkeypatch, capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    code, _, err = run_main(monkeypatch, capsys, "plot", "--models", "llama-3-70b", "--gpu", "rtx-4090", "--kind",
+                            "users", "--ctx", "8k", "--out", str(tmp_path / "x.png"))
+    assert_one_line_error(code, err, "no user fits")
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_profile_device_names_are_checked(monkeypatch, capsys):
+    pytest.importorskip("torch")
+    code, _, err = run_main(monkeypatch, capsys, "profile", "--model", "llama-3-8b", "--ctx", "64", "--device",
+                            "cuda:x")
+    assert_one_line_error(code, err, "--device", "cuda:N")
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def test_a_fifo_or_device_is_refused_not_read(monkeypatch, capsys, tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(fifo), "--ctx", "8k")
+    assert_one_line_error(code, err, "not a regular file")
+    code, _, err = run_main(monkeypatch, capsys, "table", "--models", f"@{fifo}", "--ctx", "8k")
+    assert_one_line_error(code, err, "not a regular file")
+    code, _, err = run_main(monkeypatch, capsys, "table", "--models", "@/dev/zero", "--ctx", "8k")
+    assert_one_line_error(code, err, "not a regular file")
+
+
+def test_a_huge_config_is_not_read(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "config.json"
+    with path.open("w", encoding="utf-8") as handle:
+        handle.write('{"padding": "' + "x" * (17 * 2**20) + '"}')
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k")
+    assert_one_line_error(code, err, "larger than 16 MiB")
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000 + "]" * 100_000, '{"num_hidden_layers": ' + "9" * 5000 + "}",
+                                  '{"a": ' * 50_000 + "1" + "}" * 50_000])
+def test_json_too_deep_or_too_long_is_one_line(monkeypatch, capsys, tmp_path, text):
+    path = tmp_path / "config.json"
+    path.write_text(text, encoding="utf-8")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k")
+    assert_one_line_error(code, err, "config.json")
+    assert len(err) < 400
+
+
+@pytest.mark.parametrize("text", ["a: " + "[" * 50_000 + "]" * 50_000, "name: x\nnum_attention_heads: " + "9" * 5000])
+def test_yaml_too_deep_or_too_long_is_one_line(monkeypatch, capsys, tmp_path, text):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text, encoding="utf-8")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k")
+    assert_one_line_error(code, err, "spec.yaml")
+
+
+def checkpoint_dir(tmp_path, weight_map: dict) -> str:
+    from hubkit import safetensors_file, tiny_tensors
+
+    directory = tmp_path / "model"
+    directory.mkdir()
+    (directory / "config.json").write_text(json.dumps(TINY_CONFIG), encoding="utf-8")
+    (directory / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}),
+                                                            encoding="utf-8")
+    (tmp_path / "outside.safetensors").write_bytes(safetensors_file(tiny_tensors()))
+    return str(directory)
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd", "sub/../../outside.safetensors"])
+def test_an_index_cannot_name_files_outside_the_checkpoint(monkeypatch, capsys, tmp_path, shard):
+    directory = checkpoint_dir(tmp_path, {"embed.weight": shard})
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["weights_source"] == "config"
+    assert any("outside the checkpoint directory" in note for note in data["notes"])
+
+
+@pytest.mark.parametrize("weight_map", [{"a": 7}, {"a": ["x"]}, {"a": None}, ["x"]])
+def test_an_index_of_the_wrong_shape_is_a_note(monkeypatch, capsys, tmp_path, weight_map):
+    directory = checkpoint_dir(tmp_path, weight_map)
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
+    assert code == 0, err
+    assert any("not a readable index" in note for note in json.loads(out)["notes"])

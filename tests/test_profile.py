@@ -250,8 +250,8 @@ def test_cli_errors_are_one_line(monkeypatch, capsys, tmp_path):
         (["--ctx", "64", "--layers", "99"], "--layers must be between 1 and"),
         (["--ctx", "64", "--dtype", "int4"], "--dtype is one of"),
         (["--ctx", "64", "--find-max-batch"], "--find-max-batch searches the GPU's memory"),
-        # a batch no machine's RAM holds (petabytes of cache) is refused before anything is built
-        (["--ctx", "64", "--batch", str(10**12)], "on the CPU needs about"),
+        # a batch no machine's RAM holds (terabytes of cache) is refused before anything is built
+        (["--ctx", "64", "--batch", str(10**9)], "on the CPU needs about"),
     ]
     for args, message in cases:
         code, out, err = run_main(monkeypatch, capsys, "profile", "--model", path, "--device", "cpu", *args)

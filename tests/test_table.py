@@ -320,7 +320,7 @@ def test_keep_going_renders_the_others(monkeypatch, capsys, tmp_path):
     (["--ctx", "8k", "--engine", "nope"], "unknown engine"),
     (["--ctx", "8k", "--kv-dtype", "fp7"], "fp7"),
     (["--ctx", "8k", "--engine", "llama.cpp", "--kv-dtype", "fp8"], "llama.cpp has no fp8"),
-    (["--ctx", "8k", "--batch", "0"], "--batch must be at least 1"),
+    (["--ctx", "8k", "--batch", "0"], "--batch must be between 1 and"),
     (["--ctx", "8k", "--metric", "users"], "add --pivot"),
     (["--ctx", "8k", "--pivot", "--metric", "users"], "needs a GPU"),
     (["--ctx", "8k", "--pivot", "--metric", "bogus"], "unknown --metric"),

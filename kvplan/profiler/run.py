@@ -285,6 +285,9 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         predicted_activation_bytes=predicted.activations, predicted_cuda_context_bytes=predicted.cuda_context,
         predicted_total_bytes=predicted.total, notes=[*notes, *spec.notes, *predicted.notes],
     )
+    if spec.max_context and ctx > spec.max_context:
+        result.notes.append(f"ctx {ctx:,} is beyond {source.name}'s max context of {spec.max_context:,} tokens: "
+                            "the cache is measured all the same, but the model was not trained for it")
     if spec.num_layers < source.spec.num_layers:
         result.notes.append(f"first {spec.num_layers} of {source.spec.num_layers} layers (--layers): the "
                             "prediction is cut the same way")

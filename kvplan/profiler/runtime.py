@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel
 
 from kvplan.errors import KvplanError
+from kvplan.text import brief
 
 INSTALL_HINT = "pip install 'kvplan[profile]'"
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -36,8 +37,8 @@ def check_device(torch, device: str) -> str:
     """'cpu', 'cuda' or 'cuda:N', with a clear error when torch sees no such GPU."""
     if device == "cpu":
         return device
-    if device != "cuda" and not device.startswith("cuda:"):
-        raise KvplanError(f"--device is cpu, cuda or cuda:N, got {device!r}")
+    if device != "cuda" and not (device.startswith("cuda:") and device[5:].isascii() and device[5:].isdigit()):
+        raise KvplanError(f"--device is cpu, cuda or cuda:N (N a GPU number), got {brief(device)}")
     if not torch.cuda.is_available():
         build = "this torch is a CPU build" if torch.version.cuda is None else "torch sees no CUDA GPU"
         raise KvplanError(f"--device {device}: {build}; use --device cpu (with --layers to keep the model small)")

@@ -25,6 +25,7 @@ from kvplan.model import CheckpointTensors
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 MAX_HEADER = 100_000_000  # the safetensors format refuses larger headers
+MAX_INDEX = 64 * 2**20  # an index names each tensor once: a trillion-parameter model's is under 10 MiB
 
 
 class HeaderError(Exception):
@@ -87,21 +88,32 @@ def read_header(path: Path) -> dict:
         raise HeaderError(f"{path.name}: header is cut short")
     try:
         header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise HeaderError(f"{path.name}: header is not JSON") from None
+    except (UnicodeDecodeError, ValueError, RecursionError):  # ValueError: malformed, or a number of 5,000 digits
+        raise HeaderError(f"{path.name}: header is not JSON a checkpoint writes") from None
     if not isinstance(header, dict):
         raise HeaderError(f"{path.name}: header is not a JSON object")
     return header
 
 
 def shard_names(directory: Path) -> list[str] | None:
-    """The safetensors files of a checkpoint directory; None if it has none (or an index naming none)."""
-    if (directory / INDEX_FILE).is_file():
+    """The safetensors files of a checkpoint directory; None if it has none (or an index naming none). The
+    index's names must name files in the directory: an absolute name or a `..` is refused, so a crafted index
+    cannot make kvplan read (or count as the model's weights) a file elsewhere. Symbolic links in the directory
+    are followed: the Hugging Face cache links each snapshot file to its blob."""
+    index_path = directory / INDEX_FILE
+    if index_path.is_file():
+        if index_path.stat().st_size > MAX_INDEX:
+            raise HeaderError(f"{INDEX_FILE}: larger than {MAX_INDEX // 2**20} MiB, far past any real index")
         try:
-            index = json.loads((directory / INDEX_FILE).read_text(encoding="utf-8"))
+            index = json.loads(index_path.read_text(encoding="utf-8"))
             names = sorted(set(index["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            raise HeaderError(f"{INDEX_FILE}: not a readable index (no weight_map)") from None
+            if not all(isinstance(name, str) and name for name in names):
+                raise TypeError("a shard name is not a string")
+        except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
+            raise HeaderError(f"{INDEX_FILE}: not a readable index (a weight_map of file names)") from None
+        for name in names:
+            if Path(name).is_absolute() or ".." in Path(name).parts:
+                raise HeaderError(f"{INDEX_FILE}: shard {name!r} is outside the checkpoint directory")
         return names or None
     if (directory / SINGLE_FILE).is_file():
         return [SINGLE_FILE]

@@ -24,6 +24,7 @@ from kvplan.model import (
     Widths,
 )
 from kvplan.sources.hf_config import MAX_LAYERS, read_text
+from kvplan.text import shorten
 
 _CACHE_TYPES = {cls.model_fields["kind"].default: cls for cls in
                 (FullAttention, SlidingWindow, ChunkedAttention, MLALatent, RecurrentState, CrossAttention, NoCache)}
@@ -61,12 +62,16 @@ class YamlSpec(_Strict):
 def read_yaml_spec(path: Path) -> ModelSpec:
     text = read_text(path)
     try:
-        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        root = yaml.compose(text, Loader=yaml.SafeLoader)  # not libyaml: it crashes on deep nesting
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         raise KvplanError(f"{where}: malformed YAML: {getattr(err, 'problem', None) or err}") from None
+    except RecursionError:
+        raise KvplanError(f"{path}: YAML nested too deeply to be a model spec") from None
+    except ValueError as err:  # an integer past Python's digit limit
+        raise KvplanError(f"{path}: YAML holds a value no model has ({shorten(str(err))})") from None
     if not isinstance(data, dict):
         raise KvplanError(f"{path}: a model spec is a YAML mapping with name, params and layers")
     try:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from pathlib import Path
 from typing import Any
 
 from kvplan.errors import KvplanError
+from kvplan.text import plain, shorten
 
 MAX_LAYERS = 100_000  # far above any real model; refuses absurd configs before building per-layer lists
 
@@ -95,25 +97,48 @@ class Fields:
         return Fields(value or {}, f"{self.where} {name}")
 
 
-def read_text(path: Path) -> str:
+MAX_TEXT_FILE = 16 * 2**20  # a config.json, YAML spec or model list: the largest real configs are under 1 MiB
+
+
+def read_text(path: Path, limit: int = MAX_TEXT_FILE) -> str:
+    """A small UTF-8 text file (a BOM is dropped). Only a regular file is read, so a FIFO or a device named by
+    mistake cannot block or stream forever, and at most `limit` bytes of it."""
+    shown = plain(path)
     try:
-        raw = path.read_bytes()
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise KvplanError(f"{shown}: not a regular file (a directory, a pipe or a device)")
+        with path.open("rb") as handle:
+            raw = handle.read(limit + 1)
     except OSError as err:
-        raise KvplanError(f"{path}: cannot read ({err.strerror or err})") from None
+        raise KvplanError(f"{shown}: cannot read ({err.strerror or err})") from None
+    if len(raw) > limit:
+        raise KvplanError(f"{shown}: larger than {limit // 2**20} MiB, far past any real config: not read")
     if not raw.strip():
-        raise KvplanError(f"{path}: file is empty")
+        raise KvplanError(f"{shown}: file is empty")
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise KvplanError(f"{path}: not a text file (it holds binary data, not UTF-8 JSON or YAML)") from None
+        raise KvplanError(f"{shown}: not a text file (it holds binary data, not UTF-8 JSON or YAML)") from None
+
+
+def load_json(text: str | bytes, where: str) -> object:
+    """JSON as Python reads it (which accepts the bare `Infinity` / `NaN` some configs carry), with one-line
+    errors for malformed text, nesting deeper than Python recurses and numbers of thousands of digits."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise KvplanError(f"{plain(where)}: malformed JSON at line {err.lineno}, column {err.colno}: "
+                          f"{err.msg}") from None
+    except RecursionError:
+        raise KvplanError(f"{plain(where)}: JSON nested too deeply to be a model's description") from None
+    except ValueError as err:  # an integer past Python's digit limit
+        raise KvplanError(f"{plain(where)}: JSON holds a value no model has ({shorten(str(err))})") from None
 
 
 def parse_json(text: str, where: str) -> dict:
-    """JSON as Python reads it, which accepts the bare `Infinity` / `NaN` some configs carry."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise KvplanError(f"{where}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    """A config.json's text as a dict."""
+    data = load_json(text, where)
     if not isinstance(data, dict):
-        raise KvplanError(f"{where}: expected a JSON object with the model's fields, got {type(data).__name__}")
+        raise KvplanError(f"{plain(where)}: expected a JSON object with the model's fields, got "
+                          f"{type(data).__name__}")
     return data

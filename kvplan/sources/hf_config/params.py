@@ -218,6 +218,9 @@ class MoE:
             return None
         hidden, layers = cfg.int("hidden_size"), cfg.layers("num_hidden_layers")
         top_k = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
+        if top_k > n:
+            raise KvplanError(f"{cfg.where}: {top_k} experts per token but only {n} experts: "
+                              "num_experts_per_tok cannot exceed the expert count")
         size = cfg.int("moe_intermediate_size", "intermediate_size")
         expert, bias, router = 3 * hidden * size, 0, hidden * n
         if model_type == "gpt_oss":  # gate_up_proj + down_proj with biases; router with bias
