@@ -12,8 +12,23 @@ from kvplan.text import LINE, plain, shorten
 
 app = typer.Typer(
     help="VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users.",
-    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+    no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from kvplan import __version__
+
+        print(f"kvplan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_print_version, is_eager=True,
+                                                   help="print kvplan's version and exit")] = False) -> None:
+    """VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users."""
 
 Model = Annotated[str, typer.Option("--model", "-m", help="library name or alias, config.json, a directory holding "
                                     "one, a YAML spec, or a Hugging Face Hub id (org/name)")]
@@ -448,7 +463,7 @@ def main() -> None:
     debug = "--debug" in args or os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
     args = [arg for arg in args if arg != "--debug"]
     try:
-        app(args=args or ["--help"], standalone_mode=False)
+        app(args=args or ["--help"], prog_name="kvplan", standalone_mode=False)
     except KvplanError as err:
         print(f"kvplan: error: {shorten(plain(err), LINE)}", file=sys.stderr)
         sys.exit(2)

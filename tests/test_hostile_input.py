@@ -335,3 +335,103 @@ def test_an_index_of_the_wrong_shape_is_a_note(monkeypatch, capsys, tmp_path, we
     code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
     assert code == 0, err
     assert any("not a readable index" in note for note in json.loads(out)["notes"])
+
+
+# ---------------------------------------------------------------------------------------------- the Hub
+
+
+class MisbehavingHub:
+    """A loopback server at HF_ENDPOINT that answers every request in one wrong way: `mode` is html (a captive
+    portal's 200 page), redirect-loop, redirect-file, wrong-shape (model info that is a list), trickle (a
+    complete-looking answer sent one byte every 0.3 s) or huge-config (model info saying config.json is 300 MB)."""
+
+    def __init__(self, mode: str):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[str] = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                hub.requests.append(self.path)
+                hub.answer(self, mode)
+
+            do_HEAD = do_GET
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+
+    def answer(self, req, mode: str) -> None:
+        import time
+
+        def send(status: int, body: bytes, **headers) -> None:
+            try:
+                req.send_response(status)
+                for name, value in headers.items():
+                    req.send_header(name.replace("_", "-"), value)
+                req.send_header("Content-Length", str(len(body)))
+                req.end_headers()
+                if mode == "trickle":
+                    for byte in body:
+                        req.wfile.write(bytes([byte]))
+                        req.wfile.flush()
+                        time.sleep(0.3)
+                else:
+                    req.wfile.write(body)
+            except OSError:
+                pass  # kvplan gave up: what it should do
+
+        if mode == "html":
+            return send(200, b"<html><body>Please log in to the hotel wifi</body></html>", Content_Type="text/html")
+        if mode == "redirect-loop":
+            return send(302, b"", Location=req.path)
+        if mode == "redirect-file":
+            return send(302, b"", Location="file:///etc/passwd")
+        if mode == "wrong-shape":
+            return send(200, b'["not", "a", "model"]', Content_Type="application/json")
+        info = {"id": "org/model", "sha": "0" * 40, "siblings": [{"rfilename": "config.json", "size": 300 * 2**20}]}
+        return send(200, json.dumps(info).encode(), Content_Type="application/json")
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("mode", ["html", "redirect-loop", "redirect-file", "wrong-shape", "trickle",
+                                  "huge-config"])
+def test_a_server_that_is_not_the_hub_is_one_line(monkeypatch, capsys, tmp_path, mode):
+    import time
+
+    hub = MisbehavingHub(mode)
+    try:
+        hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url, etag_timeout=1, download_timeout=1)
+        start = time.monotonic()
+        code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "org/model", "--ctx", "1k")
+        assert time.monotonic() - start < 20  # 3 s a call at most with these timeouts
+    finally:
+        hub.close()
+    fragment = {"trickle": "did not answer in time", "huge-config": "far past any real config"}
+    assert_one_line_error(code, err, fragment.get(mode, "HF_ENDPOINT"))
+    if mode == "huge-config":
+        assert not any("/resolve/" in path for path in hub.requests)  # never downloaded
+
+
+@pytest.mark.parametrize(("name", "value"), [("HF_HUB_ETAG_TIMEOUT", "ten"), ("HF_HUB_DOWNLOAD_TIMEOUT", "1.5"),
+                                             ("HF_ENDPOINT", "huggingface.co"), ("HF_ENDPOINT", "http://[::1")])
+def test_a_malformed_hub_variable_is_named(monkeypatch, capsys, tmp_path, name, value):
+    import sys
+
+    hub_environment(monkeypatch, tmp_path / "hf")
+    monkeypatch.setenv(name, value)
+    for module in [m for m in sys.modules if m.startswith("huggingface_hub")]:  # it reads them on import
+        monkeypatch.delitem(sys.modules, module)
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "org/model", "--ctx", "1k")
+    assert_one_line_error(code, err, name)

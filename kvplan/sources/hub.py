@@ -25,18 +25,26 @@ import json
 import logging
 import os
 import re
+import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
+from urllib.parse import urlsplit
 
 from kvplan import __version__
 from kvplan.errors import KvplanError
 from kvplan.model import CheckpointTensors, ModelSpec
 from kvplan.sources import safetensors as st
 from kvplan.sources.hf_config import model_from_config, parse_json, read_text
+from kvplan.sources.hf_config.fields import MAX_TEXT_FILE
+from kvplan.text import plain, shorten
 
 _ASSETS_FORMAT = 1
+CALL_DEADLINE_TIMEOUTS = 3  # a call's deadline, in per-read timeouts: a request, a redirect, a slow answer
+HEADER_DEADLINE_CALLS = 4  # the safetensors headers: one range request per shard, so a longer deadline
+T = TypeVar("T")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
@@ -47,7 +55,12 @@ def load(
 
     `closest`: bundled library names to mention when the repo does not exist."""
     repo_id = repo_id.strip()
-    hub = _Hub()
+    _check_environment()
+    try:
+        hub = _Hub()
+    except Exception as err:  # huggingface_hub reads its environment variables on import
+        raise KvplanError(f"huggingface_hub cannot start ({_first_line(err)}): check the HF_* environment "
+                          "variables") from None
     with _quiet():
         try:
             return _load(hub, repo_id, revision or None, token or None)
@@ -58,6 +71,50 @@ def load(
             if message is None:
                 raise
             raise KvplanError(message) from None
+
+
+def _check_environment() -> None:
+    """The variables huggingface_hub reads on import, checked first so that a typo is one line naming it."""
+    for name in ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT"):
+        value = os.environ.get(name, "").strip()
+        if value and not (value.isascii() and value.isdigit()):
+            raise KvplanError(f"{name}={shorten(plain(value))} is not a whole number of seconds")
+    endpoint = os.environ.get("HF_ENDPOINT", "").strip()
+    if endpoint:
+        try:
+            url = urlsplit(endpoint)
+            ok = url.scheme in ("http", "https") and bool(url.hostname)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise KvplanError(f"HF_ENDPOINT={shorten(plain(endpoint))} is not an http(s) URL like "
+                              "https://huggingface.co")
+
+
+class _Deadline(TimeoutError):
+    """A Hub call that kept answering, slowly, past its deadline (huggingface_hub times each read, not the
+    call)."""
+
+
+def _within(seconds: float, call: Callable[[], T]) -> T:
+    """`call()` on a worker thread, given up after `seconds`: a server that trickles its answer cannot hold
+    kvplan forever. The abandoned thread is a daemon, gone when kvplan exits."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as err:  # handed to the caller's thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise _Deadline(f"no complete answer within {seconds:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 class _Hub:
@@ -87,6 +144,11 @@ class _Hub:
     def download_timeout(self) -> float:
         return self.constants.HF_HUB_DOWNLOAD_TIMEOUT
 
+    @property
+    def deadline(self) -> float:
+        """A whole call (its requests and redirects): a few of huggingface_hub's own per-read timeouts."""
+        return CALL_DEADLINE_TIMEOUTS * max(self.etag_timeout, self.download_timeout)
+
     def api(self, token: str | None):
         return self.hf.HfApi(
             endpoint=self.endpoint, token=token, library_name="kvplan", library_version=__version__
@@ -95,19 +157,17 @@ class _Hub:
     def download(
         self, repo_id: str, filename: str, revision: str | None, token: str | None, local_only: bool = False
     ) -> Path:
-        return Path(
-            self.hf.hf_hub_download(
-                repo_id,
-                filename,
-                revision=revision,
-                token=token,
-                cache_dir=self.constants.HF_HUB_CACHE,
-                library_name="kvplan",
-                library_version=__version__,
-                local_files_only=local_only,
-                etag_timeout=self.etag_timeout,
-            )
-        )
+        return Path(_within(self.deadline, lambda: self.hf.hf_hub_download(
+            repo_id,
+            filename,
+            revision=revision,
+            token=token,
+            cache_dir=self.constants.HF_HUB_CACHE,
+            library_name="kvplan",
+            library_version=__version__,
+            local_files_only=local_only,
+            etag_timeout=self.etag_timeout,
+        )))
 
 
 @contextmanager
@@ -144,10 +204,13 @@ def _load(hub: _Hub, repo_id: str, revision: str | None, token: str | None) -> M
         config_path = _cached(hub, repo_id, revision, token)  # a commit never changes: no need to ask
     if online and config_path is None:
         try:
-            info = hub.api(token).model_info(
-                repo_id, revision=revision, token=token, timeout=hub.etag_timeout
-            )
+            info = _within(hub.deadline, lambda: hub.api(token).model_info(
+                repo_id, revision=revision, token=token, timeout=hub.etag_timeout, files_metadata=True))
             files = {s.rfilename for s in info.siblings} if info.siblings is not None else None
+            sizes = {s.rfilename: s.size for s in info.siblings or () if s.size is not None}
+            if sizes.get("config.json", 0) > MAX_TEXT_FILE:
+                raise KvplanError(f"{repo_id}'s config.json is {sizes['config.json']:,} bytes, far past any "
+                                  "real config: not downloaded")
         except Exception as err:
             trouble = _network_trouble(err) or _hub_down(err)
             if trouble is None:
@@ -212,9 +275,8 @@ def _checkpoint(
     if files is not None and not {st.SINGLE_FILE, st.INDEX_FILE} & files:
         return None, f"the repo has no {st.SINGLE_FILE} or {st.INDEX_FILE}: {fallback}"
     try:
-        meta = hub.api(token).get_safetensors_metadata(
-            repo_id, revision=commit, token=token, timeout=hub.download_timeout
-        )
+        meta = _within(HEADER_DEADLINE_CALLS * hub.deadline, lambda: hub.api(token).get_safetensors_metadata(
+            repo_id, revision=commit, token=token, timeout=hub.download_timeout))
         tensors = [
             (t.dtype, t.parameter_count) for f in meta.files_metadata.values() for t in f.tensors.values()
         ]
@@ -246,7 +308,7 @@ def _assets_read(hub: _Hub, repo_id: str, commit: str) -> CheckpointTensors | No
         if data.pop("format", None) != _ASSETS_FORMAT:
             return None
         return CheckpointTensors(**data)
-    except (OSError, ValueError, TypeError):
+    except (OSError, ValueError, TypeError, AttributeError, RecursionError):  # a damaged file is read afresh
         return None
 
 
@@ -411,4 +473,21 @@ def explain(
             f"cannot use the Hugging Face cache at {hub.constants.HF_HUB_CACHE} ({_first_line(err)}): "
             "check HF_HOME / HF_HUB_CACHE"
         )
+    if _raised_by_the_hub_client(err):  # HTML from a captive portal, a redirect loop, a file:// redirect, ...
+        return (
+            f"{hub.endpoint} did not answer as the Hugging Face Hub does ({shorten(_first_line(err))}): check "
+            "HF_ENDPOINT and any proxy or captive portal"
+        )
     return None
+
+
+def _raised_by_the_hub_client(err: BaseException) -> bool:
+    """Whether huggingface_hub or its HTTP client raised `err`: an answer the Hub would not give. An error
+    raised by kvplan's own code is not the Hub's and stays a bug."""
+    tb = err.__traceback__
+    while tb is not None:
+        module = tb.tb_frame.f_globals.get("__name__", "")
+        if module.split(".")[0] in ("huggingface_hub", "httpx", "httpcore", "h11"):
+            return True
+        tb = tb.tb_next
+    return False

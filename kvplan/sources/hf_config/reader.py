@@ -22,15 +22,17 @@ from kvplan.sources.hf_config.vision import vision_params
 
 
 def read_config_file(path: Path, name: str | None = None, source: str | None = None) -> ModelSpec:
-    """Read a config.json file, or a directory holding one."""
+    """Read a config.json file, or a directory holding one. Its name: the config's `_name_or_path`, else the
+    file's own name, or its directory's when the file is a plain config.json (`models/qwen3-8b/config.json`
+    is qwen3-8b), so that several local models can be told apart."""
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if not (path / "config.json").exists():
             raise KvplanError(f"{path}: directory has no config.json")
         path = path / "config.json"
     config = parse_json(read_text(path), str(path))
-    name = name or str(config.get("_name_or_path") or path.stem)
+    plain_name = path.stem.lower() == "config" and path.resolve().parent.name
+    name = name or str(config.get("_name_or_path") or plain_name or path.stem)
     return model_from_config(config, name, source or f"file {path}", where=str(path))
-
 
 
 def model_from_config(config: dict, name: str, source: str, where: str = "config.json") -> ModelSpec:
