@@ -35,3 +35,12 @@ def test_local_configs_are_named_by_their_directory(monkeypatch, capsys, tmp_pat
                      encoding="utf-8")
     code, out, _ = run_main(monkeypatch, capsys, "estimate", "--model", str(named), "--ctx", "8k", "--json")
     assert json.loads(out)["model"] == "my-model"
+
+
+def test_a_typo_in_a_bundled_name_suggests_it_even_offline(monkeypatch, capsys, tmp_path):
+    from conftest import assert_one_line_error
+    from hubkit import hub_environment
+
+    hub_environment(monkeypatch, tmp_path / "hf", offline=True)
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "meta-lama/Llama-3-8B", "--ctx", "8k")
+    assert_one_line_error(code, err, "HF_HUB_OFFLINE", "did you mean meta-llama/Meta-Llama-3-8B")

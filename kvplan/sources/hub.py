@@ -70,6 +70,8 @@ def load(
             message = explain(hub, err, repo_id, revision, closest)
             if message is None:
                 raise
+            if closest and "closest" not in message:  # a typo of a bundled name read as a Hub id
+                message += f" (did you mean {' or '.join(closest)}, in the bundled library?)"
             raise KvplanError(message) from None
 
 
