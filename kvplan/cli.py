@@ -264,12 +264,14 @@ def models(
         return
     from rich.table import Table
 
+    from kvplan.report import print_table
+
     table = Table(title=f"{len(chosen)} bundled models", title_justify="left")
     for column in ("model", "aliases", "provenance"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for entry in chosen:
-        table.add_row(entry.id, ", ".join(entry.aliases), entry.provenance)
-    _console().print(table)
+        table.add_row(entry.id, "\n".join(entry.aliases), entry.provenance)
+    print_table(_console(), table, whole=(0, 1))
 
 
 # `table` and `plot`: several models x contexts x GPUs (kvplan/table.py, kvplan/plot.py, docs/tables.md).
@@ -341,9 +343,14 @@ def table_command(
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
     if fmt == "rich" and out is None and sys.stdout.isatty():
+        from kvplan.report import print_table
+
         console = _console()
         for renderable in planning.rich_renderables(result, pivot=pivot, metric=metric):
-            console.print(renderable)
+            if hasattr(renderable, "columns"):  # every cell is an id or a number
+                print_table(console, renderable, whole=tuple(range(len(renderable.columns))))
+            else:
+                console.print(renderable)
     else:  # a file or a pipe gets the whole width, not 80 columns
         text = planning.render(result, fmt, pivot=pivot, metric=metric)
         if out is None:

@@ -6,6 +6,8 @@ styles are given as Text styles, and such text passes through `kvplan.text.plain
 
 from itertools import groupby
 
+from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -21,13 +23,33 @@ def console(stderr: bool = False) -> Console:
     return Console(markup=False, stderr=stderr)
 
 
+def print_table(console: Console, table: Table, whole: tuple[int, ...] = (0,)) -> None:
+    """Print a table without breaking what must stay whole: numbers (right-justified columns) and the columns in
+    `whole` (model ids, GPU names) keep their widest cell on one line, while headers wrap between words and prose
+    labels wrap. A terminal too narrow even for that gets the table at the width it needs (the terminal wraps the
+    lines) rather than a cut id or number. In a table of labels and values, a label that wraps gets a blank line
+    before the next row, so that its second line does not read as a row of its own."""
+    for index, column in enumerate(table.columns):
+        if column.justify == "right" or index in whole:
+            cells = [cell_len(c) if isinstance(c, str) else c.cell_len for c in column.cells
+                     if isinstance(c, str | Text)]
+            header = str(column.header).split()
+            column.min_width = max([*cells, *(cell_len(word) for word in header)], default=0)
+            column.no_wrap = index in whole
+    needed = table.__rich_measure__(console, console.options)
+    if needed.maximum > console.width and not table.show_header:
+        table.box, table.show_edge, table.leading = box.SIMPLE, False, 1
+    console.print(table, width=max(console.width, needed.minimum), crop=False)
+
+
 def styled(text: object, style: str) -> Text:
     return Text(plain(text), style=style)
 
 
 def line(*parts: str | tuple[str, str]) -> Text:
-    """One line of plain parts and (text, style) parts, every part made safe."""
-    return Text.assemble(*((plain(p[0]), p[1]) if isinstance(p, tuple) else plain(p) for p in parts))
+    """Plain parts and (text, style) parts, every part made safe; a part that is exactly a newline is kept."""
+    return Text.assemble(*((plain(p[0]), p[1]) if isinstance(p, tuple) else p if p == "\n" else plain(p)
+                           for p in parts))
 
 
 def both_units(n: int) -> str:
@@ -48,7 +70,7 @@ def model_header(model: ModelSpec) -> Text:
     quant = f", weights {model.quantization.weights_dtype} ({model.quantization.method})" if model.quantization else ""
     ctx = f", max context {model.max_context:,}" if model.max_context else ""
     layout = f"{model.architecture}, {model.num_layers} layers, {params}, {model.dtype}"
-    return line((model.name, "bold"), f"\n{layout}{quant}{ctx}")
+    return line((model.name, "bold"), "\n", f"{layout}{quant}{ctx}")
 
 
 def checkpoint_summary(model: ModelSpec) -> str:
@@ -72,7 +94,7 @@ def print_estimate(console: Console, model: ModelSpec, est: Estimate) -> None:
     for row in est.breakdown:
         table.add_row(plain(row.kind), str(row.layers), format_bytes(row.bytes_per_token), f"{row.tokens_held:,}",
                       format_bytes(row.bytes_per_sequence))
-    console.print(table)
+    print_table(console, table)
     summary = Table(show_header=False, box=None, padding=(0, 2))
     summary.add_column()
     summary.add_column(justify="right")
@@ -84,7 +106,7 @@ def print_estimate(console: Console, model: ModelSpec, est: Estimate) -> None:
     exact = ", exact from safetensors" if est.weights_source == "checkpoint" else ""
     summary.add_row(f"weights ({est.weights_dtype}{exact})", both_units(est.weights_bytes))
     summary.add_row(styled("weights + KV", "bold"), styled(both_units(est.total_bytes), "bold"))
-    console.print(summary)
+    print_table(console, summary, whole=())
     for warning in est.warnings:
         console.print(styled(f"warning: {warning}", "yellow"))
 
@@ -106,7 +128,7 @@ def print_layout(console: Console, model: ModelSpec) -> None:
         for i, cache in enumerate(run[0]):  # a layer with two caches (MLA and its indexer) gets two lines
             split = "yes" if cache.split_by_tensor_parallel else "no"
             table.add_row(span if i == 0 else "", plain(kind_label(cache)), plain(_shape(cache)), split)
-    console.print(table)
+    print_table(console, table)
     params = Table(title="parameters", title_justify="left")
     params.add_column("group")
     params.add_column("count", justify="right")
@@ -116,7 +138,7 @@ def print_layout(console: Console, model: ModelSpec) -> None:
     params.add_row(styled("total", "bold"), styled(f"{model.params.total:,}", "bold"))
     if model.params.active != model.params.total:
         params.add_row("active per token", f"{model.params.active:,}")
-    console.print(params)
+    print_table(console, params)
     if model.widths is not None:
         console.print(f"forward widths (for prefill activations): {_widths(model.widths)}")
     if model.checkpoint is not None:
@@ -143,7 +165,7 @@ def _print_checkpoint(console: Console, model: ModelSpec) -> None:
         table.add_row(dtype, f"{count:,}", both_units(sizes[dtype]))
     table.add_row(styled(f"{model.checkpoint.tensors:,} tensors", "bold"),
                   styled(f"{model.checkpoint.total:,}", "bold"), styled(both_units(sum(sizes.values())), "bold"))
-    console.print(table)
+    print_table(console, table)
 
 
 def _shape(cache) -> str:
@@ -202,7 +224,7 @@ def print_capacity(console: Console, cap) -> None:
         table.add_row("shared prefix cached once", f"{cap.shared_prefix:,} tokens")
     if cap.max_ctx_for_users:
         table.add_row(f"longest context for {_users(cap.users)}", f"{cap.max_ctx_for_users:,} tokens")
-    console.print(table)
+    print_table(console, table, whole=())
     if cap.vllm_log:
         _print_vllm_log(console, cap)
     for note in [*cap.engine_assumptions, *cap.notes]:
@@ -255,7 +277,7 @@ def print_plan(console: Console, plan) -> None:
         table.add_row(str(row.gpus), " x ".join(layout), row.kv_dtype, row.weights_dtype,
                       f"{row.max_concurrent_users:,}",
                       f"{format_bytes(row.headroom_bytes)} ({row.headroom_fraction:.0%})")
-    console.print(table)
+    print_table(console, table)
 
 
 def print_gpus(console: Console, gpus) -> None:
@@ -266,7 +288,7 @@ def print_gpus(console: Console, gpus) -> None:
         table.add_row(gpu.name, gpu.aliases[0] if gpu.aliases else "", format_bytes(gpu.memory_bytes),
                       format_bytes(gpu.usable_bytes), f"{gpu.bandwidth_gbs:,.0f}",
                       f"{gpu.bf16_tflops:,.1f}" if gpu.bf16_tflops else "-")
-    console.print(table)
+    print_table(console, table, whole=(0, 1))
 
 
 # ---------------------------------------------------------------------------------------------- kvplan profile
@@ -335,7 +357,7 @@ def print_profile(console: Console, result) -> None:
         error, pct = _error(comp)
         table.add_row(comp.name, _count(comp.predicted), _count(comp.measured), error, pct,
                       "-" if comp.measured is None else format_bytes(comp.measured))
-    console.print(table)
+    print_table(console, table)
     if result.by_kind:
         kinds = Table(title=f"KV cache by layer kind after decode ({result.cache_class}), bytes",
                       title_justify="left")
@@ -345,7 +367,7 @@ def print_profile(console: Console, result) -> None:
             kinds.add_row(plain(row.kind), str(row.layers), _count(row.tokens_measured), _count(row.predicted),
                           _count(row.measured), _count(row.measured_view),
                           f"{row.cache_layer_class} ({', '.join(row.dtypes)})")
-        console.print(kinds)
+        print_table(console, kinds)
     _print_profile_memory(console, result)
     if result.ttft_s is not None:
         timing = (f"time to first token {result.ttft_s * 1000:,.1f} ms ({result.prefill_tokens_per_s:,.0f} prefill "
@@ -363,7 +385,7 @@ def print_profile(console: Console, result) -> None:
             rec.add_row(f"{row.tokens:,}", f"{row.cached_s_per_token:.4f}", f"{row.recompute_s_per_token:.4f}",
                         f"{row.speedup:,.1f}x", format_bytes(row.cache_bytes),
                         "-" if row.recompute_peak_bytes is None else format_bytes(row.recompute_peak_bytes))
-        console.print(rec)
+        print_table(console, rec)
     if result.max_batch is not None:
         mb = result.max_batch
         error = "-" if mb.error_pct is None else f"{mb.error_pct:+.1f}%"
@@ -392,4 +414,4 @@ def _print_profile_memory(console: Console, result) -> None:
     for phase in result.memory:
         table.add_row(phase.phase, *("-" if getattr(phase, f) is None else format_bytes(getattr(phase, f))
                                      for f in fields))
-    console.print(table)
+    print_table(console, table)
