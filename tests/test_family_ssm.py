@@ -262,7 +262,8 @@ def test_inconsistent_fields_are_refused_in_one_line_naming_the_field(config, fi
 def test_tp_on_the_command_line_is_refused_for_ssm_heads(monkeypatch, capsys, tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(MAMBA2), encoding="utf-8")
-    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k", "--gpu", "h100", "--tp", "3")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k", "--gpu", "h100",
+                            "--tp", "3")
     assert_one_line_error(code, err, "--tp 3", "128 SSM heads")
 
 
