@@ -24,7 +24,7 @@ from kvplan.dtypes import DType, kv_dtype, weight_dtype
 from kvplan.engines import Engine, EngineOptions, KVPool, VllmPool
 from kvplan.errors import KvplanError
 from kvplan.memory import weights_bytes
-from kvplan.model import LayerCache, ModelSpec
+from kvplan.model import LayerCache, ModelSpec, RecurrentState
 
 SEARCH_LIMIT = 1 << 24  # longest context searched for models that state no maximum
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -148,23 +148,45 @@ def _tp_problem(model: ModelSpec, tp: int) -> str | None:
         if (kv >= tp and kv % tp) or (tp > kv and tp % kv):
             return (f"cannot share {model.name}'s {kv} KV heads: TP must divide them, or be a multiple of "
                     "them to replicate them")
+    for state in {c for c in model.caches if c.kind == "recurrent"}:
+        problem = _recurrent_tp_problem(state, tp)
+        if problem:
+            return f"{problem} of {model.name}'s {state.mixer} layers"
+    return None
+
+
+def _recurrent_tp_problem(state: RecurrentState, tp: int) -> str | None:
+    """vLLM's mixers split a recurrent state by heads (Mamba-2, Gated DeltaNet: `num_heads % tp == 0`), B and C
+    groups only when tp divides them or there is one group to replicate (`mamba_mixer2.py`), and Mamba's
+    channels evenly (`divide(intermediate_size, tp)`)."""
+    if state.heads:
+        if state.heads % tp:
+            return f"does not divide the {state.heads} SSM heads"
+        if state.groups and state.groups % tp and state.groups != 1:
+            return f"does not divide the {state.groups} B/C groups (only a single group is replicated)"
+    elif state.conv_kernel and state.conv_elements // (state.conv_kernel - 1) % tp:
+        return f"does not divide the {state.conv_elements // (state.conv_kernel - 1):,} channels"
     return None
 
 
 def valid_tp(model: ModelSpec, limit: int = 64) -> list[int]:
-    candidates = range(1, min(limit, model.num_attention_heads) + 1)
+    candidates = range(1, min(limit, model.num_attention_heads or limit) + 1)
     return [tp for tp in candidates if _tp_problem(model, tp) is None]
 
 
 def split_for_tp(cache: LayerCache, tp: int) -> LayerCache:
-    """One GPU's share of a layer's cache: max(1, kv_heads // tp) heads; recurrent state / tp; MLA whole."""
+    """One GPU's share of a layer's cache: max(1, kv_heads // tp) heads; recurrent state / tp; MLA whole.
+    A Mamba-2 state whose B/C groups tp does not divide first gets tp - groups more groups of 2 x state_size
+    conv channels, so that every GPU holds the group its heads read (vLLM `extra_groups_for_head_shards`)."""
     if tp == 1 or not cache.split_by_tensor_parallel:
         return cache
     if cache.kind in ATTENTION_KINDS:
         return cache.model_copy(update={"kv_heads": max(1, cache.kv_heads // tp)})
     if cache.kind == "recurrent":
-        return cache.model_copy(update={"conv_elements": cache.conv_elements // tp,
-                                        "ssm_elements": cache.ssm_elements // tp})
+        conv = cache.conv_elements
+        if cache.groups and cache.groups % tp and cache.conv_kernel:
+            conv += (tp - cache.groups) * 2 * cache.state_size * (cache.conv_kernel - 1)
+        return cache.model_copy(update={"conv_elements": conv // tp, "ssm_elements": cache.ssm_elements // tp})
     return cache
 
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from kvplan.dtypes import DType, kv_dtype
 from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype
-from kvplan.model import EMPTY_KINDS, IndexerKeys, LayerCache, ModelSpec
+from kvplan.model import EMPTY_KINDS, IndexerKeys, LayerCache, ModelSpec, RecurrentState
 from kvplan.text import brief
 
 GiB = 1 << 30
@@ -250,21 +250,23 @@ class VllmPool(KVPool):
     """vLLM's block pool: every block costs `block_bytes` (group size x page), whatever group uses it."""
 
     def __init__(self, groups: list[VllmGroup], block_bytes: int, in_flight: int, encoder_tokens: int | None,
-                 log_formula: str, notes: list[str]):
+                 log_formula: str, notes: list[str], state_pages: int = 2):
         self.groups, self.block_bytes, self.in_flight = groups, block_bytes, in_flight
         self.encoder_tokens, self.log_formula, self.notes = encoder_tokens, log_formula, notes
+        self.state_pages = state_pages
 
     def blocks(self, group: VllmGroup, max_len: int) -> int:
         """Blocks one request reserves in one group (`max_memory_usage_bytes` / page):
         full cdiv(L, B); sliding cdiv(min(W - 1 + I, L), B) + 1; chunked cdiv(min(C + I, L), B);
-        Mamba 2 pages (align mode, the default with prefix caching); cross-attention cdiv(encoder, B)."""
+        Mamba 2 pages in a hybrid (align mode, the default with prefix caching), 1 in an attention-free model
+        (prefix caching is off for them: mamba_cache_mode none); cross-attention cdiv(encoder, B)."""
         b, window = group.block_size, group.window
         if group.kind == "sliding":
             return cdiv(min(window - 1 + self.in_flight, max_len), b) + 1
         if group.kind == "chunked":
             return cdiv(min(window + self.in_flight, max_len), b)
         if group.kind == "recurrent":
-            return 2
+            return self.state_pages
         if group.kind == "cross":
             return cdiv(self.encoder_tokens or max_len, b)
         return cdiv(max_len, b)
@@ -332,15 +334,26 @@ class Vllm(Engine):
         return version_tuple(self.version) >= (0, 21)
 
     INDEXER_QUANT_BLOCK = 128
+    # Families whose config's SSM state dtype vLLM adopts (`models/config.py`: NemotronHForCausalLMConfig reads
+    # mamba_ssm_cache_dtype, Qwen3_5ForCausalLMConfig mamba_ssm_dtype); for the others mamba_ssm_cache_dtype
+    # "auto" keeps the SSM state in the conv state's dtype, the model's (`mamba_utils.py` _mamba_state_dtype).
+    READS_SSM_DTYPE = frozenset({"nemotron_h", "qwen3_5_text", "qwen3_5_moe_text"})
 
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
         """DSA indexer keys as vLLM stores them whatever the KV dtype: fp8 values with one fp32 scale per
         128 elements, index_head_dim + index_head_dim // 128 x 4 bytes per token (`DeepseekV32IndexerCache`,
-        uint8; `models/deepseek_v2.py`)."""
-        return tuple(
-            c.model_copy(update={"head_dim": c.head_dim + c.head_dim // self.INDEXER_QUANT_BLOCK * 4,
-                                 "storage_dtype": "fp8"}) if isinstance(c, IndexerKeys) else c
-            for c in model.caches)
+        uint8; `models/deepseek_v2.py`). Recurrent states in the model dtype unless the family is one whose
+        SSM dtype vLLM takes from the config (READS_SSM_DTYPE)."""
+        keeps_ssm_dtype = model.architecture in self.READS_SSM_DTYPE
+        out = []
+        for c in model.caches:
+            if isinstance(c, IndexerKeys):
+                c = c.model_copy(update={"head_dim": c.head_dim + c.head_dim // self.INDEXER_QUANT_BLOCK * 4,
+                                         "storage_dtype": "fp8"})
+            elif isinstance(c, RecurrentState) and c.ssm_dtype and not keeps_ssm_dtype:
+                c = c.model_copy(update={"ssm_dtype": None})
+            out.append(c)
+        return tuple(out)
 
     def default_fraction(self) -> float:
         return 0.92 if self.modern else 0.90
@@ -385,13 +398,11 @@ class Vllm(Engine):
         recurrent = [r for r in table if r.kind == "recurrent"]
         mamba_page = max((r.state_bytes for r in recurrent), default=0)
         if attention and recurrent:
-            # Mamba hybrids: raise the attention block size until its page holds a Mamba state, then pad the
-            # Mamba page to the attention page (HybridAttentionMambaModelConfig).
-            per_token = max(r.bytes_per_token for r in attention)
-            align = 64 if mla else 16
-            block = max(block, align * cdiv(mamba_page, align * per_token))
-            mamba_page = block * per_token
+            block = self.hybrid_block_size(block, max(r.bytes_per_token for r in attention), mamba_page, mla)
+            mamba_page = block * max(r.bytes_per_token for r in attention)
             notes.append(f"attention block size raised to {block} tokens so a page holds a recurrent state")
+        elif recurrent:
+            notes = ["attention-free: no prefix caching, so one state page per request (mamba_cache_mode none)"]
         # Each distinct layer spec: (kind, window, page bytes, block size).
         specs: dict[tuple[str, int, int], int] = {}
         for r in table:
@@ -409,7 +420,8 @@ class Vllm(Engine):
             (kind, window), = kinds
             block_bytes = sum(page * count for (_, _, page), count in specs.items())
             groups = [VllmGroup(kind=kind, groups=1, block_size=block, window=window)]
-            return VllmPool(groups, block_bytes, in_flight, encoder, formula, notes)
+            return VllmPool(groups, block_bytes, in_flight, encoder, formula, notes, state_pages=1 if recurrent
+                            and not attention else 2)
         # Hybrid: one page size for all (smaller pages get a proportionally larger block size), layers
         # bucketed by spec, buckets cut into groups of group_size layers (padding the last), one block pool.
         max_page = max(page for _, _, page in specs)
@@ -429,6 +441,18 @@ class Vllm(Engine):
             notes.append(f"{padding} padding layers: each KV-cache group has {group_size} layers")
         return VllmPool([VllmGroup(kind=k, groups=cdiv(c, group_size), block_size=s, window=w)
                          for k, w, s, c in groups], group_size * max_page, in_flight, encoder, formula, notes)
+
+    KERNEL_BLOCK = 16  # the smallest kernel block of FlashAttention and Triton attention on CUDA (MultipleOf(16))
+    MLA_HYBRID_BLOCK = 128  # MLA decode kernels' alignment for MLA/Mamba hybrids
+
+    def hybrid_block_size(self, block: int, attention_per_token: int, mamba_page: int, mla: bool) -> int:
+        """Mamba hybrids (`Platform._align_hybrid_block_size`): the attention block size is raised until one
+        attention page holds a Mamba state, in multiples of align = max(16, block size) (128 at least with MLA):
+        block = max(block, 16 x cdiv(align x cdiv(state, align x attention bytes per token), 16)); the Mamba page is
+        then padded to block x attention bytes per token."""
+        align = max(self.KERNEL_BLOCK, block, self.MLA_HYBRID_BLOCK if mla else 0)
+        needed = align * cdiv(mamba_page, align * attention_per_token)
+        return max(block, self.KERNEL_BLOCK * cdiv(needed, self.KERNEL_BLOCK))
 
     def assumptions(self) -> list[str]:
         lines = [f"in-flight tokens I = {self.in_flight_tokens():,} "

@@ -136,6 +136,11 @@ class RecurrentState(_Cache):
     ssm_dtype: Literal["fp32", "bf16", "fp16"] | None = None
     conv_kernel: int | None = Field(None, ge=2, description="convolution width (conv_elements = channels x "
                                     "(conv_kernel - 1))")
+    heads: int | None = Field(None, ge=1, description="SSM heads (Mamba-2 heads, Gated DeltaNet value heads): "
+                              "tensor parallelism gives each GPU heads / tp of them, so it must divide them")
+    groups: int | None = Field(None, ge=1, description="Mamba-2 n_groups: heads share B and C (state_size channels "
+                               "each) by group; vLLM replicates them to tp groups when tp does not divide them")
+    state_size: int | None = Field(None, ge=1, description="Mamba-2 d_state, the width of B and C per group")
 
     def state_bytes(self, model_dtype: DType) -> int:
         ssm_dtype = kv_dtype(self.ssm_dtype) if self.ssm_dtype else model_dtype
@@ -265,7 +270,8 @@ class ModelSpec(BaseModel):
     name: str
     architecture: str = Field(description="the config's model_type")
     num_layers: PositiveInt
-    num_attention_heads: PositiveInt
+    num_attention_heads: int = Field(ge=0, description="query heads of the attention layers; 0 for a model "
+                                                       "without attention (Mamba, Mamba-2)")
     caches: tuple[LayerCache, ...]
     params: ParamCounts
     dtype: str = Field(description="the checkpoint's float dtype (fp32, bf16, fp16)")

@@ -579,8 +579,10 @@ def test_nemotron_h_hybrid_pattern():
     assert kinds(model) == ["recurrent", "none", "recurrent", "full"]
     result = estimate(model, ctx=1000, kv_dtype_name="bf16")
     assert result.kv_bytes_per_token == 2 * 2 * 128 * BF16  # one attention layer
-    # Mamba2 state: conv (d_inner 16 x 64 + 2 x n_groups 8 x d_state 128) x (kernel - 1) + ssm 16 x 64 x 128
-    state = ((16 * 64 + 2 * 8 * 128) * 3 + 16 * 64 * 128) * BF16
+    # Mamba2 state: conv (d_inner 16 x 64 + 2 x n_groups 8 x d_state 128) x (kernel - 1) in bf16 + ssm 16 x 64 x 128
+    # in fp32, Nemotron-H's SSM dtype when its config names none (vLLM NemotronHForCausalLMConfig, transformers'
+    # NemotronHConfig mamba_ssm_cache_dtype "float32")
+    state = (16 * 64 + 2 * 8 * 128) * 3 * BF16 + 16 * 64 * 128 * 4
     assert result.state_bytes_per_sequence == 2 * state
     assert result.kv_bytes_per_sequence == 1000 * 1024 + 2 * state
 

@@ -217,7 +217,10 @@ class Session:
     def __init__(self, torch, transformers, model, device: str, vocab: int, cache: str, ctx: int):
         self.torch, self.transformers, self.model = torch, transformers, model
         self.device, self.vocab, self.cache, self.ctx = device, vocab, cache, ctx
-        self.logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        parameters = inspect.signature(model.forward).parameters
+        self.logits_to_keep = "logits_to_keep" in parameters
+        # Mamba and Mamba-2 take their cache as cache_params (generate() names it so for them)
+        self.cache_name = "cache_params" if "past_key_values" not in parameters else "past_key_values"
         self.generator = torch.Generator(device=device).manual_seed(1)
 
     def new_cache(self):
@@ -234,7 +237,7 @@ class Session:
             if cache is None:
                 out = self.model(input_ids=ids, use_cache=False, **kwargs)
             else:
-                out = self.model(input_ids=ids, past_key_values=cache, use_cache=True, **kwargs)
+                out = self.model(input_ids=ids, use_cache=True, **{self.cache_name: cache}, **kwargs)
         except Exception as err:
             if runtime.is_oom(self.torch, err):
                 raise

@@ -4,6 +4,7 @@ All per-architecture knowledge of kvplan lives in this package, split by concern
     fields.py        typed access to the config's fields (every error names the file and the field)
     families.py      what is known of a family by name: defaults of fields configs omit, block shapes
     layout.py        what each layer caches (attention, windows, MLA, recurrent states)
+    mamba.py         Mamba and Mamba-2 mixers under each family's field names: dimensions, state, parameters
     params.py        parameter counts, block by block
     quantization.py  float dtype, weight quantisation, KV dtype, max context
     vision.py        vision towers of multimodal checkpoints

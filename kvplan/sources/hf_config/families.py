@@ -39,6 +39,18 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "gpt_oss": {"tie_word_embeddings": False},
     "jamba": {"tie_word_embeddings": False, "attn_layer_period": 8, "attn_layer_offset": 4},
     "nemotron_h": {"tie_word_embeddings": False},
+    "mamba": {"tie_word_embeddings": True},
+    "falcon_mamba": {"tie_word_embeddings": True},
+    "mamba2": {"tie_word_embeddings": False},
+    "bamba": {"tie_word_embeddings": False},
+    "granitemoehybrid": {"tie_word_embeddings": False},
+    "falcon_h1": {"tie_word_embeddings": False},
+    "zamba": {"tie_word_embeddings": True, "attn_layer_period": 6, "attn_layer_offset": 4},
+    "zamba2": {"tie_word_embeddings": True},
+    "zaya": {"tie_word_embeddings": True},
+    "olmo_hybrid": {"tie_word_embeddings": False},
+    "qwen3_5_text": {"tie_word_embeddings": False},
+    "qwen3_5_moe_text": {"tie_word_embeddings": False},
     "nemotron-nas": {"tie_word_embeddings": False},
     "t5": {"tie_word_embeddings": True},
 }
@@ -68,6 +80,18 @@ UNMODELLED_CACHE_FIELDS = {
 RECURRENT_FIELDS = ("mamba_d_state", "mamba_n_heads", "n_mamba_heads", "state_size", "ssm_state_size", "lru_width",
                     "conv_L_cache", "short_conv_kernel_size", "number_of_conv_states", "linear_num_heads",
                     "linear_num_key_heads", "layers_block_type", "block_types")
+
+
+# The Mamba mixer a family's recurrent layers run (transformers' modeling_<family>.py): Mamba (Gu & Dao) or Mamba-2.
+# Recurrent layers of the other families are Gated DeltaNet (Qwen3-Next, Qwen3.5, OLMo Hybrid).
+MAMBA_MIXERS = {"mamba": "mamba", "falcon_mamba": "mamba", "jamba": "mamba", "zamba": "mamba",
+                "mamba2": "mamba2", "bamba": "mamba2", "granitemoehybrid": "mamba2", "nemotron_h": "mamba2",
+                "falcon_h1": "mamba2", "zamba2": "mamba2"}
+
+
+# Families with no attention at all: every layer a Mamba mixer, num_attention_heads 0 (Mamba-2's num_heads are its
+# SSM heads).
+ATTENTION_FREE = frozenset({"mamba", "falcon_mamba", "mamba2"})
 
 
 # MoE routers that keep a load-balancing bias per routed expert (`e_score_correction_bias`, which checkpoints store
@@ -114,6 +138,9 @@ FAMILIES: dict[str, Family] = {
     "olmo2": Family(qk_norm="full"),
     "gpt_oss": Family(qkv_bias=True, o_bias=True),
     "nemotron_h": Family(gated_mlp=False, norms_per_layer=1),
+    "olmo_hybrid": Family(qk_norm="full"),
+    "qwen3_5_text": Family(qk_norm="head"),
+    "qwen3_5_moe_text": Family(qk_norm="head"),
     # Checked against transformers' classes only (tests/test_transformers_params.py): no bundled model.
     "glm4_moe_lite": Family(),
     "mimo_v2_flash": Family(),

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 from kvplan.errors import KvplanError
 from kvplan.model import ChunkedAttention, FullAttention, LayerCache, MLALatent, NoCache, RecurrentState, SlidingWindow
-from kvplan.sources.hf_config.families import RECURRENT_FIELDS, UNMODELLED_CACHE_FIELDS
-from kvplan.sources.hf_config.fields import Fields
+from kvplan.sources.hf_config.families import MAMBA_MIXERS, RECURRENT_FIELDS, UNMODELLED_CACHE_FIELDS
+from kvplan.sources.hf_config.fields import MAX_LAYERS, Fields
+from kvplan.sources.hf_config.mamba import mamba_state
 from kvplan.sources.hf_config.quantization import optional_dtype
 
 
@@ -53,7 +55,7 @@ def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, head
         head_dim = read_head_dim(cfg, hidden, heads)
         types = layer_types(cfg, model_type, num_layers, notes)
         kv_heads = read_kv_heads(cfg, model_type, heads)
-        caches = layer_caches(cfg, types, kv_heads, head_dim)
+        caches = layer_caches(cfg, model_type, types, kv_heads, head_dim)
         if model_type == "mimo_v2_flash":  # its modeling code gives sliding layers twice the KV heads (and sinks)
             caches = [c.model_copy(update={"kv_heads": 2 * kv_heads}) if isinstance(c, SlidingWindow) else c
                       for c in caches]
@@ -100,15 +102,25 @@ def read_head_dim(cfg: Fields, hidden: int, heads: int) -> int:
 
 
 def layer_types(cfg: Fields, model_type: str, n: int, notes: list[str]) -> list[str]:
-    """The type of each layer, from the field that family uses to say it (transformers' config classes)."""
+    """The type of each layer, from the field that family uses to say it (transformers' config classes). A Mamba
+    family's recurrent layers are named after its mixer (mamba, mamba2): transformers 5 calls them all
+    "linear_attention", older configs "mamba", and "attention" means full attention."""
+    if model_type == "nemotron_h":
+        return nemotron_h_types(cfg, n)
+    if model_type == "bamba":  # attention on the layers attn_layer_indices lists, Mamba-2 elsewhere
+        indices = set(cfg.list("attn_layer_indices", int))
+        if any(i < 0 or i >= n for i in indices):
+            raise KvplanError(f"{cfg.where}: field attn_layer_indices lists layers outside the {n} layers")
+        return ["full_attention" if i in indices else "mamba2" for i in range(n)]
+    if model_type == "granitemoehybrid" and not cfg.has("layer_types"):  # transformers' default: all Mamba-2
+        return ["mamba2"] * n
     if cfg.has("layer_types"):
-        return cfg.list("layer_types", str, length=n)
-    if model_type == "nemotron_h":  # the pattern is the layout's only statement: M mamba2, * attention, - mlp, E moe
-        pattern = cfg.get("hybrid_override_pattern")
-        symbols = {"M": "mamba2", "*": "full_attention", "-": "mlp", "E": "moe"}
-        if not isinstance(pattern, str) or len(pattern) != n or set(pattern) - set(symbols):
-            raise KvplanError(f"{cfg.where}: hybrid_override_pattern needs one of M * - E for each of the {n} layers")
-        return [symbols[c] for c in pattern]
+        types = cfg.list("layer_types", str, length=n)
+        if model_type not in MAMBA_MIXERS:
+            return types
+        legacy = {"attention": "full_attention", "mamba": MAMBA_MIXERS[model_type],
+                  "linear_attention": MAMBA_MIXERS[model_type]}
+        return [legacy.get(t, t) for t in types]
     if model_type == "jamba":  # attention on layers i % period == offset, Mamba elsewhere
         period, offset = cfg.int("attn_layer_period"), cfg.int("attn_layer_offset", minimum=0)
         return ["full_attention" if i % period == offset else "mamba" for i in range(n)]
@@ -141,7 +153,41 @@ def layer_types(cfg: Fields, model_type: str, n: int, notes: list[str]) -> list[
 
 
 
-def layer_caches(cfg: Fields, types: list[str], kv_heads: int, head_dim: int) -> list:
+NEMOTRON_H_TYPES = {"M": "mamba2", "*": "full_attention", "-": "mlp", "E": "moe"}
+NEMOTRON_H_NAMES = {"mamba": "mamba2", "linear_attention": "mamba2", "attention": "full_attention",
+                    "full_attention": "full_attention", "mlp": "mlp", "moe": "moe"}
+
+
+def nemotron_h_types(cfg: Fields, n: int) -> list[str]:
+    """Nemotron-H states its layout only per layer: layers_block_type (transformers 5; mamba / attention / mlp /
+    moe) or, in older configs, hybrid_override_pattern (M Mamba-2, * attention, - MLP, E MoE)."""
+    field = next((f for f in ("layers_block_type", "layer_types") if cfg.has(f)), None)
+    if field is not None:
+        names = cfg.list(field, str, length=n)
+        unknown = sorted(set(names) - set(NEMOTRON_H_NAMES))
+        if unknown:
+            raise KvplanError(f"{cfg.where}: field {field} has layer type {unknown[0]!r}: Nemotron-H layers are "
+                              "mamba, attention, mlp or moe")
+        return [NEMOTRON_H_NAMES[name] for name in names]
+    pattern = cfg.get("hybrid_override_pattern", default=None)
+    if not isinstance(pattern, str) or len(pattern) != n or set(pattern) - set(NEMOTRON_H_TYPES):
+        raise KvplanError(f"{cfg.where}: Nemotron-H needs layers_block_type, or hybrid_override_pattern with one of "
+                          f"M * - E for each of the {n} layers")
+    return [NEMOTRON_H_TYPES[c] for c in pattern]
+
+
+def layer_count(cfg: Fields, model_type: str) -> int:
+    """num_hidden_layers (or its aliases). Nemotron-H's current configs may state the layers only as
+    layers_block_type, one entry per layer (transformers derives num_hidden_layers from it)."""
+    block_types = cfg.data.get("layers_block_type")
+    if model_type == "nemotron_h" and isinstance(block_types, list) and not cfg.has("num_hidden_layers"):
+        if not 1 <= len(block_types) <= MAX_LAYERS:
+            raise KvplanError(f"{cfg.where}: field layers_block_type must list between 1 and {MAX_LAYERS:,} layers")
+        return len(block_types)
+    return cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+
+
+def layer_caches(cfg: Fields, model_type: str, types: list[str], kv_heads: int, head_dim: int) -> list:
     """One cache entry per layer, from its layer type."""
     attention = {"kv_heads": kv_heads, "head_dim": head_dim, "head_dim_v": cfg.int("v_head_dim", default=head_dim)}
     caches = []
@@ -153,13 +199,14 @@ def layer_caches(cfg: Fields, types: list[str], kv_heads: int, head_dim: int) ->
         elif layer_type == "chunked_attention":
             caches.append(ChunkedAttention(layer=i, chunk=cfg.int("attention_chunk_size"), **attention))
         elif layer_type in ("mamba", "mamba2"):
-            caches.append(mamba_state(cfg, i, layer_type))
+            caches.append(mamba_state(cfg, model_type, i, layer_type))
         elif layer_type == "linear_attention":
             caches.append(gated_deltanet_state(cfg, i))
         elif layer_type in ("mlp", "moe"):
             caches.append(NoCache(layer=i, reason=f"{layer_type}-only block"))
         else:
-            raise KvplanError(f"{cfg.where}: layer {i} has layer type {layer_type!r}, which kvplan does not know")
+            raise KvplanError(f"{cfg.where}: field layer_types gives layer {i} the type {layer_type!r}, which kvplan "
+                              "does not know")
     return caches
 
 
@@ -188,34 +235,6 @@ def nas_caches(blocks: list[Fields], head_dim: int, heads: int) -> list:
 
 
 
-def mamba_state(cfg: Fields, layer: int, mixer: str) -> RecurrentState:
-    """Mamba state per sequence: conv (channels x (kernel - 1)) + SSM, as vLLM's MambaSpec sizes it.
-    Mamba1 (Jamba): channels = d_inner, ssm = d_inner x d_state.
-    Mamba2 (Nemotron-H): channels = d_inner + 2 x n_groups x d_state, ssm = heads x head_dim x d_state."""
-    d_inner, d_state, d_conv = mamba_dims(cfg)
-    if mixer == "mamba":
-        conv_channels, ssm = d_inner, d_inner * d_state
-    else:
-        groups = cfg.int("mamba_n_groups", "n_groups")
-        conv_channels = d_inner + 2 * groups * d_state
-        ssm = cfg.int("mamba_num_heads") * cfg.int("mamba_head_dim") * d_state
-    return RecurrentState(layer=layer, mixer=mixer, conv_elements=conv_channels * (d_conv - 1), ssm_elements=ssm,
-                          ssm_dtype=optional_dtype(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype"),
-                          conv_kernel=d_conv if d_conv > 1 else None)
-
-
-
-def mamba_dims(cfg: Fields) -> tuple[int, int, int]:
-    d_state = cfg.int("mamba_d_state", "ssm_state_size", "state_size")
-    d_conv = cfg.int("mamba_d_conv", "conv_kernel", "mamba_conv_kernel")
-    if cfg.has("mamba_num_heads") and cfg.has("mamba_head_dim"):
-        d_inner = cfg.int("mamba_num_heads") * cfg.int("mamba_head_dim")
-    else:
-        d_inner = cfg.int("mamba_expand", "expand") * cfg.int("hidden_size")
-    return d_inner, d_state, d_conv
-
-
-
 def gated_deltanet_state(cfg: Fields, layer: int) -> RecurrentState:
     """Gated DeltaNet (Qwen3-Next): conv over q, k, v channels (2 x Hk x Dk + Hv x Dv) x (kernel - 1);
     recurrent state Hv x Dv x Dk (vLLM's GDN MambaSpec)."""
@@ -226,4 +245,92 @@ def gated_deltanet_state(cfg: Fields, layer: int) -> RecurrentState:
     return RecurrentState(layer=layer, mixer="gated_deltanet", conv_elements=conv_channels * (kernel - 1),
                           ssm_elements=value_heads * value_dim * key_dim,
                           ssm_dtype=optional_dtype(cfg, "mamba_ssm_dtype"),
-                          conv_kernel=kernel if kernel > 1 else None)
+                          conv_kernel=kernel if kernel > 1 else None, heads=value_heads)
+
+
+def falcon_h1_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """Falcon-H1: every layer runs attention and a Mamba-2 mixer side by side (`FalconH1DecoderLayer`), so each
+    layer caches both: K and V, and the Mamba-2 state."""
+    head_dim = read_head_dim(cfg, hidden, heads)
+    kv_heads = read_kv_heads(cfg, "falcon_h1", heads)
+    caches: list[LayerCache] = []
+    for i in range(n):
+        caches += [FullAttention(layer=i, kv_heads=kv_heads, head_dim=head_dim, head_dim_v=head_dim),
+                   mamba_state(cfg, "falcon_h1", i, "mamba2")]
+    return Layout(types=["hybrid"] * n, caches=caches, head_dim=head_dim)
+
+
+def zamba_types(cfg: Fields, model_type: str, n: int) -> list[str]:
+    """Zamba's and Zamba2's layers_block_type: "mamba" (or "linear_attention") layers, and "hybrid" layers that
+    apply a shared transformer block before their Mamba mixer. Without the list, Zamba places hybrid layers as
+    transformers' ZambaConfig does (layer 2, then i + 3 for i % attn_layer_period == attn_layer_offset)."""
+    if cfg.has("layers_block_type"):
+        names = cfg.list("layers_block_type", str, length=n)
+        unknown = sorted(set(names) - {"mamba", "linear_attention", "hybrid"})
+        if unknown:
+            raise KvplanError(f"{cfg.where}: field layers_block_type has layer type {unknown[0]!r}: {model_type} "
+                              "layers are mamba or hybrid")
+        return ["hybrid" if name == "hybrid" else "mamba" for name in names]
+    if model_type == "zamba2":
+        raise KvplanError(f"{cfg.where}: missing field layers_block_type (which Zamba2 layers apply the shared "
+                          "transformer block)")
+    period, offset = cfg.int("attn_layer_period"), cfg.int("attn_layer_offset", minimum=0)
+    return (["mamba", "mamba", "hybrid"] + ["hybrid" if i % period == offset else "mamba" for i in range(n - 3)])[:n]
+
+
+def zamba_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str], model_type: str) -> Layout:
+    """Zamba (Mamba) and Zamba2 (Mamba-2): a Mamba mixer in every layer; a hybrid layer first applies the shared
+    transformer block, whose attention over the concatenated [hidden, embedding] input (2 x hidden_size wide)
+    keeps its own K and V in each layer that applies it. Heads of attention_head_dim, 2 x hidden_size / heads
+    unless Zamba's config sets it (Zamba2's config class always derives it)."""
+    types = zamba_types(cfg, model_type, n)
+    head_dim = 2 * hidden // heads
+    if model_type == "zamba":
+        head_dim = cfg.int("attention_head_dim", "head_dim", default=head_dim)
+    kv_heads = read_kv_heads(cfg, model_type, heads)
+    mixer = MAMBA_MIXERS[model_type]
+    caches: list[LayerCache] = []
+    for i, layer_type in enumerate(types):
+        if layer_type == "hybrid":
+            caches.append(FullAttention(layer=i, kv_heads=kv_heads, head_dim=head_dim, head_dim_v=head_dim))
+        caches.append(mamba_state(cfg, model_type, i, mixer))
+    return Layout(types=types, caches=caches, head_dim=head_dim)
+
+
+def zaya_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """ZAYA: every layer is attention with Compressed Convolutional Attention projections (`ZayaCCAProjection`):
+    besides K and V (full, or windowed on "hybrid_sliding" layers) it keeps the last (cca_time0 - 1) +
+    (cca_time1 - 1) inputs of the two stacked convolutions over q and k ((heads + kv_heads) x head_dim channels)
+    and the previous token's delayed value half (kv_heads x head_dim / 2), all in the model dtype: a one-token
+    shift is a convolution state too, so both count as conv elements."""
+    types = cfg.list("layer_types", str, length=n) or ["hybrid"] * n
+    unknown = sorted(set(types) - {"hybrid", "hybrid_sliding"})
+    if unknown:
+        raise KvplanError(f"{cfg.where}: field layer_types has layer type {unknown[0]!r}: ZAYA layers are hybrid "
+                          "or hybrid_sliding")
+    head_dim = cfg.int("head_dim")
+    kv_heads = read_kv_heads(cfg, "zaya", heads)
+    attention = {"kv_heads": kv_heads, "head_dim": head_dim, "head_dim_v": head_dim}
+    kernel_inputs = cfg.int("cca_time0") - 1 + cfg.int("cca_time1") - 1
+    conv = (heads + kv_heads) * head_dim * kernel_inputs + kv_heads * head_dim // 2
+    caches: list[LayerCache] = []
+    for i, layer_type in enumerate(types):
+        caches.append(SlidingWindow(layer=i, window=cfg.int("sliding_window"), **attention)
+                      if layer_type == "hybrid_sliding" else FullAttention(layer=i, **attention))
+        caches.append(RecurrentState(layer=i, mixer="cca", conv_elements=conv, ssm_elements=0))
+    return Layout(types=types, caches=caches, head_dim=head_dim)
+
+
+def mamba_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str], model_type: str) -> Layout:
+    """Mamba, Falcon-Mamba, Mamba-2: a Mamba mixer in every layer and no attention (query head size 0)."""
+    mixer = MAMBA_MIXERS[model_type]
+    return Layout(types=[mixer] * n, caches=[mamba_state(cfg, model_type, i, mixer) for i in range(n)], head_dim=0)
+
+
+FAMILY_LAYOUTS.update({
+    **{t: partial(mamba_layout, model_type=t) for t in ("mamba", "falcon_mamba", "mamba2")},
+    "falcon_h1": falcon_h1_layout,
+    "zamba": partial(zamba_layout, model_type="zamba"),
+    "zamba2": partial(zamba_layout, model_type="zamba2"),
+    "zaya": zaya_layout,
+})

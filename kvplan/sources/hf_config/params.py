@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from kvplan.errors import KvplanError
 from kvplan.model import MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
-from kvplan.sources.hf_config.families import CORRECTION_BIAS_ROUTERS, Family
+from kvplan.sources.hf_config.families import ATTENTION_FREE, CORRECTION_BIAS_ROUTERS, MAMBA_MIXERS, Family
 from kvplan.sources.hf_config.fields import Fields
-from kvplan.sources.hf_config.layout import Layout, mamba_dims
+from kvplan.sources.hf_config.layout import Layout, read_kv_heads
+from kvplan.sources.hf_config.mamba import mamba_params
 
 # Families whose parameters no shared rule counts: model_type -> counter(cfg, layout, hidden, heads).
 FAMILY_PARAMS: dict[str, Callable[..., ParamCounts]] = {}
+
+# Attention whose q_proj is twice as wide, half of it a sigmoid gate on the output (Qwen3-Next, Qwen3.5).
+GATED_ATTENTION = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
 
 
 def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout, hidden: int,
@@ -32,7 +36,7 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
     totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": norm}  # final norm
     if model_type == "phi":
         totals["other"] += vocab  # lm_head bias
-    moe = MoE.read(cfg, model_type)
+    moe = None if model_type == "nemotron_h" else MoE.read(cfg, model_type)  # Nemotron-H: `_nemotron_h_moe`
     for i, layer_type in enumerate(layout.types):
         layer_norms = _norms_per_layer(cfg, model_type, family)
         for cache in layout.layer(i):
@@ -44,11 +48,11 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
             totals["mlp"] += ffn
         elif model_type == "nemotron_h":  # each block is a single mixer, MLP or MoE
             if layer_type == "mlp":
-                totals["mlp"] += 2 * hidden * cfg.int("intermediate_size")
+                intermediate = cfg.int("intermediate_size")
+                totals["mlp"] += 2 * hidden * intermediate
+                totals["other"] += intermediate + hidden if cfg.flag("mlp_bias") else 0
             elif layer_type == "moe":
-                if moe is None:
-                    raise KvplanError(f"{cfg.where}: MoE layers (E) but no n_routed_experts")
-                moe.add(totals, hidden)
+                _nemotron_h_moe(cfg, hidden, totals)
         elif moe and moe.on_layer(i):
             moe.add(totals, hidden)
         else:
@@ -61,9 +65,12 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
 
 def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layout: Layout) -> Widths | None:
     """The forward widths: dense MLP (or shared expert) and routed expert intermediates, widest over layers.
-    Nemotron-H and NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them."""
+    Nemotron-H and NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them. Mamba and
+    Mamba-2 have no MLP."""
     if layout.blocks or model_type == "nemotron_h":
         return None
+    if model_type in ATTENTION_FREE:
+        return Widths(hidden=hidden, mlp_intermediate=0, mlp_activation=str(cfg.get("hidden_act", default="silu")))
     moe = MoE.read(cfg, model_type)
     dense = moe is None or any(not moe.on_layer(i) for i in range(len(layout.types)))
     intermediate = intermediate_size(cfg, model_type, hidden) if dense else 0
@@ -92,6 +99,8 @@ def intermediate_size(cfg: Fields, model_type: str, hidden: int) -> int:
         return cfg.int("n_inner", "ffn_hidden_size", default=4 * hidden)
     if model_type == "llama4_text":
         return cfg.int("intermediate_size_mlp", "intermediate_size")
+    if model_type == "granitemoehybrid":  # its dense MLP is the shared one (`GraniteMoeHybridMLP`)
+        return cfg.int("shared_intermediate_size")
     return cfg.int("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
 
 
@@ -115,12 +124,12 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
     if isinstance(cache, RecurrentState):
         if cache.mixer == "gated_deltanet":
             return _gated_deltanet_params(cfg, hidden)
-        return _mamba_params(cfg, hidden, cache.mixer)
+        return mamba_params(cfg, model_type, cache.mixer)
     if isinstance(cache, NoCache):
         replaced = "replaced by a linear" in cache.reason
         return (hidden * hidden if replaced else 0), 0
     k, v = cache.kv_heads * cache.head_dim, cache.kv_heads * cache.head_dim_v
-    q = heads * head_dim * (2 if model_type == "qwen3_next" else 1)  # Qwen3-Next gates its attention output
+    q = heads * head_dim * (2 if model_type in GATED_ATTENTION else 1)  # q_proj also gives the output gate
     matrices = hidden * (q + k + v) + heads * cache.head_dim_v * hidden
     other = 0
     if family.qkv_bias or cfg.flag("attention_bias"):
@@ -146,28 +155,6 @@ def _mla_params(cfg: Fields, hidden: int, heads: int) -> tuple[int, int]:
     q = hidden * q_rank + q_rank * q_head if q_rank else hidden * q_head
     matrices = q + hidden * (latent + rope) + latent * heads * (nope + v) + heads * v * hidden
     return matrices, latent + (q_rank or 0)  # kv_a_layernorm, q_a_layernorm
-
-
-
-def _mamba_params(cfg: Fields, hidden: int, mixer: str) -> tuple[int, int]:
-    """Mamba1 (Jamba: in_proj, conv1d, x_proj, dt_proj, A, D, out_proj, dt/B/C norms) or
-    Mamba2 (in_proj to z, x, B, C, dt; conv1d; dt_bias, A, D; gated norm; out_proj)."""
-    d_inner, d_state, d_conv = mamba_dims(cfg)
-    conv_bias = cfg.flag("mamba_conv_bias", default=True) and cfg.flag("use_conv_bias", default=True)
-    if mixer == "mamba":
-        dt_rank = cfg.int("mamba_dt_rank", "time_step_rank", default=math.ceil(hidden / 16))
-        matrices = hidden * 2 * d_inner + d_inner * (dt_rank + 2 * d_state) + dt_rank * d_inner + d_inner * hidden
-        other = d_inner * d_conv + (d_inner if conv_bias else 0) + d_inner + d_inner * d_state + d_inner
-        if cfg.flag("mamba_proj_bias"):
-            other += 2 * d_inner + hidden
-        if cfg.data.get("model_type") == "jamba":
-            other += dt_rank + 2 * d_state  # dt_layernorm, b_layernorm, c_layernorm
-        return matrices, other
-    groups, mamba_heads = cfg.int("mamba_n_groups", "n_groups"), cfg.int("mamba_num_heads")
-    conv_channels = d_inner + 2 * groups * d_state
-    matrices = hidden * (2 * d_inner + 2 * groups * d_state + mamba_heads) + d_inner * hidden
-    other = conv_channels * d_conv + (conv_channels if conv_bias else 0) + 3 * mamba_heads + d_inner
-    return matrices, other
 
 
 
@@ -231,6 +218,8 @@ class MoE:
         elif cfg.has("shared_expert_intermediate_size"):
             shared_size = cfg.int("shared_expert_intermediate_size", minimum=0)
             router += hidden if shared_size else 0  # shared_expert_gate
+        elif model_type == "granitemoehybrid":  # a shared MLP beside the experts, ungated
+            shared_size = cfg.int("shared_intermediate_size")
         elif model_type == "llama4_text":
             shared_size = size
         if model_type in CORRECTION_BIAS_ROUTERS:
@@ -265,3 +254,102 @@ class MoE:
         totals["active_experts"] += self.top_k * self.expert_size
         totals["mlp"] += self.shared
         totals["other"] += self.router + self.experts * self.expert_bias
+
+
+def _nemotron_h_moe(cfg: Fields, hidden: int, totals: dict) -> None:
+    """A Nemotron-H MoE block (`NemotronHMoE`): routed experts of up and down projections (relu2, not gated),
+    working in moe_latent_size when set, with the two latent projections around them; a shared expert of
+    moe_shared_expert_intermediate_size; a router with one weight row and one correction bias per expert."""
+    experts, top_k = cfg.int("n_routed_experts"), cfg.int("num_experts_per_tok")
+    size, latent = cfg.int("moe_intermediate_size"), cfg.int("moe_latent_size", default=None)
+    shared = cfg.int("moe_shared_expert_intermediate_size")
+    expert = 2 * (latent or hidden) * size
+    totals["experts"] += experts * expert
+    totals["active_experts"] += top_k * expert
+    totals["mlp"] += 2 * hidden * shared + (2 * hidden * latent if latent else 0)
+    totals["other"] += experts * hidden + experts
+    if cfg.flag("mlp_bias"):
+        totals["other"] += shared + hidden + (latent + hidden if latent else 0)
+
+
+def _embeddings(cfg: Fields, hidden: int) -> tuple[int, int]:
+    """(embedding, lm_head): vocab x hidden each, lm_head 0 when tied."""
+    vocab = cfg.int("vocab_size")
+    return vocab * hidden, 0 if cfg.flag("tie_word_embeddings", default=True) else vocab * hidden
+
+
+def mamba_lm_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_type: str) -> ParamCounts:
+    """Mamba, Falcon-Mamba, Mamba-2 (`MambaBlock`, `Mamba2Block`): per layer one RMSNorm and the mixer, then
+    norm_f; no attention, no MLP."""
+    embedding, lm_head = _embeddings(cfg, hidden)
+    mixer, other = mamba_params(cfg, model_type, MAMBA_MIXERS[model_type])
+    layers = len(layout.types)
+    return ParamCounts(embedding=embedding, lm_head=lm_head, attention=layers * mixer, mlp=0, experts=0,
+                       active_experts=0, other=layers * (other + hidden) + hidden)
+
+
+def zamba_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_type: str) -> ParamCounts:
+    """Zamba and Zamba2: every layer a Mamba mixer with its RMSNorm; each hybrid layer adds its own hidden x hidden
+    `linear` and applies a shared transformer block, whose weights are counted once per block in use
+    (`num_mem_blocks` of them in Zamba2, one in Zamba, taken in turn by the hybrid layers): attention from the
+    2 x hidden concatenated input (q, k, v to heads of head_dim, o back to hidden), a gated MLP, two RMSNorms
+    (2 x hidden and hidden). Zamba2 adds per hybrid layer LoRA adapters of adapter_rank on the MLP's gate_up_proj
+    (hidden -> rank -> 2 x intermediate) and, with use_shared_attention_adapter, on q, k and v (2 x hidden -> rank ->
+    2 x hidden each) (`Zamba2MLP`, `Zamba2Attention`)."""
+    embedding, lm_head = _embeddings(cfg, hidden)
+    mixer, mixer_other = mamba_params(cfg, model_type, MAMBA_MIXERS[model_type])
+    hybrids = layout.types.count("hybrid")
+    wide = 2 * hidden  # attention_hidden_size: the Mamba output beside the embedding output
+    if model_type == "zamba":
+        wide = cfg.int("attention_hidden_size", default=wide)
+    intermediate = cfg.int("intermediate_size", default=4 * hidden)
+    kv_heads, head_dim = read_kv_heads(cfg, model_type, heads), layout.head_dim
+    blocks = min(hybrids, cfg.int("num_mem_blocks", default=1) if model_type == "zamba2" else 1)
+    block_attention = wide * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
+    block_other = wide + hidden + (2 * intermediate + hidden if cfg.flag("add_bias_linear") else 0)
+    attention = len(layout.types) * mixer + hybrids * hidden * hidden + blocks * block_attention
+    mlp = blocks * 3 * hidden * intermediate
+    if model_type == "zamba2":
+        rank = cfg.int("adapter_rank")
+        mlp += hybrids * (hidden * rank + rank * 2 * intermediate)
+        if cfg.flag("use_shared_attention_adapter"):
+            attention += hybrids * 3 * 2 * wide * rank
+    other = len(layout.types) * (mixer_other + hidden) + blocks * block_other + hidden
+    return ParamCounts(embedding=embedding, lm_head=lm_head, attention=attention, mlp=mlp, experts=0,
+                       active_experts=0, other=other)
+
+
+def zaya_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """ZAYA (`modeling_zaya.py`), per layer: CCA attention (q to heads x head_dim, k to kv_heads x head_dim, the
+    current and the delayed value halves, o), its depthwise (cca_time0) and grouped (cca_time1, one group per q and
+    k head) convolutions over the q and k channels with biases, a key temperature per KV head; a router (down to
+    router_hidden_size with bias, a scale on the previous layer's router state from layer 1 on, an MLP of norm,
+    two biased square layers and an output over num_experts + 1 classes, the last a skip expert); routed gated
+    experts; two RMSNorms and two residual scalings of four hidden-sized vectors. The model adds an input scale and
+    bias and the final norm."""
+    embedding, lm_head = _embeddings(cfg, hidden)
+    kv_heads, head_dim = read_kv_heads(cfg, "zaya", heads), layout.head_dim
+    q, kv = heads * head_dim, kv_heads * head_dim
+    channels = q + kv
+    bias = cfg.flag("attention_bias")
+    attention = hidden * (q + 2 * kv) + q * hidden
+    conv = channels * cfg.int("cca_time0") + channels + channels * head_dim * cfg.int("cca_time1") + channels
+    attention_other = conv + kv_heads + ((q + 2 * kv + hidden) if bias else 0)
+    experts, top_k = cfg.int("num_experts"), cfg.int("num_experts_per_tok")
+    expert = 3 * hidden * cfg.int("moe_intermediate_size")
+    router_width = cfg.int("router_hidden_size")
+    router = hidden * router_width + router_width + router_width + 2 * (router_width**2 + router_width) \
+        + router_width * (experts + 1)
+    layers = len(layout.types)
+    other = layers * (attention_other + router + 2 * hidden + 8 * hidden) + (layers - 1) * router_width \
+        + 2 * hidden + hidden + (cfg.int("vocab_size") if cfg.flag("lm_head_bias") else 0)
+    return ParamCounts(embedding=embedding, lm_head=lm_head, attention=layers * attention, mlp=0,
+                       experts=layers * experts * expert, active_experts=layers * top_k * expert, other=other)
+
+
+FAMILY_PARAMS.update({
+    **{t: partial(mamba_lm_params, model_type=t) for t in ATTENTION_FREE},
+    "zamba": partial(zamba_params, model_type="zamba"),
+    "zamba2": partial(zamba_params, model_type="zamba2"),
+    "zaya": zaya_params,
+})

@@ -8,6 +8,7 @@ from pathlib import Path
 from kvplan.errors import KvplanError
 from kvplan.model import CrossAttention, FullAttention, ModelSpec, NoCache, ParamCounts
 from kvplan.sources.hf_config.families import (
+    ATTENTION_FREE,
     ENCODER_ONLY,
     FAMILIES,
     LLAMA_LIKE,
@@ -15,7 +16,7 @@ from kvplan.sources.hf_config.families import (
     MODEL_TYPE_DEFAULTS,
 )
 from kvplan.sources.hf_config.fields import Fields, parse_json, read_text
-from kvplan.sources.hf_config.layout import read_kv_heads, read_layout
+from kvplan.sources.hf_config.layout import layer_count, read_kv_heads, read_layout
 from kvplan.sources.hf_config.params import decoder_params, read_widths
 from kvplan.sources.hf_config.quantization import common
 from kvplan.sources.hf_config.vision import vision_params
@@ -75,11 +76,11 @@ def decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[st
     family = FAMILIES.get(model_type, LLAMA_LIKE)
     if model_type and model_type not in MODEL_TYPE_DEFAULTS and model_type not in FAMILIES:
         notes.append(f"model_type {model_type!r} is not one kvplan knows: read as a Llama-style decoder")
-    num_layers = cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+    num_layers = layer_count(cfg, model_type)
     hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim")
-    heads = cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads")
-    kv_heads = read_kv_heads(cfg, model_type, heads)
-    if heads % kv_heads:
+    heads = 0 if model_type in ATTENTION_FREE else cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads")
+    kv_heads = read_kv_heads(cfg, model_type, heads) if heads else 0
+    if heads and heads % kv_heads:
         raise KvplanError(f"{cfg.where}: {heads} attention heads cannot be grouped over {kv_heads} KV heads")
     layout = read_layout(cfg, model_type, num_layers, hidden, heads, notes)
     params = decoder_params(cfg, model_type, family, layout, hidden, heads)

@@ -1,0 +1,272 @@
+"""Mamba, Mamba-2 and their hybrids (Nemotron-H, Granite 4.0-H, Bamba, Falcon-H1, Zamba, Zamba2), ZAYA and the
+Gated DeltaNet hybrids (Qwen3.5, OLMo Hybrid): layouts, vLLM's state pages under its own formulas, tensor
+parallelism, the library's genuine configs, and the one-line refusals of inconsistent fields. Every expected
+number is hand arithmetic from the config and vLLM's source (`mamba_utils.py`, `platforms/interface.py`
+`_align_hybrid_block_size`, `kv_cache_interface.py` MambaSpec), a published figure, or a transformers build."""
+
+import json
+
+import pytest
+from conftest import GiB, MiB, assert_one_line_error, run_main
+
+from kvplan import engines
+from kvplan.capacity import Hardware, Parallelism, Workload, capacity, check_parallel, gpu_layers, valid_tp
+from kvplan.dtypes import kv_dtype
+from kvplan.engines import EngineOptions
+from kvplan.errors import KvplanError
+from kvplan.sources import load_model
+from kvplan.sources.hf_config import model_from_config
+
+H100 = Hardware(name="NVIDIA H100 SXM", memory_bytes=81_559 * MiB)
+NANO = "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16"
+BF16, FP32 = 2, 4
+
+# Mamba-Codestral-7B's shape (Mamba2ForCausalLM): 64 layers, 128 heads of 64, d_state 128, 8 groups, kernel 4.
+MAMBA2 = {"model_type": "mamba2", "num_hidden_layers": 64, "hidden_size": 4096, "num_heads": 128, "head_dim": 64,
+          "state_size": 128, "n_groups": 8, "conv_kernel": 4, "expand": 2, "vocab_size": 32768,
+          "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+# A Granite 4.0-H-like hybrid: Mamba-2 with a single B/C group, attention on every fourth layer.
+GRANITE = {"model_type": "granitemoehybrid", "num_hidden_layers": 8, "hidden_size": 1536, "num_attention_heads": 12,
+           "num_key_value_heads": 4, "layer_types": ["mamba", "mamba", "mamba", "attention"] * 2,
+           "mamba_n_heads": 48, "mamba_d_head": 64, "mamba_d_state": 128, "mamba_n_groups": 1, "mamba_d_conv": 4,
+           "mamba_expand": 2, "num_local_experts": 0, "num_experts_per_tok": 0, "intermediate_size": 4096,
+           "shared_intermediate_size": 4096, "vocab_size": 100352, "torch_dtype": "bfloat16"}
+
+
+def read(config: dict):
+    return model_from_config(config, "test/model", "test")
+
+
+def vllm_pool(model, tp: int = 1, kv: str = "bf16"):
+    engine = engines.engine("vllm", EngineOptions(), tp=tp)
+    (layers,) = gpu_layers(engine.cached_layers(model), model.num_layers, tp, 1)
+    return engine.pool(layers, model, kv_dtype(kv))
+
+
+# ------------------------------------------------------------------------------------------ layouts and heads
+
+
+def test_attention_free_models_have_no_attention_heads():
+    # Mamba-2's num_heads are its 128 SSM heads, not attention heads: the model has none.
+    model = read(MAMBA2)
+    assert model.num_attention_heads == 0
+    assert {c.kind for c in model.caches} == {"recurrent"}
+    assert model.caches[0].heads == 128 and model.caches[0].groups == 8
+
+
+def test_falcon_h1_layers_hold_attention_and_mamba2():
+    config = {"model_type": "falcon_h1", "num_hidden_layers": 2, "hidden_size": 1024, "num_attention_heads": 8,
+              "num_key_value_heads": 2, "head_dim": 64, "mamba_d_ssm": 1536, "mamba_n_heads": 24,
+              "mamba_d_head": 64, "mamba_d_state": 256, "mamba_n_groups": 1, "mamba_d_conv": 4,
+              "intermediate_size": 2048, "vocab_size": 1000, "torch_dtype": "bfloat16"}
+    model = read(config)
+    assert [(c.layer, c.kind) for c in model.caches] == [(0, "full"), (0, "recurrent"), (1, "full"), (1, "recurrent")]
+    # d_inner from mamba_d_ssm (1,536, not expand x hidden 2,048): conv (1536 + 2 x 256) x 3, ssm 24 x 64 x 256
+    assert model.caches[1].conv_elements == (1536 + 2 * 256) * 3
+    assert model.caches[1].ssm_elements == 24 * 64 * 256
+
+
+def test_nemotron_h_current_form_equals_the_pattern_form():
+    # transformers 5 writes layers_block_type and drops num_hidden_layers; older configs give the pattern
+    nano = json.loads(_library_text("nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json"))
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    current = {k: v for k, v in nano.items() if k not in ("hybrid_override_pattern", "num_hidden_layers")}
+    current["layers_block_type"] = [names[c] for c in nano["hybrid_override_pattern"]]
+    old, new = read(nano), read(current)
+    assert new.num_layers == old.num_layers == 52
+    assert new.caches == old.caches and new.params == old.params
+
+
+def _library_text(name: str) -> str:
+    from kvplan.sources.library import library_dir
+
+    return (library_dir() / name).read_text(encoding="utf-8")
+
+
+# ------------------------------------------------------------------------------------------ vLLM
+
+
+def test_vllm_nemotron_3_nano_at_8k_on_an_h100():
+    # 23 Mamba-2 layers (64 heads x 64 = d_inner 4,096, 8 groups, d_state 128, kernel 4), 6 attention layers
+    # (2 KV heads x 128), 23 MoE layers. vLLM mamba2_state_shape: conv (3, 4,096 + 2 x 8 x 128) bf16 = 36,864 B,
+    # ssm (64, 64, 128) in fp32 (the config's mamba_ssm_cache_dtype, which NemotronHForCausalLMConfig adopts)
+    # = 2,097,152 B: page 2,134,016 B. Attention 2 x 2 x 128 x 2 = 1,024 B per token:
+    # block = 16 x cdiv(2,134,016, 16 x 1,024) = 2,096 tokens, page 2,146,304 B (the Mamba page padded to it).
+    # Groups of 6 layers: 1 attention group, cdiv(23, 6) = 4 Mamba groups (1 padding layer); block = 6 pages.
+    # At L = 8,192: attention cdiv(8,192, 2,096) = 4 blocks + 4 Mamba groups x 2 pages = 12 blocks per request.
+    model = load_model(NANO)
+    state = model.caches[0]
+    assert state.state_bytes(kv_dtype("bf16")) == (4096 + 2 * 8 * 128) * 3 * BF16 + 64 * 64 * 128 * FP32
+    pool = vllm_pool(model)
+    assert {g.kind: g.block_size for g in pool.groups}["full"] == 2096
+    assert pool.block_bytes == 6 * 2096 * 1024 == 12_877_824
+    assert pool.blocks_per_request(8192) == 4 + 4 * 2
+    cap = capacity(model, Workload(ctx=8192), hardware=H100)
+    assert cap.vllm_block_bytes == 12_877_824
+    assert cap.vllm_blocks_per_sequence == 12
+    assert cap.engine_kv_bytes_per_sequence == 12 * 12_877_824
+    assert any("1 padding layers" in note for note in cap.notes)
+    # A 10 GiB budget: 10,737,418,240 // 12,877,824 = 833 blocks, one the null block: (833 - 1) // 12 = 69 users
+    budget = capacity(model, Workload(ctx=8192), kv_budget=10 * GiB)
+    assert budget.vllm_num_blocks == 833 and budget.max_concurrent_users == 69
+
+
+def test_vllm_nemotron_3_nano_tp2_splits_heads_and_groups():
+    # TP 2: 8 groups split evenly (no extra group), 32 SSM heads per GPU; attention 1 KV head (512 B per token).
+    # conv (4,096 + 2,048) / 2 x 3 bf16 = 18,432 B; ssm 32 x 64 x 128 fp32 = 1,048,576 B; page 1,067,008 B;
+    # block = 16 x cdiv(1,067,008, 16 x 512) = 2,096 tokens, page 2,096 x 512 = 1,073,152 B, 6 pages a block.
+    pool = vllm_pool(load_model(NANO), tp=2)
+    assert {g.kind: g.block_size for g in pool.groups}["full"] == 2096
+    assert pool.block_bytes == 6 * 2096 * 512
+
+
+def test_vllm_user_block_size_sets_the_hybrid_alignment():
+    # --block-size 32: vLLM aligns in multiples of max(16, 32) = 32: 32 x cdiv(2,134,016, 32 x 1,024) = 2,112
+    model = load_model(NANO)
+    engine = engines.engine("vllm", EngineOptions(block_size=32))
+    (layers,) = gpu_layers(engine.cached_layers(model), model.num_layers, 1, 1)
+    pool = engine.pool(layers, model, kv_dtype("bf16"))
+    assert {g.kind: g.block_size for g in pool.groups}["full"] == 2112
+
+
+def test_vllm_attention_free_model_holds_one_state_page_per_request():
+    # Mamba-2 (Mamba-Codestral-7B's shape), bf16: conv (8,192 + 2 x 8 x 128) x 3 = 30,720 elements = 61,440 B,
+    # ssm 128 x 64 x 128 = 1,048,576 elements = 2,097,152 B: page 2,158,592 B. All 64 layers one group, a block is
+    # a page of each: 138,149,888 B. No attention, so no prefix caching (is_prefix_caching_supported) and
+    # mamba_cache_mode "none": one page per request, whatever the context.
+    model = read(MAMBA2)
+    pool = vllm_pool(model)
+    assert pool.block_bytes == 64 * (30_720 * BF16 + 1_048_576 * BF16) == 138_149_888
+    assert pool.blocks_per_request(8192) == pool.blocks_per_request(1_000_000) == 1
+    cap = capacity(model, Workload(ctx=8192), kv_budget=10 * GiB)
+    # 10 GiB // 138,149,888 = 77 blocks; one is the null block: 76 users
+    assert cap.vllm_num_blocks == 77 and cap.max_concurrent_users == 76
+
+
+def test_vllm_replicates_a_single_bc_group_under_tp():
+    # Granite-like Mamba-2, n_groups 1, TP 2: vLLM extends to tp = 2 groups (extra_groups_for_head_shards), so each
+    # GPU's conv holds (3,072 + 2 x 2 x 128) / 2 = 1,792 channels x 3, not (3,072 + 2 x 128) / 2 = 1,664.
+    # ssm: 48 / 2 heads x 64 x 128 = 196,608. Attention: 4 / 2 KV heads x 128 x 2 x 2 B = 1,024 B per token.
+    model = read(GRANITE)
+    (layers,) = gpu_layers(model.caches, model.num_layers, 2, 1)
+    state = next(c for c, _ in layers if c.kind == "recurrent")
+    assert state.conv_elements == 1792 * 3 and state.ssm_elements == 24 * 64 * 128
+    page = 1792 * 3 * BF16 + 24 * 64 * 128 * BF16  # 403,968 B
+    pool = vllm_pool(model, tp=2)
+    assert {g.kind: g.block_size for g in pool.groups}["full"] == 16 * -(-page // (16 * 1024)) == 400
+
+
+def test_vllm_ssm_dtype_only_where_vllm_reads_it_from_the_config():
+    # vLLM adopts a config's SSM dtype for Nemotron-H and Qwen3.5 only; for Granite it keeps "auto", the model
+    # dtype. transformers keeps every SSM state in fp32 (its scans return fp32).
+    model = read(dict(GRANITE, mamba_ssm_cache_dtype="float32"))
+    state = model.caches[0]
+    assert state.ssm_dtype == "fp32"
+    vllm_state = engines.engine("vllm", EngineOptions()).cached_layers(model)[0]
+    assert vllm_state.state_bytes(kv_dtype("bf16")) == (3072 + 2 * 128) * 3 * BF16 + 48 * 64 * 128 * BF16
+    nano = load_model(NANO)
+    assert engines.engine("vllm", EngineOptions()).cached_layers(nano)[0].ssm_dtype == "fp32"
+    qwen = load_model("Qwen/Qwen3.5-27B")  # mamba_ssm_dtype float32
+    gdn = next(c for c in engines.engine("vllm", EngineOptions()).cached_layers(qwen) if c.kind == "recurrent")
+    # Gated DeltaNet: conv (2 x 16 x 128 + 48 x 128) x 3 bf16, state 48 x 128 x 128 fp32
+    assert gdn.state_bytes(kv_dtype("bf16")) == (2 * 16 * 128 + 48 * 128) * 3 * BF16 + 48 * 128 * 128 * FP32
+
+
+def test_transformers_keeps_kernel_inputs_and_fp32_ssm_for_nemotron():
+    # transformers' LinearAttentionLayer: conv_kernel (4) inputs of 6,144 channels in bf16, SSM fp32
+    model = load_model(NANO)
+    state = engines.engine("transformers", EngineOptions()).cached_layers(model)[0]
+    assert state.state_bytes(kv_dtype("bf16")) == 6144 * 4 * BF16 + 64 * 64 * 128 * FP32
+
+
+# ------------------------------------------------------------------------------------------ tensor parallelism
+
+
+def test_tp_must_divide_ssm_heads_and_groups():
+    # Mamba-2: 128 heads, 8 groups: TP 1, 2, 4, 8 (16 would not divide the groups, and vLLM replicates one only)
+    model = read(MAMBA2)
+    assert valid_tp(model) == [1, 2, 4, 8]
+    with pytest.raises(KvplanError, match="SSM heads"):
+        check_parallel(model, 3, 1)
+    with pytest.raises(KvplanError, match="B/C groups"):
+        check_parallel(model, 16, 1)
+
+
+def test_tp_of_mamba1_divides_its_channels():
+    # Mamba (state-spaces/mamba-2.8b-hf's shape): d_inner 5,120 channels, split evenly (vLLM divide())
+    config = {"model_type": "mamba", "num_hidden_layers": 64, "hidden_size": 2560, "intermediate_size": 5120,
+              "state_size": 16, "conv_kernel": 4, "expand": 2, "vocab_size": 50280, "torch_dtype": "bfloat16"}
+    model = read(config)
+    assert model.num_attention_heads == 0
+    assert 8 in valid_tp(model) and 3 not in valid_tp(model)
+    (layers,) = gpu_layers(model.caches, model.num_layers, 4, 1)
+    assert layers[0][0].conv_elements == 5120 // 4 * 3 and layers[0][0].ssm_elements == 5120 // 4 * 16
+
+
+# ------------------------------------------------------------------------------------------ parameters
+
+
+def test_nemotron_3_nano_parameters_match_the_model_card():
+    # NVIDIA's model card: 31.6B total parameters, 3.6B active including embeddings
+    params = load_model(NANO).params
+    assert round(params.total / 1e9, 1) == 31.6
+    assert round(params.active / 1e9, 1) == 3.6
+
+
+def test_zamba2_shared_blocks_counted_once_and_adapters_per_application(tmp_path):
+    pytest.importorskip("torch")
+    import archkit
+
+    # two shared blocks taken in turn by three hybrid layers, attention adapters on: transformers' own count
+    fields = {"num_hidden_layers": 5, "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "hybrid"],
+              "hidden_size": 256, "num_attention_heads": 8, "n_mamba_heads": 4, "intermediate_size": 64,
+              "vocab_size": 512, "num_mem_blocks": 2, "use_shared_attention_adapter": True, "adapter_rank": 16,
+              "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_ngroups": 1}
+    model = read({"model_type": "zamba2", **fields})
+    assert model.params.total == archkit.meta_parameters("zamba2", fields)
+    assert [c.layer for c in model.caches if c.kind == "full"] == [1, 3, 4]
+
+
+# ------------------------------------------------------------------------------------------ bad input
+
+
+@pytest.mark.parametrize(("config", "field"), [
+    (dict(GRANITE, layer_types=["mamba"] * 7), "layer_types"),
+    (dict(GRANITE, layer_types=["mamba"] * 7 + ["conv"]), "layer_types"),
+    ({"model_type": "bamba", **{k: v for k, v in GRANITE.items() if k != "model_type"}, "attn_layer_indices": [8]},
+     "attn_layer_indices"),
+    (dict(MAMBA2, head_dim=48), "head_dim"),
+    (dict(MAMBA2, n_groups=3), "n_groups"),
+    ({"model_type": "nemotron_h", "num_hidden_layers": 3, "hybrid_override_pattern": "M*", "hidden_size": 256,
+      "num_attention_heads": 4, "mamba_num_heads": 4, "mamba_head_dim": 32, "ssm_state_size": 16, "n_groups": 2,
+      "conv_kernel": 4, "intermediate_size": 512, "vocab_size": 100}, "hybrid_override_pattern"),
+    ({"model_type": "nemotron_h", "num_hidden_layers": 3, "layers_block_type": ["mamba", "attention"],
+      "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 100}, "layers_block_type"),
+    ({"model_type": "nemotron_h", "layers_block_type": ["mamba", "transformer"], "hidden_size": 256,
+      "num_attention_heads": 4, "vocab_size": 100}, "layers_block_type"),
+    ({"model_type": "zamba2", "num_hidden_layers": 2, "layers_block_type": ["mamba", "shared"], "hidden_size": 256,
+      "num_attention_heads": 8, "n_mamba_heads": 4, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
+      "mamba_ngroups": 1, "vocab_size": 100}, "layers_block_type"),
+    ({"model_type": "zamba2", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 8,
+      "n_mamba_heads": 4, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "vocab_size": 100},
+     "layers_block_type"),
+], ids=["layer_types-length", "layer_types-unknown", "attn_layer_indices-range", "mamba2-head_dim",
+        "mamba2-n_groups", "nemotron-pattern-length", "nemotron-block-types-length", "nemotron-block-type-unknown",
+        "zamba2-block-type-unknown", "zamba2-no-block-types"])
+def test_inconsistent_fields_are_refused_in_one_line_naming_the_field(config, field):
+    with pytest.raises(KvplanError, match=field) as err:
+        read(config)
+    assert "\n" not in str(err.value)
+
+
+def test_tp_on_the_command_line_is_refused_for_ssm_heads(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MAMBA2), encoding="utf-8")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k", "--gpu", "h100",
+                            "--tp", "3")
+    assert_one_line_error(code, err, "--tp 3", "128 SSM heads")
+
+
+def test_pure_mamba_capacity_under_tp():
+    cap = capacity(read(MAMBA2), Workload(ctx=8192), hardware=H100, parallel=Parallelism(tp=2))
+    assert cap.tensor_parallel_size == 2 and cap.max_concurrent_users > 0
