@@ -343,14 +343,7 @@ def table_command(
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
     if fmt == "rich" and out is None and sys.stdout.isatty():
-        from kvplan.report import print_table
-
-        console = _console()
-        for renderable in planning.rich_renderables(result, pivot=pivot, metric=metric):
-            if hasattr(renderable, "columns"):  # every cell is an id or a number
-                print_table(console, renderable, whole=tuple(range(len(renderable.columns))))
-            else:
-                console.print(renderable)
+        planning.print_rich(_console(), result, pivot=pivot, metric=metric)
     else:  # a file or a pipe gets the whole width, not 80 columns
         text = planning.render(result, fmt, pivot=pivot, metric=metric)
         if out is None:

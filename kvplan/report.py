@@ -4,6 +4,7 @@ Text from a config, a file name or the Hub is data: it is printed through a Cons
 styles are given as Text styles, and such text passes through `kvplan.text.plain`, so a model name holding
 `[/dim]` or an escape sequence is shown as it is written."""
 
+import sys
 from itertools import groupby
 
 from rich import box
@@ -18,9 +19,26 @@ from kvplan.text import plain
 from kvplan.units import format_bytes
 
 
+class _TrailingSpacesStripped:
+    """A text stream that drops the spaces rich pads table lines with: piped output is clean text."""
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write("\n".join(line.rstrip(" ") for line in text.split("\n")))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 def console(stderr: bool = False) -> Console:
-    """The Console reports print to: markup is never parsed, so no string can become a style or a hyperlink."""
-    return Console(markup=False, stderr=stderr)
+    """The Console reports print to: markup is never parsed, so no string can become a style or a hyperlink; a
+    pipe or a file gets no trailing spaces."""
+    stream = sys.stderr if stderr else sys.stdout
+    if stream.isatty():
+        return Console(markup=False, stderr=stderr)
+    return Console(markup=False, file=_TrailingSpacesStripped(stream))
 
 
 def print_table(console: Console, table: Table, whole: tuple[int, ...] = (0,)) -> None:
@@ -35,7 +53,6 @@ def print_table(console: Console, table: Table, whole: tuple[int, ...] = (0,)) -
                      if isinstance(c, str | Text)]
             header = str(column.header).split()
             column.min_width = max([*cells, *(cell_len(word) for word in header)], default=0)
-            column.no_wrap = index in whole
     needed = table.__rich_measure__(console, console.options)
     if needed.maximum > console.width and not table.show_header:
         table.box, table.show_edge, table.leading = box.SIMPLE, False, 1
@@ -200,18 +217,19 @@ def print_capacity(console: Console, cap) -> None:
     if cap.kv_budget_given:
         table.add_row("KV budget per GPU (--kv-budget)", both_units(cap.kv_budget_bytes))
     else:
-        parts = ", ".join(f"{name.replace('_', ' ')} {format_bytes(size)}"
-                          for name, size in cap.overhead.items() if size)
         table.add_row("GPU memory", both_units(cap.gpu_memory_bytes))
         table.add_row("x memory fraction", f"{cap.memory_fraction:g}")
         table.add_row(f"- weights per GPU ({cap.weights_dtype})", both_units(cap.weights_bytes_per_gpu))
-        table.add_row(f"- overhead ({parts or 'none'})", both_units(cap.overhead_bytes))
+        table.add_row("- overhead" + ("" if any(cap.overhead.values()) else " (none)"), both_units(cap.overhead_bytes))
+        for name, size in cap.overhead.items():
+            if size:
+                table.add_row(styled(f"    {name.replace('_', ' ')}", "dim"), styled(format_bytes(size), "dim"))
         table.add_row(styled("= KV budget per GPU", "bold"), styled(both_units(cap.kv_budget_bytes), "bold"))
     table.add_row(f"KV the engine needs per user at {cap.ctx:,} tokens ({cap.kv_dtype})",
                   both_units(cap.engine_kv_bytes_per_sequence))
     decode = cap.engine_kv_bytes_per_sequence_decode
     if decode != cap.engine_kv_bytes_per_sequence:
-        table.add_row("  held in steady decode (sliding layers keep only their window)", both_units(decode))
+        table.add_row("  held in steady decode (windows freed)", both_units(decode))
     if cap.engine_activation_bytes_for_users:
         table.add_row(f"prefill activations for {_users(cap.users)} (grow with batch x prompt)",
                       both_units(cap.engine_activation_bytes_for_users))

@@ -509,6 +509,17 @@ def rich_renderables(table: Table, *, pivot: bool = False, metric: str | None = 
     return renderables
 
 
+def print_rich(console, table: Table, *, pivot: bool = False, metric: str | None = None) -> None:
+    """The table on a terminal: every cell is an id, a number or a dtype, kept whole at any width."""
+    from kvplan.report import print_table
+
+    for renderable in rich_renderables(table, pivot=pivot, metric=metric):
+        if hasattr(renderable, "columns"):
+            print_table(console, renderable, whole=tuple(range(len(renderable.columns))))
+        else:
+            console.print(renderable)
+
+
 def write(out: str, text: str, inputs: Sequence[str] = (), force: bool = False) -> str:
     """Write the rendered table to --out (`kvplan.output.write_output`); returns what was written."""
     return write_output(out, lambda path: path.write_text(text, encoding="utf-8"), inputs, force)

@@ -44,3 +44,67 @@ def test_a_typo_in_a_bundled_name_suggests_it_even_offline(monkeypatch, capsys, 
     hub_environment(monkeypatch, tmp_path / "hf", offline=True)
     code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "meta-lama/Llama-3-8B", "--ctx", "8k")
     assert_one_line_error(code, err, "HF_HUB_OFFLINE", "did you mean meta-llama/Meta-Llama-3-8B")
+
+
+# ---------------------------------------------------------------------------------------------- output width
+
+
+def rendered(width: int, draw) -> str:
+    """What `draw(console)` prints on a terminal `width` columns wide (colours off)."""
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    draw(Console(file=buffer, width=width, markup=False, color_system=None, force_terminal=True))
+    return buffer.getvalue()
+
+
+def test_ids_and_numbers_are_never_broken_at_80_or_120_columns():
+    from kvplan import table as planning
+    from kvplan.gpus import catalogue
+    from kvplan.report import print_gpus
+
+    models = ["meta-llama/Llama-3.1-8B", "Qwen/Qwen3-32B", "deepseek-ai/DeepSeek-V3"]
+    result = planning.build(models, [4096, 131072], batch=1, gpus=planning.parse_gpus("h100,l40s,rtx-4090", None))
+    numbers = {cell for row in result.rows for cell in [c.cell(row) for c in planning.text_columns(result)][1:]}
+    for width in (80, 120):
+        text = rendered(width, lambda c: planning.print_rich(c, result))
+        assert all(model in text for model in models)
+        assert all(number in text for number in numbers)  # every figure whole, on one line
+        gpus = rendered(width, lambda c: print_gpus(c, catalogue()))
+        assert all(gpu.name in gpus and all(alias in gpus for alias in gpu.aliases[:1]) for gpu in catalogue())
+
+
+def test_models_lists_every_id_and_alias_whole(monkeypatch, capsys):
+    from kvplan.sources import library
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_main(monkeypatch, capsys, "models")
+    assert code == 0 and "…" not in out
+    for entry in library.entries():
+        assert entry.id in out and all(alias in out for alias in entry.aliases)
+
+
+def test_piped_output_has_no_trailing_spaces(monkeypatch, capsys):
+    for args in (["estimate", "--model", "google/gemma-3-27b-it", "--ctx", "32k", "--gpu", "h100"], ["gpus"],
+                 ["show", "--model", "llama-3-8b"], ["models"]):
+        code, out, _ = run_main(monkeypatch, capsys, *args)
+        assert code == 0
+        assert not any(line.endswith(" ") for line in out.splitlines()), args
+
+
+def test_a_wrapped_capacity_label_is_set_off_from_the_next_row():
+    """Too narrow for a label and its value: a blank line after each row, so a label's second line is not read as
+    a row of its own."""
+    from kvplan.capacity import Hardware, Workload, capacity
+    from kvplan.report import print_capacity
+    from kvplan.sources import load_model
+
+    cap = capacity(load_model("google/gemma-3-27b-it"), Workload(ctx=32768, users=8),
+                   hardware=Hardware(name="H100", memory_bytes=80 * 2**30))
+    def after_gpu_memory(width: int) -> str:
+        lines = rendered(width, lambda c: print_capacity(c, cap)).splitlines()
+        return next(lines[i + 1] for i, line in enumerate(lines) if "GPU memory" in line).strip()
+
+    assert after_gpu_memory(50) == "" and after_gpu_memory(120).startswith("x memory fraction")
