@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from kvplan.errors import KvplanError
-from kvplan.text import LINE, plain, shorten
+from kvplan.text import LINE, brief, plain, shorten
 
 app = typer.Typer(
     help="VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users.",
@@ -134,13 +134,15 @@ def estimate(
         print(json.dumps(data, indent=2))
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)
-        return
-    from kvplan.report import print_capacity, print_estimate
+    else:
+        from kvplan.report import print_capacity, print_estimate
 
-    console = _console()
-    print_estimate(console, spec, result)
-    if cap is not None:
-        print_capacity(console, cap)
+        console = _console()
+        print_estimate(console, spec, result)
+        if cap is not None:
+            print_capacity(console, cap)
+    if cap is not None and not cap.fits:
+        raise typer.Exit(DOES_NOT_FIT)
 
 
 def _engine_options(version, fraction, block_size, batched_tokens, kv_unified, swa_full, cache):
@@ -221,10 +223,12 @@ def plan(
                            overhead=_size(overhead, "--overhead", allow_zero=True), max_gpus=max_gpus)
     if as_json:
         print(json.dumps(result.model_dump(), indent=2))
-        return
-    from kvplan.report import print_plan
+    else:
+        from kvplan.report import print_plan
 
-    print_plan(_console(), result)
+        print_plan(_console(), result)
+    if not result.rows:
+        raise typer.Exit(DOES_NOT_FIT)
 
 
 @app.command(name="gpus")
@@ -241,12 +245,18 @@ def list_gpus(as_json: Json = False) -> None:
 
 
 @app.command()
-def show(model: Model, revision: Revision = None, token: Token = None) -> None:
+def show(model: Model, revision: Revision = None, token: Token = None, as_json: Json = False) -> None:
     """The model's normalised layer layout: what each layer caches, and its parameters by group."""
-    from kvplan.report import print_layout
     from kvplan.sources import load_model
 
-    print_layout(_console(), load_model(model, revision, token))
+    spec = load_model(model, revision, token)
+    if as_json:
+        params = spec.params.model_dump() | {"total": spec.params.total, "active": spec.params.active}
+        print(json.dumps(spec.model_dump(mode="json") | {"params": params}, indent=2))
+        return
+    from kvplan.report import print_layout
+
+    print_layout(_console(), spec)
 
 
 @app.command()
@@ -257,8 +267,12 @@ def models(
     """List the bundled model library."""
     from kvplan.sources import library
 
-    chosen = [e for e in library.entries()
-              if not filter or any(filter.lower() in n.lower() for n in (e.id, *e.aliases))]
+    chosen = sorted((e for e in library.entries()
+                     if not filter or any(filter.lower() in n.lower() for n in (e.id, *e.aliases))),
+                    key=lambda e: e.id.lower())
+    if not chosen:
+        raise KvplanError(f"no bundled model matches {brief(filter)} (`kvplan models` lists them all; any Hub id "
+                          "works too)")
     if as_json:
         print(json.dumps([e.model_dump() for e in chosen], indent=2))
         return
@@ -450,6 +464,7 @@ def profile(
     print_profile(_console(), result)
 
 
+DOES_NOT_FIT = 1  # exit status when the target does not fit: the plan is printed, and scripts can branch on it
 BUG_REPORT = ("this is a bug in kvplan, not a problem with your input: please report it with the command you "
               "ran and the traceback that `--debug` (or KVPLAN_DEBUG=1) prints")
 
@@ -463,7 +478,9 @@ def main() -> None:
     debug = "--debug" in args or os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
     args = [arg for arg in args if arg != "--debug"]
     try:
-        app(args=args or ["--help"], prog_name="kvplan", standalone_mode=False)
+        status = app(args=args or ["--help"], prog_name="kvplan", standalone_mode=False)
+        if isinstance(status, int) and status:  # typer.Exit(code) returns it when not standalone
+            sys.exit(status)
     except KvplanError as err:
         print(f"kvplan: error: {shorten(plain(err), LINE)}", file=sys.stderr)
         sys.exit(2)

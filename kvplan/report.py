@@ -84,7 +84,11 @@ def model_header(model: ModelSpec) -> Text:
         params += f" ({billions(model.params.active)} active)"
     if model.checkpoint is not None:
         params += f" (safetensors: {checkpoint_summary(model)})"
-    quant = f", weights {model.quantization.weights_dtype} ({model.quantization.method})" if model.quantization else ""
+    quant = ""
+    if model.quantization:
+        method = model.quantization.method
+        quant = f", weights {model.quantization.weights_dtype}" + ("" if method == model.quantization.weights_dtype
+                                                                   else f" ({method})")
     ctx = f", max context {model.max_context:,}" if model.max_context else ""
     layout = f"{model.architecture}, {model.num_layers} layers, {params}, {model.dtype}"
     return line((model.name, "bold"), "\n", f"{layout}{quant}{ctx}")

@@ -1,5 +1,6 @@
 """Fuzzing the command line as a user or an attacker would: flag values and config.json mutations, each run through
-`kvplan.cli.main` in this process. Every run ends in exit 0 with sane numbers, or exit 2 with one line; a bug
+`kvplan.cli.main` in this process. Every run ends in exit 0 (or 1: does not fit) with sane numbers, or exit 2
+with one line; a bug
 raises (KVPLAN_DEBUG is set for the tests) and a hang trips an alarm.
 
 CI runs a few dozen examples per test; the full run (docs/cli.md) sets KVPLAN_FUZZ_EXAMPLES:
@@ -70,7 +71,7 @@ def sane(value, key: str = "") -> bool:
 def run(monkeypatch, capsys, *args: str) -> None:
     with alarm(SECONDS):
         code, out, err = run_main(monkeypatch, capsys, *args)
-    if code == 0:
+    if code in (0, 1):  # 1: the plan is printed and does not fit
         assert sane(json.loads(out)), out
     else:
         assert code == 2, (args, err)

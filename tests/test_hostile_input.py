@@ -226,7 +226,7 @@ def test_numbers_are_parsed_exactly_and_bounded(monkeypatch, capsys, flag, value
 def test_exact_sizes_and_counts(monkeypatch, capsys):
     def plan(*args):
         code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--json", *args)
-        assert code == 0, err
+        assert code in (0, 1), err  # 1: printed, does not fit
         return json.loads(out)
 
     assert plan("--ctx", "9007199254740991")["ctx"] == 2**53 - 1

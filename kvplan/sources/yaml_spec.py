@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, field_validator
 
 from kvplan.errors import KvplanError
 from kvplan.model import (
@@ -24,6 +24,7 @@ from kvplan.model import (
     Widths,
 )
 from kvplan.sources.hf_config import MAX_LAYERS, read_text
+from kvplan.sources.hf_config.quantization import FLOAT_NAMES
 from kvplan.text import shorten
 
 _CACHE_TYPES = {cls.model_fields["kind"].default: cls for cls in
@@ -52,6 +53,13 @@ class SpecParams(_Strict):
 class YamlSpec(_Strict):
     name: str
     dtype: Literal["fp32", "bf16", "fp16"] = "bf16"
+
+    @field_validator("dtype", mode="before")
+    @classmethod
+    def _config_spelling(cls, value: object) -> object:
+        """config.json's names too: float32, bfloat16, float16."""
+        return FLOAT_NAMES.get(value.lower(), value) if isinstance(value, str) else value
+
     max_context: PositiveInt | None = None
     num_attention_heads: PositiveInt
     params: SpecParams

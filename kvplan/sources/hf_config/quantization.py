@@ -20,12 +20,12 @@ def common(cfg: Fields, notes: list[str]) -> dict:
             "notes": tuple(notes)}
 
 
-_FLOAT_NAMES = {"float32": "fp32", "float": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
+FLOAT_NAMES = {"float32": "fp32", "float": "fp32", "fp32": "fp32", "bfloat16": "bf16", "bf16": "bf16",
                 "float16": "fp16", "fp16": "fp16", "half": "fp16"}
 
 
 def dtype_name(cfg: Fields, value: Any, field: str) -> str:
-    name = _FLOAT_NAMES.get(str(value).removeprefix("torch.").lower())
+    name = FLOAT_NAMES.get(str(value).removeprefix("torch.").lower())
     if name is None:
         raise KvplanError(f"{cfg.where}: field {field} is {value!r}, not a float dtype (float32, bfloat16, float16)")
     return name
