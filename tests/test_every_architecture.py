@@ -16,7 +16,18 @@ from kvplan.errors import KvplanError  # noqa: E402
 
 # Decoder fields set before building, where transformers' default config cannot be built or run as it stands but
 # every published checkpoint sets the field: model_type -> (fields, why).
-EDITS: dict[str, tuple[dict, str]] = {}
+EDITS: dict[str, tuple[dict, str]] = {
+    # llama-style: the config classes leave these None, which their modeling files cannot build from
+    "cohere_compass_text": ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 50000.0},
+                                                 "full_attention": None},
+                             "layer_types": ["sliding_attention" if (i + 1) % 4 else "full_attention"
+                                             for i in range(40)]},
+                            "rope_parameters by layer type, as North-Micro-Vision sets them (its full-attention "
+                            "layers have no rotary embedding); its layer_types, three sliding layers to a global one"),
+    "hunyuan_v1_dense": ({"head_dim": 128}, "Hunyuan-7B and Hy-MT set head_dim"),
+    "ministral": ({"head_dim": 128}, "Ministral-8B sets head_dim"),
+    "nemotron": ({"num_key_value_heads": 8}, "Nemotron-4 and Minitron checkpoints set num_key_value_heads (8)"),
+}
 # transformers itself cannot build or run these on the CPU from its own config class (docs/formulas.md lists them):
 # model_type -> a fragment of the one-line error kvplan gives; the test fails once transformers can.
 TRANSFORMERS_CANNOT: dict[str, str] = {}
