@@ -23,7 +23,8 @@ LAYER_COUNT_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 PER_LAYER_FIELDS = ("layer_types", "no_rope_layers", "block_configs", "hybrid_override_pattern",
                     "kv_sharing_modes", "swa_layers")
 # Fields listing layer indices: indices past the cut are dropped.
-LAYER_INDEX_FIELDS = ("mlp_only_layers", "attn_layer_indices", "hybrid_layer_ids", "full_attn_idxs")
+LAYER_INDEX_FIELDS = ("mlp_only_layers", "attn_layer_indices", "hybrid_layer_ids", "full_attn_idxs",
+                      "cross_attention_layers")
 # Counts of leading layers, which cannot exceed the layers kept (DeepSeek's dense layers before the MoE ones).
 LAYER_COUNT_BOUNDS = ("first_k_dense_replace",)
 # Not architecture: loading, provenance, remote code. quantization_config is dropped with a note.

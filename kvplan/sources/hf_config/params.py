@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvplan.errors import KvplanError
-from kvplan.model import MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
+from kvplan.model import FullAttention, MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
 from kvplan.sources.hf_config.families import CORRECTION_BIAS_ROUTERS, FAMILIES, SHARED_EXPERT_GATES, Family
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.layout import Layout, mamba_dims
@@ -412,3 +412,21 @@ FAMILY_PARAMS.update({
     "hyperclovax": _hyperclovax_params, "jetmoe": _jetmoe_params, "laguna": _laguna_params, "moshi": _moshi_params,
     "phi4_multimodal": _phi4_multimodal_params, "stablelm": _stablelm_params,
 })
+
+
+def _mllama_text_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """Llama 3.2 Vision's text decoder (MllamaForCausalLM): Llama blocks; a cross-attention layer has the same q, k,
+    v and o (keys and values projected from the image features), per-head q and k norms and two tanh gates
+    (cross_attn_attn_gate, cross_attn_mlp_gate); the embedding has vocab_size + 8 rows (modeling_mllama.py)."""
+    kv_heads, cross = cfg.int("num_key_value_heads", default=heads), 0
+    self_attention = []
+    for cache in layout.caches:
+        cross += isinstance(cache, NoCache)
+        self_attention.append(FullAttention(layer=cache.layer, kv_heads=kv_heads, head_dim=layout.head_dim,
+                                            head_dim_v=layout.head_dim))
+    counts = block_params(cfg, "mllama_text_model", FAMILIES["mllama_text_model"],
+                          replace(layout, caches=self_attention), hidden, heads)
+    return _with(counts, embedding=8 * hidden, other=cross * (2 * layout.head_dim + 2))
+
+
+FAMILY_PARAMS["mllama_text_model"] = _mllama_text_params
