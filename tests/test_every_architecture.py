@@ -47,13 +47,6 @@ NOT_YET = {
     # short convolutions, lightning attention, RWKV, xLSTM and other recurrent mixers
     **dict.fromkeys(["bailing_hybrid", "blt", "hrm_text", "inkling2_text", "inkling_text", "lfm2", "lfm2_moe",
                      "lfm3", "minimax", "rwkv", "xlstm"], "recurrent"),
-    # parameter counts of families read through the Llama-style rules
-    **dict.fromkeys(["afmoe", "apertus", "arcee", "aria_text", "bitnet", "cohere2_moe", "cohere_compass_text",
-                     "diffllama", "doge", "emu3", "ernie4_5_moe", "exaone4", "exaone_moe", "flex_olmo", "flint",
-                     "fuyu", "git", "glm", "glm4", "granite_swa", "granitemoe_swa", "hunyuan_v1_dense",
-                     "hyperclovax", "jais2", "jetmoe", "kolibri1", "laguna", "mellum", "ministral", "mllama",
-                     "moshi", "nanochat", "nemotron", "olmo", "olmo3", "olmoe", "persimmon", "phi4_multimodal",
-                     "phimoe", "seed_oss", "stablelm", "starcoder2"], "llama-style"),
     # GPT-2-era decoders
     **dict.fromkeys(["biogpt", "bloom", "codegen", "cpmant", "ctrl", "dbrx", "falcon", "gpt_neo", "gpt_neox_japanese",
                      "gptj", "mpt", "openai-gpt", "opt", "reformer", "xglm", "xlm", "xlnet"], "legacy"),
