@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from kvplan.dtypes import DType, kv_dtype
 from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype
-from kvplan.model import EMPTY_KINDS, IndexerKeys, LayerCache, ModelSpec
+from kvplan.model import EMPTY_KINDS, IndexerKeys, LayerCache, ModelSpec, SlidingWindow
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -331,15 +331,26 @@ class Vllm(Engine):
         return version_tuple(self.version) >= (0, 21)
 
     INDEXER_QUANT_BLOCK = 128
+    # Families whose vLLM model gives a sliding layer a window of sliding_window + 1: a Cohere sliding layer sees the
+    # window and the current token (models/commandr.py for Cohere2, models/cohere2_moe.py), and the spec's window
+    # sets both the reservation and the eviction.
+    SLIDING_WINDOW_PLUS_ONE = {"cohere2", "cohere2_moe"}
 
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
         """DSA indexer keys as vLLM stores them whatever the KV dtype: fp8 values with one fp32 scale per
         128 elements, index_head_dim + index_head_dim // 128 x 4 bytes per token (`DeepseekV32IndexerCache`,
-        uint8; `models/deepseek_v2.py`)."""
-        return tuple(
-            c.model_copy(update={"head_dim": c.head_dim + c.head_dim // self.INDEXER_QUANT_BLOCK * 4,
-                                 "storage_dtype": "fp8"}) if isinstance(c, IndexerKeys) else c
-            for c in model.caches)
+        uint8; `models/deepseek_v2.py`); Cohere's sliding windows one token wider."""
+        plus_one = model.architecture in self.SLIDING_WINDOW_PLUS_ONE
+
+        def as_stored(cache: LayerCache) -> LayerCache:
+            if isinstance(cache, IndexerKeys):
+                return cache.model_copy(update={"head_dim": cache.head_dim + cache.head_dim
+                                                // self.INDEXER_QUANT_BLOCK * 4, "storage_dtype": "fp8"})
+            if plus_one and isinstance(cache, SlidingWindow):
+                return cache.model_copy(update={"window": cache.window + 1})
+            return cache
+
+        return tuple(as_stored(c) for c in model.caches)
 
     def default_fraction(self) -> float:
         return 0.92 if self.modern else 0.90

@@ -215,3 +215,21 @@ def test_vllm_exaone4_sliding_groups_from_the_pattern():
     # group cdiv(min(4,095 + 16,384, 32,768), 16) + 1 = 1,281 -> 2,048 + 3 x 1,281 = 5,891 blocks
     assert cap.vllm_blocks_per_sequence == 2048 + 3 * 1281 == 5891
     assert cap.engine_kv_bytes_per_sequence == 5891 * 2_097_152
+
+
+def test_vllm_cohere2_moe_sliding_window_is_one_token_wider():
+    # Cohere2-MoE, 8 layers of 8 KV heads of 128, window 4096, sliding_window_pattern 4: layers 3 and 7 global.
+    # vLLM's models/cohere2_moe.py gives its sliding layers sliding_window + 1 = 4097 (the window and the current
+    # token), which sets the reservation and the eviction.
+    config = llama_like("cohere2_moe", num_hidden_layers=8, hidden_size=1024, num_attention_heads=8,
+                        num_key_value_heads=8, head_dim=128, sliding_window=4096, num_experts=8,
+                        num_experts_per_tok=2)
+    cap = capacity(model_from_config(config, "cohere2_moe", "test"), Workload(ctx=32_768), kv_budget=60 * GiB)
+    # page = 16 x 8 x (128 + 128) x 2 B = 65,536 B; 6 sliding and 2 full layers: group size 2, 3 sliding groups and
+    # 1 full, a block 2 x 65,536 = 131,072 B
+    assert cap.vllm_block_bytes == 131_072
+    # reserved at L = 32,768, I = 16,384: full 2,048 blocks; sliding cdiv(min(4,097 - 1 + 16,384, 32,768), 16) + 1
+    # = 1,281 per group
+    assert cap.vllm_blocks_per_sequence == 2048 + 3 * 1281
+    # steady decode: a sliding group keeps cdiv(4,097, 16) + 1 = 258 blocks (257 with a window of 4,096)
+    assert cap.vllm_kv_bytes_per_sequence_decode == (2048 + 3 * 258) * 131_072
