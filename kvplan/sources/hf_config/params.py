@@ -328,7 +328,8 @@ def _diffllama_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> P
 def _doge_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
     """Doge (modeling_doge.py): Llama-style blocks with per-head q/k norms and two learned residual scales per layer
     (input_residual, post_attention_residual: counted as two more hidden-sized norms). Its dynamic-mask attention
-    adds dt_proj (the value width -> one logit per KV head, biased with attention_bias) and A (one per KV head).
+    adds dt_proj (the values, num_key_value_heads x head_dim -> one logit per KV head, biased with attention_bias)
+    and A (one per KV head).
     With is_moe the MLP is a CDMoE: the dense MLP kept as a shared expert, a router of 2 x floor(sqrt(num_experts))
     keys, and two embedding tables of num_experts hidden-sized rows (down_embed, up_embed) of which each token
     reads num_experts_per_tok."""
@@ -386,6 +387,21 @@ def _laguna_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> Para
     return block_params(cfg, "laguna", family, layout, hidden, heads)
 
 
+def _mllama_text_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """Llama 3.2 Vision's text decoder (MllamaForCausalLM): Llama blocks; a cross-attention layer has the same q, k,
+    v and o (keys and values projected from the image features), per-head q and k norms and two tanh gates
+    (cross_attn_attn_gate, cross_attn_mlp_gate); the embedding has vocab_size + 8 rows (modeling_mllama.py)."""
+    kv_heads, cross = cfg.int("num_key_value_heads", default=heads), 0
+    self_attention = []
+    for cache in layout.caches:
+        cross += isinstance(cache, NoCache)
+        self_attention.append(FullAttention(layer=cache.layer, kv_heads=kv_heads, head_dim=layout.head_dim,
+                                            head_dim_v=layout.head_dim))
+    counts = block_params(cfg, "mllama_text_model", FAMILIES["mllama_text_model"],
+                          replace(layout, caches=self_attention), hidden, heads)
+    return _with(counts, embedding=8 * hidden, other=cross * (2 * layout.head_dim + 2))
+
+
 def _moshi_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
     """Moshi's text transformer (MoshiForCausalLM): Llama blocks with a gated MLP of ffn_dim / 2 (intermediate_size)
     and an embedding of vocab_size + 1 rows (the extra one for padding)."""
@@ -409,24 +425,7 @@ def _stablelm_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> Pa
 
 FAMILY_PARAMS.update({
     "bitnet": _bitnet_params, "diffllama": _diffllama_params, "doge": _doge_params, "git": _git_params,
-    "hyperclovax": _hyperclovax_params, "jetmoe": _jetmoe_params, "laguna": _laguna_params, "moshi": _moshi_params,
-    "phi4_multimodal": _phi4_multimodal_params, "stablelm": _stablelm_params,
+    "hyperclovax": _hyperclovax_params, "jetmoe": _jetmoe_params, "laguna": _laguna_params,
+    "mllama_text_model": _mllama_text_params, "moshi": _moshi_params, "phi4_multimodal": _phi4_multimodal_params,
+    "stablelm": _stablelm_params,
 })
-
-
-def _mllama_text_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
-    """Llama 3.2 Vision's text decoder (MllamaForCausalLM): Llama blocks; a cross-attention layer has the same q, k,
-    v and o (keys and values projected from the image features), per-head q and k norms and two tanh gates
-    (cross_attn_attn_gate, cross_attn_mlp_gate); the embedding has vocab_size + 8 rows (modeling_mllama.py)."""
-    kv_heads, cross = cfg.int("num_key_value_heads", default=heads), 0
-    self_attention = []
-    for cache in layout.caches:
-        cross += isinstance(cache, NoCache)
-        self_attention.append(FullAttention(layer=cache.layer, kv_heads=kv_heads, head_dim=layout.head_dim,
-                                            head_dim_v=layout.head_dim))
-    counts = block_params(cfg, "mllama_text_model", FAMILIES["mllama_text_model"],
-                          replace(layout, caches=self_attention), hidden, heads)
-    return _with(counts, embedding=8 * hidden, other=cross * (2 * layout.head_dim + 2))
-
-
-FAMILY_PARAMS["mllama_text_model"] = _mllama_text_params
