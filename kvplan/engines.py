@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from kvplan.dtypes import DType, kv_dtype
 from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype
-from kvplan.model import EMPTY_KINDS, IndexerKeys, LayerCache, ModelSpec, RecurrentState
+from kvplan.model import EMPTY_KINDS, IndexerKeys, LayerCache, ModelSpec, RecurrentState, SlidingWindow
 from kvplan.text import brief
 
 GiB = 1 << 30
@@ -338,22 +338,30 @@ class Vllm(Engine):
     # mamba_ssm_cache_dtype, Qwen3_5ForCausalLMConfig mamba_ssm_dtype); for the others mamba_ssm_cache_dtype
     # "auto" keeps the SSM state in the conv state's dtype, the model's (`mamba_utils.py` _mamba_state_dtype).
     READS_SSM_DTYPE = frozenset({"nemotron_h", "qwen3_5_text", "qwen3_5_moe_text"})
+    # Families whose vLLM model gives a sliding layer a window of sliding_window + 1: a Cohere sliding layer sees the
+    # window and the current token (models/commandr.py for Cohere2, models/cohere2_moe.py), and the spec's window
+    # sets both the reservation and the eviction.
+    SLIDING_WINDOW_PLUS_ONE = frozenset({"cohere2", "cohere2_moe"})
 
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
-        """DSA indexer keys as vLLM stores them whatever the KV dtype: fp8 values with one fp32 scale per
-        128 elements, index_head_dim + index_head_dim // 128 x 4 bytes per token (`DeepseekV32IndexerCache`,
-        uint8; `models/deepseek_v2.py`). Recurrent states in the model dtype unless the family is one whose
-        SSM dtype vLLM takes from the config (READS_SSM_DTYPE)."""
+        """The caches as vLLM stores them. DSA indexer keys whatever the KV dtype: fp8 values with one fp32 scale
+        per 128 elements, index_head_dim + index_head_dim // 128 x 4 bytes per token (`DeepseekV32IndexerCache`,
+        uint8; `models/deepseek_v2.py`). Recurrent states in the model dtype unless the family is one whose SSM
+        dtype vLLM takes from the config (READS_SSM_DTYPE). Cohere's sliding windows one token wider."""
         keeps_ssm_dtype = model.architecture in self.READS_SSM_DTYPE
-        out = []
-        for c in model.caches:
-            if isinstance(c, IndexerKeys):
-                c = c.model_copy(update={"head_dim": c.head_dim + c.head_dim // self.INDEXER_QUANT_BLOCK * 4,
-                                         "storage_dtype": "fp8"})
-            elif isinstance(c, RecurrentState) and c.ssm_dtype and not keeps_ssm_dtype:
-                c = c.model_copy(update={"ssm_dtype": None})
-            out.append(c)
-        return tuple(out)
+        plus_one = model.architecture in self.SLIDING_WINDOW_PLUS_ONE
+
+        def as_stored(cache: LayerCache) -> LayerCache:
+            if isinstance(cache, IndexerKeys):
+                return cache.model_copy(update={"head_dim": cache.head_dim + cache.head_dim
+                                                // self.INDEXER_QUANT_BLOCK * 4, "storage_dtype": "fp8"})
+            if isinstance(cache, RecurrentState) and cache.ssm_dtype and not keeps_ssm_dtype:
+                return cache.model_copy(update={"ssm_dtype": None})
+            if plus_one and isinstance(cache, SlidingWindow):
+                return cache.model_copy(update={"window": cache.window + 1})
+            return cache
+
+        return tuple(as_stored(c) for c in model.caches)
 
     def default_fraction(self) -> float:
         return 0.92 if self.modern else 0.90

@@ -104,10 +104,14 @@ def meta_parameters(model_type: str, fields: dict) -> int:
     """Parameters of transformers' causal-LM class for these fields, built on the meta device (shapes only),
     tied ones once, plus the buffers checkpoints store as weights."""
     import torch
-    from transformers import CONFIG_MAPPING, AutoModelForCausalLM
+    import transformers
+    from transformers import CONFIG_MAPPING
 
+    from kvplan.profiler.runtime import causal_lm_class
+
+    config = CONFIG_MAPPING[model_type](**fields)
     with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(CONFIG_MAPPING[model_type](**fields))
+        model = causal_lm_class(transformers, config)._from_config(config)
     buffers = sum(b.numel() for name, b in model.named_buffers() if name.endswith(CHECKPOINT_BUFFERS))
     return sum(p.numel() for p in model.parameters()) + buffers
 

@@ -23,7 +23,8 @@ LAYER_COUNT_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 PER_LAYER_FIELDS = ("layer_types", "no_rope_layers", "block_configs", "hybrid_override_pattern",
                     "kv_sharing_modes", "swa_layers")
 # Fields listing layer indices: indices past the cut are dropped.
-LAYER_INDEX_FIELDS = ("mlp_only_layers", "attn_layer_indices", "hybrid_layer_ids", "full_attn_idxs")
+LAYER_INDEX_FIELDS = ("mlp_only_layers", "attn_layer_indices", "hybrid_layer_ids", "full_attn_idxs",
+                      "cross_attention_layers")
 # Counts of leading layers, which cannot exceed the layers kept (DeepSeek's dense layers before the MoE ones).
 LAYER_COUNT_BOUNDS = ("first_k_dense_replace",)
 # Not architecture: loading, provenance, remote code. quantization_config is dropped with a note.
@@ -81,8 +82,8 @@ def decoder_fields(data: dict) -> dict:
 
 
 def first_layers(source: Source, layers: int | None) -> tuple[dict, ModelSpec]:
-    """The config data and ModelSpec of the model's first `layers` layers (all of them for None), as built:
-    without a vision tower.
+    """The config data and ModelSpec of the model's first `layers` layers (all of them for None), as built
+    (`as_built`).
 
     Embeddings, final norm and lm_head stay whole; per-layer fields are cut; layouts stated by rule (Gemma's
     sliding_window_pattern, Jamba's attn_layer_period, DeepSeek's first_k_dense_replace) keep their meaning,
@@ -91,7 +92,7 @@ def first_layers(source: Source, layers: int | None) -> tuple[dict, ModelSpec]:
     data = copy.deepcopy(source.config)
     total = source.spec.num_layers
     if layers is None or layers == total:
-        return data, text_decoder(source.spec)
+        return data, as_built(source.spec, data)
     if not 1 <= layers <= total:
         raise KvplanError(f"--layers must be between 1 and {source.name}'s {total} layers, got {layers}")
     decoder = decoder_fields(data)
@@ -103,7 +104,7 @@ def first_layers(source: Source, layers: int | None) -> tuple[dict, ModelSpec]:
     if spec.caches != tuple(c for c in source.spec.caches if c.layer < layers):
         raise KvplanError(f"cutting {source.name} to {layers} layers changed the layout of the layers kept: "
                           "profile it whole (no --layers)")
-    return data, text_decoder(spec)
+    return data, as_built(spec, data)
 
 
 def _cut_per_layer_fields(decoder: dict, total: int, layers: int) -> None:
@@ -120,9 +121,12 @@ def _cut_per_layer_fields(decoder: dict, total: int, layers: int) -> None:
             decoder[field] = {k: v for k, v in value.items() if not str(k).isdigit() or int(k) < layers}
 
 
-def text_decoder(spec: ModelSpec) -> ModelSpec:
-    """The spec of what the profiler builds: the text decoder alone (`transformers_fields`), so a multimodal
-    model's vision tower leaves the predicted weights too."""
+def as_built(spec: ModelSpec, data: dict) -> ModelSpec:
+    """The spec of what the profiler builds: for a config that nests a text_config, the text decoder alone
+    (`transformers_fields`), so the vision tower leaves the predicted weights too; a causal-LM class that builds its
+    own towers (GIT, Phi-4-multimodal) keeps them."""
+    if not isinstance(data.get("text_config"), dict):
+        return spec
     return spec.model_copy(update={"params": spec.params.model_copy(update={"vision": 0})})
 
 

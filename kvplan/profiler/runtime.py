@@ -97,23 +97,34 @@ def failed(transformers, what: str, err: BaseException) -> KvplanError:
     return KvplanError(f"transformers {transformers.__version__} failed {what}: {one_line(err)}")
 
 
+def causal_lm_class(transformers, config):
+    """transformers' causal-LM class for `config`: the one its auto mapping names for the model type or, for a text
+    config nested in a multimodal one whose type has no entry (Emu3's emu3_text_model, Mllama's mllama_text_model),
+    the class the mapping names for the family the config class belongs to, if that class takes this config."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    if config.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[config.model_type])
+    family = type(config).__module__.split(".")[-2]  # transformers.models.<family>.configuration_<family>
+    model_class = getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(family, ""), None)
+    if model_class is None or getattr(model_class, "config_class", None) is not type(config):
+        raise KvplanError(f"transformers {transformers.__version__} has no causal-LM class for model type "
+                          f"{config.model_type!r}")
+    return model_class
+
+
 def build(torch, transformers, config, device: str, dtype: str):
     """The causal-LM model of `config`, made on `device` with random weights: parameters are allocated there
     uninitialised (no CPU copy, no init pass), buffers (rotary tables) computed as usual, then every parameter
     filled with normal(0, 0.02) on the device."""
-    from transformers import AutoModelForCausalLM
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-    if config.model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
-        raise KvplanError(f"transformers {transformers.__version__} has no causal-LM class for model type "
-                          f"{config.model_type!r}")
+    model_class = causal_lm_class(transformers, config)
     try:
         from transformers.initialization import no_init_weights
     except ImportError:  # transformers 4.x
         from transformers.modeling_utils import no_init_weights
     try:
         with torch.device(device), no_init_weights():
-            model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, TORCH_DTYPES[dtype]))
+            model = model_class._from_config(config, dtype=getattr(torch, TORCH_DTYPES[dtype]))
     except Exception as err:
         if is_oom(torch, err):
             raise

@@ -4,8 +4,11 @@ kind the reader has no rule for."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from kvplan.sources.hf_config.fields import Fields
 
 # Field defaults of transformers' config classes for fields that real config.json files often omit.
 MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -53,6 +56,60 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "qwen3_5_moe_text": {"tie_word_embeddings": False},
     "nemotron-nas": {"tie_word_embeddings": False},
     "t5": {"tie_word_embeddings": True},
+    **dict.fromkeys(["afmoe", "apertus", "arcee", "aria_text", "bitnet", "diffllama", "doge", "emu3_text_model",
+                     "exaone4", "exaone_moe", "flex_olmo", "flint", "git", "granitemoe_swa", "hunyuan_v1_dense",
+                     "kolibri1", "laguna", "mellum", "ministral", "mllama_text_model", "moshi", "nanochat", "nemotron",
+                     "olmo", "olmo3", "olmoe", "phi4_multimodal", "phimoe", "stablelm"],
+                    {"tie_word_embeddings": False}),
+    "glm": {"tie_word_embeddings": False, "attention_bias": True},
+    "glm4": {"tie_word_embeddings": False, "attention_bias": True},
+    "hyperclovax": {"tie_word_embeddings": False, "use_post_norm": True},
+    "jais2": {"tie_word_embeddings": False, "attention_bias": True, "mlp_bias": True},
+    "persimmon": {"tie_word_embeddings": False, "qk_layernorm": True},
+    "seed_oss": {"tie_word_embeddings": False, "attention_bias": True},
+    "starcoder2": {"use_bias": True},
+}
+
+
+def _global_every(n: int, k: int, first: int = 0) -> list[str]:
+    """Layer types with layer i global when (i + 1 - first) % k == 0 and sliding otherwise, from layer `first` on."""
+    return ["full_attention" if (i + 1 - first) % k == 0 else "sliding_attention" for i in range(first, n)]
+
+
+def _exaone_layer_types(cfg: Fields, n: int) -> list[str]:
+    if cfg.get("sliding_window", default=None) is None:  # EXAONE 4 sets the pattern to 0: no sliding layers
+        return ["full_attention"] * n
+    return _global_every(n, cfg.int("sliding_window_pattern", default=4))
+
+
+def _cohere2_moe_layer_types(cfg: Fields, n: int) -> list[str]:
+    """The first_k_dense_replace dense layers follow their own pattern, the MoE layers theirs, each counted from
+    its own first layer."""
+    dense = min(cfg.int("first_k_dense_replace", default=0, minimum=0), n)
+    prefix = _global_every(dense, cfg.int("prefix_dense_sliding_window_pattern", default=1))
+    return prefix + _global_every(n, cfg.int("sliding_window_pattern", default=4), first=dense)
+
+
+# Per-layer fields a family's config class fills in when a config.json omits them (the __post_init__ of transformers
+# 5.23's configuration_<family>.py): model_type -> fields for a config of n layers. Without them a config that gives
+# only sliding_window would read as sliding on every layer.
+OMITTED_PER_LAYER_FIELDS: dict[str, Callable[[Fields, int], dict[str, list]]] = {
+    "afmoe": lambda cfg, n: {"layer_types": _global_every(n, cfg.int("global_attn_every_n_layers", default=4))},
+    "cohere2_moe": lambda cfg, n: {"layer_types": _cohere2_moe_layer_types(cfg, n)},
+    "cohere_compass_text": lambda cfg, n: {"layer_types": ["full_attention"] * n},
+    "exaone4": lambda cfg, n: {"layer_types": _exaone_layer_types(cfg, n)},
+    "exaone_moe": lambda cfg, n: {"layer_types": _exaone_layer_types(cfg, n)},
+    "flint": lambda cfg, n: {"layer_types": ["full_attention" if i < 2 or i % 4 == 1 or i == n - 1
+                                             else "sliding_attention" for i in range(n)], "mlp_only_layers": [0, 1]},
+    "granite_swa": lambda cfg, n: {"layer_types": ["full_attention" if i % 4 == 0 else "sliding_attention"
+                                                   for i in range(n)]},
+    "granitemoe_swa": lambda cfg, n: {"layer_types": ["full_attention" if i % 4 == 0 else "sliding_attention"
+                                                      for i in range(n)]},
+    "kolibri1": lambda cfg, n: {"layer_types": _global_every(n, 5)},
+    "laguna": lambda cfg, n: {"layer_types": ["full_attention"] * n,
+                              "mlp_layer_types": ["dense"] + ["sparse"] * (n - 1)},
+    "mellum": lambda cfg, n: {"layer_types": ["full_attention"] * n},
+    "olmo3": lambda cfg, n: {"layer_types": _global_every(n, 4)},
 }
 
 
@@ -96,8 +153,14 @@ ATTENTION_FREE = frozenset({"mamba", "falcon_mamba", "mamba2"})
 
 # MoE routers that keep a load-balancing bias per routed expert (`e_score_correction_bias`, which checkpoints store
 # and transformers registers as a buffer): the families whose modeling files define it, as of transformers 5.23.
-CORRECTION_BIAS_ROUTERS = {"deepseek_v3", "dots1", "ernie4_5_moe", "exaone_moe", "glm4_moe", "glm4_moe_lite", "hy_v3",
-                           "laguna", "longcat_flash", "mimo_v2_flash", "minimax_m2", "solar_open"}
+# AFMoE keeps it as a parameter named expert_bias.
+CORRECTION_BIAS_ROUTERS = {"afmoe", "deepseek_v3", "dots1", "ernie4_5_moe", "exaone_moe", "glm4_moe", "glm4_moe_lite",
+                           "hy_v3", "kolibri1", "laguna", "longcat_flash", "mimo_v2_flash", "minimax_m2", "solar_open"}
+
+
+# MoE blocks that scale their shared expert by a learned gate (`shared_expert_gate`, hidden -> 1) as of transformers
+# 5.23: the Qwen families. Others with a shared_expert_intermediate_size (Flint, Kolibri, Laguna) add it ungated.
+SHARED_EXPERT_GATES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_omni_moe_text", "qwen4_exp_text"}
 
 
 ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "deberta", "deberta-v2", "electra", "albert",
@@ -106,27 +169,42 @@ ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "deberta", "debe
 
 @dataclass(frozen=True)
 class Family:
-    """How a decoder family builds its blocks, for parameter counting (from each family's modeling file)."""
+    """How a decoder family builds its blocks, for parameter counting (from each family's modeling file).
+
+    Biases are the family's own (`qkv_bias`, `o_bias`, `mlp_bias`: always there) or switched by the config flag its
+    modeling file reads (`*_bias_field`: Llama's attention_bias and mlp_bias, StarCoder2's use_bias)."""
 
     gated_mlp: bool = True          # gate/up/down (SwiGLU, GeGLU) vs up/down
     qkv_bias: bool = False
     o_bias: bool = False
     mlp_bias: bool = False
+    qkv_bias_field: str = "attention_bias"
+    o_bias_field: str | None = "attention_bias"  # None: the output projection never has a bias (Qwen2, GLM)
+    mlp_bias_field: str = "mlp_bias"
+    lm_head_bias: bool = False      # the output projection has a bias (Phi-2, GIT)
+    lm_head_bias_field: str = "lm_head_bias"  # the config flag that gives it one (PhiMoE; ERNIE 4.5's use_bias)
     norms_per_layer: int = 2        # hidden-sized norm vectors per layer
     layer_norm: bool = False        # LayerNorm (weight + bias) rather than RMSNorm (weight)
+    norm_weights: bool = True       # False: norms with no learned weights (OLMo's LayerNorm, nanochat's RMSNorm)
     qk_norm: str | None = None      # "head": one head_dim vector each for q and k; "full": over all heads
+    qk_norm_field: str | None = None  # the config flag that switches the q/k norms on (None: always on)
+    qk_norm_bias: bool = False      # q/k norms are LayerNorms with a bias (Persimmon)
+    attention_sinks: bool = False   # one learned sink logit per query head (gpt-oss, Flint, Granite SWA)
+    attention_gate: str | None = None  # output gate from the hidden state: "full" one per head_dim element
+                                       # (Qwen3-Next, AFMoE), "head" one per head (Laguna)
     learned_positions: bool = False  # GPT-2 style position embedding table
 
 
 FAMILIES: dict[str, Family] = {
-    "qwen2": Family(qkv_bias=True),
-    "qwen2_moe": Family(qkv_bias=True),
+    "qwen2": Family(qkv_bias=True, o_bias_field=None),
+    "qwen2_moe": Family(qkv_bias=True, o_bias_field=None),
     "qwen3": Family(qk_norm="head"),
     "qwen3_moe": Family(qk_norm="head"),
-    "qwen3_next": Family(qk_norm="head"),
+    "qwen3_next": Family(qk_norm="head", attention_gate="full"),
     "gemma2": Family(norms_per_layer=4),
     "gemma3_text": Family(norms_per_layer=4, qk_norm="head"),
-    "phi": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, norms_per_layer=1, layer_norm=True),
+    "phi": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, lm_head_bias=True, norms_per_layer=1,
+                  layer_norm=True),
     "gpt2": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
                    learned_positions=True),
     "gpt_bigcode": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
@@ -136,17 +214,65 @@ FAMILIES: dict[str, Family] = {
     "cohere": Family(norms_per_layer=1),
     "cohere2": Family(norms_per_layer=1),
     "olmo2": Family(qk_norm="full"),
-    "gpt_oss": Family(qkv_bias=True, o_bias=True),
+    "gpt_oss": Family(qkv_bias=True, o_bias=True, attention_sinks=True),
     "nemotron_h": Family(gated_mlp=False, norms_per_layer=1),
     "olmo_hybrid": Family(qk_norm="full"),
-    "qwen3_5_text": Family(qk_norm="head"),
-    "qwen3_5_moe_text": Family(qk_norm="head"),
+    "qwen3_5_text": Family(qk_norm="head", attention_gate="full"),
+    "qwen3_5_moe_text": Family(qk_norm="head", attention_gate="full"),
     # Checked against transformers' classes only (tests/test_transformers_params.py): no bundled model.
     "glm4_moe_lite": Family(),
     "mimo_v2_flash": Family(),
     "minicpm3": Family(),
     "minimax_m2": Family(qk_norm="full"),
     "solar_open": Family(),
+    # Families read through the Llama-style rules with their own blocks (transformers 5.23's modeling files); those
+    # with a counting rule of their own are in params.FAMILY_PARAMS.
+    "afmoe": Family(norms_per_layer=4, qk_norm="head", attention_gate="full"),
+    "apertus": Family(gated_mlp=False, qk_norm="head"),
+    "arcee": Family(gated_mlp=False),
+    "aria_text": Family(),
+    "bitnet": Family(),
+    "cohere2_moe": Family(norms_per_layer=1),
+    "cohere_compass_text": Family(norms_per_layer=1),
+    "diffllama": Family(),
+    "doge": Family(norms_per_layer=4, qk_norm="head"),
+    "emu3_text_model": Family(),
+    "ernie4_5_moe": Family(qkv_bias_field="use_bias", o_bias_field="use_bias", mlp_bias_field="use_bias",
+                           lm_head_bias_field="use_bias"),
+    "exaone4": Family(qk_norm="head"),
+    "exaone_moe": Family(qk_norm="head"),
+    "flex_olmo": Family(qk_norm="full"),
+    "flint": Family(qk_norm="head", attention_sinks=True),
+    "git": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, lm_head_bias=True, layer_norm=True,
+                  learned_positions=True),
+    "glm": Family(o_bias_field=None),
+    "glm4": Family(o_bias_field=None, norms_per_layer=4),
+    "granite_swa": Family(attention_sinks=True),
+    "granitemoe_swa": Family(attention_sinks=True),
+    "hunyuan_v1_dense": Family(qk_norm="head"),
+    "hyperclovax": Family(),
+    "jais2": Family(gated_mlp=False, layer_norm=True),
+    "jetmoe": Family(),
+    "kolibri1": Family(norms_per_layer=4, qk_norm="head"),
+    "laguna": Family(qk_norm="head", attention_gate="head"),
+    "mellum": Family(qk_norm="head"),
+    "ministral": Family(),
+    "mllama_text_model": Family(),
+    "moshi": Family(),
+    "nanochat": Family(gated_mlp=False, norm_weights=False),
+    "nemotron": Family(gated_mlp=False, layer_norm=True),
+    "olmo": Family(norm_weights=False),
+    "olmo3": Family(qk_norm="full"),
+    "olmoe": Family(qk_norm="full"),
+    "persimmon": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True, qk_norm="head",
+                        qk_norm_field="qk_layernorm", qk_norm_bias=True),
+    "phi4_multimodal": Family(),
+    "phimoe": Family(layer_norm=True),
+    "seed_oss": Family(o_bias_field="attention_out_bias"),
+    "stablelm": Family(layer_norm=True, qkv_bias_field="use_qkv_bias", o_bias_field=None, qk_norm="full",
+                       qk_norm_field="qk_layernorm"),
+    "starcoder2": Family(gated_mlp=False, layer_norm=True, qkv_bias_field="use_bias", o_bias_field="use_bias",
+                         mlp_bias_field="use_bias"),
 }
 
 

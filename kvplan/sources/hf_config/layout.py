@@ -334,3 +334,25 @@ FAMILY_LAYOUTS.update({
     "zamba2": partial(zamba_layout, model_type="zamba2"),
     "zaya": zaya_layout,
 })
+
+
+def _mllama_text_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """Llama 3.2 Vision's text decoder (MllamaTextModel): self-attention layers, and at cross_attention_layers layers
+    that attend to the image features instead. A text request skips those layers and they cache nothing; with an
+    image they hold its keys and values, which kvplan does not count (its figures are for text requests)."""
+    cross = cfg.list("cross_attention_layers", int)
+    if any(not 0 <= i < num_layers for i in cross):
+        raise KvplanError(f"{cfg.where}: field cross_attention_layers names layers outside the {num_layers} layers")
+    head_dim = read_head_dim(cfg, hidden, heads)
+    attention = {"kv_heads": read_kv_heads(cfg, "mllama_text_model", heads), "head_dim": head_dim,
+                 "head_dim_v": head_dim}
+    caches = [NoCache(layer=i, reason="cross-attention to the image: nothing cached for a text request") if i in cross
+              else FullAttention(layer=i, **attention) for i in range(num_layers)]
+    if cross:
+        notes.append(f"layers {', '.join(map(str, sorted(cross)))} cross-attend to the image and cache nothing for "
+                     "text requests; an image's keys and values there are not counted")
+    return Layout(types=["cross_attention" if i in cross else "full_attention" for i in range(num_layers)],
+                  caches=caches, head_dim=head_dim)
+
+
+FAMILY_LAYOUTS["mllama_text_model"] = _mllama_text_layout

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 from kvplan.errors import KvplanError
-from kvplan.model import MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
-from kvplan.sources.hf_config.families import ATTENTION_FREE, CORRECTION_BIAS_ROUTERS, MAMBA_MIXERS, Family
+from kvplan.model import FullAttention, MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
+from kvplan.sources.hf_config.families import (
+    ATTENTION_FREE,
+    CORRECTION_BIAS_ROUTERS,
+    FAMILIES,
+    MAMBA_MIXERS,
+    SHARED_EXPERT_GATES,
+    Family,
+)
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.layout import Layout, read_kv_heads
 from kvplan.sources.hf_config.mamba import mamba_params
+from kvplan.sources.hf_config.vision import git_vision, phi4_multimodal_encoders
 
-# Families whose parameters no shared rule counts: model_type -> counter(cfg, layout, hidden, heads).
+# Families whose parameters no shared rule counts: model_type -> counter(cfg, layout, hidden, heads). Registered at
+# the end of this module; most count the shared blocks (`block_params`) and add what their modeling file adds.
 FAMILY_PARAMS: dict[str, Callable[..., ParamCounts]] = {}
-
-# Attention whose q_proj is twice as wide, half of it a sigmoid gate on the output (Qwen3-Next, Qwen3.5).
-GATED_ATTENTION = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
 
 
 def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout, hidden: int,
@@ -26,21 +33,32 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
     (DeepSeek num_nextn_predict_layers) are not part of the served model and are not counted."""
     if model_type in FAMILY_PARAMS:
         return FAMILY_PARAMS[model_type](cfg, layout, hidden, heads)
+    return block_params(cfg, model_type, family, layout, hidden, heads)
+
+
+def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, hidden: int,
+                 heads: int) -> ParamCounts:
+    """The shared rules: embeddings, each layer's mixer, MLP or experts and norms, the final norm and lm_head."""
     vocab = cfg.int("vocab_size", "n_vocab", "padded_vocab_size")
-    norm = hidden * (2 if family.layer_norm else 1)
+    norm = hidden * (2 if family.layer_norm else 1) * family.norm_weights
     embedding = vocab * hidden
     if family.learned_positions:
         embedding += cfg.int("n_positions", "max_position_embeddings") * hidden
     tied = cfg.flag("tie_word_embeddings", default=True)
     lm_head = 0 if tied else vocab * hidden
     totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": norm}  # final norm
-    if model_type == "phi":
-        totals["other"] += vocab  # lm_head bias
+    if family.lm_head_bias or cfg.flag(family.lm_head_bias_field):
+        totals["other"] += vocab
     moe = None if model_type == "nemotron_h" else MoE.read(cfg, model_type)  # Nemotron-H: `_nemotron_h_moe`
+    mlp_bias = family.mlp_bias or cfg.flag(family.mlp_bias_field)
+    # Laguna's layers have query heads of their own (transformers 5's num_attention_heads_per_layer)
+    layer_heads = cfg.list("num_attention_heads_per_layer", int, length=len(layout.types)) or [heads] * len(
+        layout.types)
     for i, layer_type in enumerate(layout.types):
         layer_norms = _norms_per_layer(cfg, model_type, family)
         for cache in layout.layer(i):
-            mixer, mixer_other = _mixer_params(cfg, model_type, family, cache, hidden, heads, layout.head_dim)
+            mixer, mixer_other = _mixer_params(cfg, model_type, family, cache, hidden, layer_heads[i],
+                                               layout.head_dim)
             totals["attention"] += mixer
             totals["other"] += mixer_other
         if layout.blocks:
@@ -55,9 +73,12 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
                 _nemotron_h_moe(cfg, hidden, totals)
         elif moe and moe.on_layer(i):
             moe.add(totals, hidden)
+            if mlp_bias and moe.shared_intermediate:  # the shared experts are the family's MLP, biases included
+                totals["other"] += 2 * moe.shared_intermediate + hidden
         else:
             totals["mlp"] += _dense_mlp(cfg, model_type, family, hidden)
-            if family.mlp_bias:
+            totals["other"] += _activation_params(cfg)
+            if mlp_bias:
                 totals["other"] += _mlp_bias(cfg, model_type, family, hidden)
         totals["other"] += layer_norms * norm
     return ParamCounts(embedding=embedding, lm_head=lm_head, **totals)
@@ -101,7 +122,10 @@ def intermediate_size(cfg: Fields, model_type: str, hidden: int) -> int:
         return cfg.int("intermediate_size_mlp", "intermediate_size")
     if model_type == "granitemoehybrid":  # its dense MLP is the shared one (`GraniteMoeHybridMLP`)
         return cfg.int("shared_intermediate_size")
-    return cfg.int("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
+    if model_type == "moshi":  # fc1 makes the gate and up halves together, ffn_dim wide (MoshiGatingMLP)
+        return cfg.int("ffn_dim") // 2
+    # Cohere2-MoE's dense prefix layers are prefix_dense_intermediate_size wide; its intermediate_size is the experts'
+    return cfg.int("prefix_dense_intermediate_size", "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
 
 
 
@@ -113,6 +137,13 @@ def _dense_mlp(cfg: Fields, model_type: str, family: Family, hidden: int) -> int
 
 def _mlp_bias(cfg: Fields, model_type: str, family: Family, hidden: int) -> int:
     return intermediate_size(cfg, model_type, hidden) * (2 if family.gated_mlp else 1) + hidden
+
+
+
+def _activation_params(cfg: Fields) -> int:
+    """Learned parameters of the MLP's activation: xIELU (Apertus) learns alpha_p and alpha_n (transformers
+    activations.py `XIELUActivation`)."""
+    return 2 if cfg.get("hidden_act", default=None) == "xielu" else 0
 
 
 
@@ -128,19 +159,21 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
     if isinstance(cache, NoCache):
         replaced = "replaced by a linear" in cache.reason
         return (hidden * hidden if replaced else 0), 0
-    k, v = cache.kv_heads * cache.head_dim, cache.kv_heads * cache.head_dim_v
-    q = heads * head_dim * (2 if model_type in GATED_ATTENTION else 1)  # q_proj also gives the output gate
+    q, k, v = heads * head_dim, cache.kv_heads * cache.head_dim, cache.kv_heads * cache.head_dim_v
     matrices = hidden * (q + k + v) + heads * cache.head_dim_v * hidden
+    if family.attention_gate == "full":  # a gate per output element (Qwen3-Next's doubled q_proj, AFMoE's gate_proj)
+        matrices += hidden * q
+    elif family.attention_gate == "head":  # a gate per head (Laguna's g_proj)
+        matrices += hidden * heads
     other = 0
-    if family.qkv_bias or cfg.flag("attention_bias"):
-        other += heads * head_dim + k + v
-    if family.o_bias or (cfg.flag("attention_bias") and model_type not in ("qwen2", "qwen2_moe")):
+    if family.qkv_bias or cfg.flag(family.qkv_bias_field):
+        other += q + k + v
+    if family.o_bias or (family.o_bias_field and cfg.flag(family.o_bias_field)):
         other += hidden
-    if family.qk_norm == "head":
-        other += 2 * head_dim
-    elif family.qk_norm == "full":
-        other += heads * head_dim + k
-    if model_type == "gpt_oss" or (model_type == "mimo_v2_flash" and isinstance(cache, SlidingWindow)):
+    if family.qk_norm and (family.qk_norm_field is None or cfg.flag(family.qk_norm_field)):
+        norm_width = 2 * head_dim if family.qk_norm == "head" else q + k
+        other += norm_width * (2 if family.qk_norm_bias else 1)
+    if family.attention_sinks or (model_type == "mimo_v2_flash" and isinstance(cache, SlidingWindow)):
         other += heads  # attention sinks: one learned logit per head
     return matrices, other
 
@@ -200,11 +233,11 @@ class MoE:
 
     @classmethod
     def read(cls, cfg: Fields, model_type: str) -> MoE | None:
-        n = cfg.int("num_local_experts", "n_routed_experts", "num_experts", default=0, minimum=0)
-        if not n:
+        n = cfg.int("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0, minimum=0)
+        if not n or not cfg.flag("is_moe", default=True):  # Doge states num_experts with is_moe false
             return None
         hidden, layers = cfg.int("hidden_size"), cfg.layers("num_hidden_layers")
-        top_k = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
+        top_k = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_k", "moe_topk")
         if top_k > n:
             raise KvplanError(f"{cfg.where}: {top_k} experts per token but only {n} experts: "
                               "num_experts_per_tok cannot exceed the expert count")
@@ -213,18 +246,21 @@ class MoE:
         if model_type == "gpt_oss":  # gate_up_proj + down_proj with biases; router with bias
             bias, router = 2 * size + hidden, hidden * n + n
         shared_size = 0
-        if cfg.has("n_shared_experts"):
-            shared_size = cfg.int("n_shared_experts", minimum=0) * size
+        shared_experts = cfg.int("n_shared_experts", "num_shared_experts", "moe_num_shared_experts", default=None,
+                                 minimum=0)
+        if shared_experts is not None:  # shared experts as wide as the routed ones
+            shared_size = shared_experts * size
         elif cfg.has("shared_expert_intermediate_size"):
             shared_size = cfg.int("shared_expert_intermediate_size", minimum=0)
-            router += hidden if shared_size else 0  # shared_expert_gate
-        elif model_type == "granitemoehybrid":  # a shared MLP beside the experts, ungated
-            shared_size = cfg.int("shared_intermediate_size")
+            if model_type in SHARED_EXPERT_GATES and shared_size:
+                router += hidden  # shared_expert_gate
+        elif cfg.has("shared_intermediate_size"):  # Granite MoE's shared_mlp
+            shared_size = cfg.int("shared_intermediate_size", minimum=0)
         elif model_type == "llama4_text":
             shared_size = size
         if model_type in CORRECTION_BIAS_ROUTERS:
             router += n  # e_score_correction_bias
-        first_dense = cfg.int("first_k_dense_replace", default=0, minimum=0)
+        first_dense = cfg.int("first_k_dense_replace", "num_dense_layers", default=0, minimum=0)  # AFMoE: the latter
         if first_dense > layers:
             raise KvplanError(f"{cfg.where}: first_k_dense_replace {first_dense:,} exceeds the {layers} layers")
         dense = set(range(first_dense))
@@ -240,6 +276,11 @@ class MoE:
             dense |= {i for i in range(layers) if i % period != offset}
         elif cfg.has("moe_layer_freq"):  # DeepSeek: experts on layers i % freq == 0 (past first_k_dense_replace)
             dense |= {i for i in range(layers) if i % cfg.int("moe_layer_freq")}
+        elif cfg.has("moe_layer_start_index"):  # ERNIE 4.5: from start to end (-1: the last layer), every interval-th
+            start, end = cfg.int("moe_layer_start_index", minimum=0), cfg.get("moe_layer_end_index", default=-1)
+            end = layers - 1 if end == -1 else cfg.int("moe_layer_end_index", minimum=0)
+            interval = cfg.int("moe_layer_interval", default=1)
+            dense |= {i for i in range(layers) if not (start <= i <= end and (i + 1) % interval == 0)}
         else:  # Qwen MoE decoder_sparse_step, Llama 4 interleave_moe_layer_step: every step-th layer
             step = cfg.int("decoder_sparse_step", "interleave_moe_layer_step", default=1)
             dense |= {i for i in range(layers) if (i + 1) % step}
@@ -254,6 +295,127 @@ class MoE:
         totals["active_experts"] += self.top_k * self.expert_size
         totals["mlp"] += self.shared
         totals["other"] += self.router + self.experts * self.expert_bias
+
+
+# ------------------------------------------------------------------------------------ families with rules of their own
+
+
+def _with(counts: ParamCounts, **extra: int) -> ParamCounts:
+    """`counts` with `extra` parameters added to the named groups."""
+    return counts.model_copy(update={group: getattr(counts, group) + n for group, n in extra.items()})
+
+
+def _bitnet_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """BitNet b1.58: Llama blocks with two sub-norms per layer, an RMSNorm over the attention output before o_proj
+    (hidden_size wide) and one over the MLP intermediate before down_proj (modeling_bitnet.py attn_sub_norm,
+    ffn_sub_norm)."""
+    counts = block_params(cfg, "bitnet", FAMILIES["bitnet"], layout, hidden, heads)
+    return _with(counts, other=len(layout.types) * (hidden + intermediate_size(cfg, "bitnet", hidden)))
+
+
+def _diffllama_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """DiffLlama: Llama blocks whose differential attention learns lambda_q1, lambda_k1, lambda_q2 and lambda_k2,
+    one head_dim vector each per layer; its group norm has no weights (modeling_diffllama.py)."""
+    counts = block_params(cfg, "diffllama", FAMILIES["diffllama"], layout, hidden, heads)
+    return _with(counts, other=len(layout.types) * 4 * layout.head_dim)
+
+
+def _doge_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """Doge (modeling_doge.py): Llama-style blocks with per-head q/k norms and two learned residual scales per layer
+    (input_residual, post_attention_residual: counted as two more hidden-sized norms). Its dynamic-mask attention
+    adds dt_proj (the values, num_key_value_heads x head_dim -> one logit per KV head, biased with attention_bias)
+    and A (one per KV head).
+    With is_moe the MLP is a CDMoE: the dense MLP kept as a shared expert, a router of 2 x floor(sqrt(num_experts))
+    keys, and two embedding tables of num_experts hidden-sized rows (down_embed, up_embed) of which each token
+    reads num_experts_per_tok."""
+    counts = block_params(Fields({**cfg.data, "is_moe": False}, cfg.where), "doge", FAMILIES["doge"], layout, hidden,
+                          heads)
+    attention = other = experts = active = 0
+    for cache in layout.caches:
+        attention += cache.kv_heads * cache.head_dim_v * cache.kv_heads
+        other += cache.kv_heads * (2 if cfg.flag("attention_bias") else 1)
+    if cfg.flag("is_moe"):
+        layers, routed = len(layout.types), cfg.int("num_experts")
+        other += layers * hidden * 2 * math.isqrt(routed)
+        experts = layers * routed * 2 * hidden
+        active = layers * cfg.int("num_experts_per_tok") * 2 * hidden
+    return _with(counts, attention=attention, other=other, experts=experts, active_experts=active)
+
+
+def _git_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """GIT (GitForCausalLM): a BERT-style post-norm decoder (biased q, k, v, o and MLP; two LayerNorms per layer;
+    learned positions and an embedding LayerNorm, counted as the final norm) with a biased output layer, and the
+    CLIP vision tower and projector the causal-LM class always builds."""
+    counts = block_params(cfg, "git", FAMILIES["git"], layout, hidden, heads)
+    return _with(counts, vision=git_vision(cfg, hidden))
+
+
+def _hyperclovax_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """HyperCLOVA X: Llama blocks, and with use_post_norm an RMSNorm after attention and one after the MLP
+    (modeling_hyperclovax.py post_norm1, post_norm2)."""
+    counts = block_params(cfg, "hyperclovax", FAMILIES["hyperclovax"], layout, hidden, heads)
+    return _with(counts, other=len(layout.types) * 2 * hidden if cfg.flag("use_post_norm") else 0)
+
+
+def _jetmoe_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """JetMoE (modeling_jetmoe.py): num_local_experts attention experts and as many MLP experts per layer, top_k of
+    each per token. An attention expert (MoA) is a query projection hidden -> num_key_value_heads x kv_channels and an
+    output projection back; keys and values come from one shared kv_proj. An MLP expert is gated: input_linear
+    hidden -> 2 x intermediate_size and output_linear back. Each of the two has a router and an output bias; two
+    RMSNorms per layer and a final one."""
+    layers, vocab = len(layout.types), cfg.int("vocab_size")
+    routed, top_k = cfg.int("num_local_experts"), cfg.int("num_experts_per_tok")
+    width = cfg.int("num_key_value_heads") * cfg.int("kv_channels")
+    expert = 2 * hidden * width + 3 * hidden * cfg.int("intermediate_size")  # one attention and one MLP expert
+    tied = cfg.flag("tie_word_embeddings", default=True)
+    return ParamCounts(embedding=vocab * hidden, lm_head=0 if tied else vocab * hidden,
+                       attention=layers * hidden * 2 * width, mlp=0, experts=layers * routed * expert,
+                       active_experts=layers * top_k * expert,
+                       other=layers * (2 * (hidden * routed + hidden) + 2 * hidden) + hidden)
+
+
+def _laguna_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """Laguna: its attention output gate is one per head when gating is true or "per-head", one per head_dim
+    element otherwise (modeling_laguna.py g_proj); layers may have query heads of their own."""
+    gate = "head" if cfg.get("gating", default=True) in (True, "per-head") else "full"
+    family = replace(FAMILIES["laguna"], attention_gate=gate)
+    return block_params(cfg, "laguna", family, layout, hidden, heads)
+
+
+def _mllama_text_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """Llama 3.2 Vision's text decoder (MllamaForCausalLM): Llama blocks; a cross-attention layer has the same q, k,
+    v and o (keys and values projected from the image features), per-head q and k norms and two tanh gates
+    (cross_attn_attn_gate, cross_attn_mlp_gate); the embedding has vocab_size + 8 rows (modeling_mllama.py)."""
+    kv_heads, cross = cfg.int("num_key_value_heads", default=heads), 0
+    self_attention = []
+    for cache in layout.caches:
+        cross += isinstance(cache, NoCache)
+        self_attention.append(FullAttention(layer=cache.layer, kv_heads=kv_heads, head_dim=layout.head_dim,
+                                            head_dim_v=layout.head_dim))
+    counts = block_params(cfg, "mllama_text_model", FAMILIES["mllama_text_model"],
+                          replace(layout, caches=self_attention), hidden, heads)
+    return _with(counts, embedding=8 * hidden, other=cross * (2 * layout.head_dim + 2))
+
+
+def _moshi_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """Moshi's text transformer (MoshiForCausalLM): Llama blocks with a gated MLP of ffn_dim / 2 (intermediate_size)
+    and an embedding of vocab_size + 1 rows (the extra one for padding)."""
+    counts = block_params(cfg, "moshi", FAMILIES["moshi"], layout, hidden, heads)
+    return _with(counts, embedding=hidden)
+
+
+def _phi4_multimodal_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """Phi-4-multimodal (Phi4MultimodalForCausalLM): a Phi-3 decoder (fused qkv and gate_up projections, counted
+    as Llama's) and the image and audio encoders the causal-LM class always builds."""
+    counts = block_params(cfg, "phi4_multimodal", FAMILIES["phi4_multimodal"], layout, hidden, heads)
+    return _with(counts, vision=phi4_multimodal_encoders(cfg, hidden))
+
+
+def _stablelm_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """StableLM: with use_parallel_residual attention and MLP share the input LayerNorm, so there is no
+    post_attention_layernorm (modeling_stablelm.py)."""
+    counts = block_params(cfg, "stablelm", FAMILIES["stablelm"], layout, hidden, heads)
+    return _with(counts, other=-len(layout.types) * 2 * hidden if cfg.flag("use_parallel_residual") else 0)
 
 
 def _nemotron_h_moe(cfg: Fields, hidden: int, totals: dict) -> None:
@@ -348,6 +510,10 @@ def zaya_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCo
 
 
 FAMILY_PARAMS.update({
+    "bitnet": _bitnet_params, "diffllama": _diffllama_params, "doge": _doge_params, "git": _git_params,
+    "hyperclovax": _hyperclovax_params, "jetmoe": _jetmoe_params, "laguna": _laguna_params,
+    "mllama_text_model": _mllama_text_params, "moshi": _moshi_params, "phi4_multimodal": _phi4_multimodal_params,
+    "stablelm": _stablelm_params,
     **{t: partial(mamba_lm_params, model_type=t) for t in ATTENTION_FREE},
     "zamba": partial(zamba_params, model_type="zamba"),
     "zamba2": partial(zamba_params, model_type="zamba2"),

@@ -14,6 +14,7 @@ from kvplan.sources.hf_config.families import (
     LLAMA_LIKE,
     MODEL_TYPE_ALIASES,
     MODEL_TYPE_DEFAULTS,
+    OMITTED_PER_LAYER_FIELDS,
 )
 from kvplan.sources.hf_config.fields import Fields, parse_json, read_text
 from kvplan.sources.hf_config.layout import layer_count, read_kv_heads, read_layout
@@ -61,6 +62,11 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
     for key, value in MODEL_TYPE_DEFAULTS.get(model_type, {}).items():
         data.setdefault(key, value)
     cfg = Fields(data, where)
+    if model_type in OMITTED_PER_LAYER_FIELDS:
+        layers = cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+        for key, value in OMITTED_PER_LAYER_FIELDS[model_type](cfg, layers).items():
+            if data.get(key) is None:
+                data[key] = value
 
     if model_type in ENCODER_ONLY or (
         not model_type and any(a.endswith("ForMaskedLM") for a in top.list("architectures"))
@@ -84,7 +90,7 @@ def decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[st
         raise KvplanError(f"{cfg.where}: {heads} attention heads cannot be grouped over {kv_heads} KV heads")
     layout = read_layout(cfg, model_type, num_layers, hidden, heads, notes)
     params = decoder_params(cfg, model_type, family, layout, hidden, heads)
-    params = params.model_copy(update={"vision": vision})
+    params = params.model_copy(update={"vision": params.vision + vision})  # GIT's tower is in its decoder config
     widths = read_widths(cfg, model_type, family, hidden, layout)
     return ModelSpec(name=name, architecture=model_type or "unknown", num_layers=num_layers,
                      num_attention_heads=heads, caches=tuple(layout.caches), params=params, widths=widths,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from kvplan.sources.hf_config.fields import Fields
 
 
@@ -45,6 +47,60 @@ def _llama4_vision(vision: Fields, text_hidden: int) -> int:
 
 
 VISION_TOWERS = {"gemma3": _gemma3_vision, "llama4": _llama4_vision}  # the multimodal config's model_type
+
+
+def git_vision(cfg: Fields, text_hidden: int) -> int:
+    """GIT (GitModel): a CLIP vision transformer (`GitVisionModel`: a class embedding, a bias-free patch Conv2d, one
+    learned position per patch plus the class token, pre and post LayerNorms, the layers), `GitProjection` (a biased
+    vision x text matrix and a LayerNorm) and, with num_image_with_embedding, one temporal embedding per image."""
+    vision = cfg.mapping("vision_config")
+    hidden, intermediate = vision.int("hidden_size"), vision.int("intermediate_size")
+    patch = vision.int("patch_size")
+    positions = (vision.int("image_size") // patch) ** 2 + 1
+    tower = (hidden + vision.int("num_channels", default=3) * patch * patch * hidden + positions * hidden
+             + 2 * 2 * hidden + vision.layers("num_hidden_layers") * _vit_layer(hidden, intermediate))
+    projector = hidden * text_hidden + text_hidden + 2 * text_hidden
+    return tower + projector + cfg.int("num_image_with_embedding", default=0, minimum=0) * hidden
+
+
+def phi4_multimodal_encoders(cfg: Fields, text_hidden: int) -> int:
+    """Phi-4-multimodal's image and audio encoders (modeling_phi4_multimodal.py `Phi4MultimodalFeatureEmbedding`).
+
+    Image: a SigLIP vision transformer (a biased patch Conv2d, one learned position per patch, the layers, a post
+    LayerNorm and the attention-pooling head: probe, nn.MultiheadAttention, LayerNorm, MLP), biased up and down
+    projections to the text width, and two learned separators (global_img_feature_extensor, sub_img_feature_extensor).
+
+    Audio: a Conformer. Its input subsampling (`NemoConvSubsampling`) has a first Conv2d 1 -> C and, for each further
+    halving of time_reduction, a depthwise 3x3 and a pointwise Conv2d, all biased, then a linear C x
+    nemo_final_size -> hidden; a relative-position bias table (bias_max_distance buckets, twice that unless
+    symmetric, x heads); each block has two feed-forwards (LayerNorm, gated up, down, biased), biased q, k, v, o,
+    a convolution module (LayerNorm; a GLU pointwise Conv1d to 2 x ext_pw_out_channel with its two bias vectors; a
+    depthwise Conv1d of kernel_size and a pointwise one; an output pointwise Conv1d) and two LayerNorms. Two pairs
+    of biased projections (speech, vision-speech) take it to the text width."""
+    vision = cfg.mapping("vision_config")
+    hidden, intermediate, patch = vision.int("hidden_size"), vision.int("intermediate_size"), vision.int("patch_size")
+    tower = (vision.int("num_channels", default=3) * patch * patch * hidden + hidden
+             + (vision.int("image_size") // patch) ** 2 * hidden
+             + vision.layers("num_hidden_layers") * _vit_layer(hidden, intermediate) + 2 * hidden
+             + hidden + _vit_attention_and_mlp(hidden, intermediate) + 2 * hidden)
+    image = tower + hidden * text_hidden + text_hidden + text_hidden * text_hidden + text_hidden + 2 * hidden
+
+    audio = cfg.mapping("audio_config")
+    width, inner, heads = audio.int("hidden_size"), audio.int("intermediate_size"), audio.int("num_attention_heads")
+    channels, halvings = audio.int("nemo_conv_channels"), int(math.log2(audio.int("time_reduction")))
+    subsampling = (10 * channels + (halvings - 1) * (10 * channels + channels * channels + channels)
+                   + channels * audio.int("nemo_final_size") * width + width)
+    buckets = audio.int("bias_max_distance") * (1 if audio.flag("bias_symmetric") else 2)
+    glu, separable = audio.int("ext_pw_out_channel"), audio.int("depthwise_separable_out_channel")
+    depthwise = width * audio.int("depthwise_multiplier")
+    feed_forward = 2 * width + width * 2 * inner + 2 * inner + inner * width + width
+    convolution = (2 * width + width * 2 * glu + 2 * glu + 2 * glu + depthwise * audio.int("kernel_size") + depthwise
+                   + depthwise * separable + separable + width * glu + glu)
+    block = 2 * feed_forward + 4 * (width * width + width) + convolution + 2 * 2 * width
+    projections = 2 * (width * audio.int("downsample_rate", default=1) * text_hidden + text_hidden
+                       + text_hidden * text_hidden + text_hidden)
+    audio_total = subsampling + buckets * heads + audio.int("num_blocks") * block + projections
+    return image + audio_total
 
 
 def vision_params(top: Fields, text: Fields, notes: list[str]) -> int:
