@@ -14,6 +14,8 @@ from kvplan.sources.hf_config.layout import Layout, mamba_dims
 
 # Families whose parameters no shared rule counts: model_type -> counter(cfg, layout, hidden, heads).
 FAMILY_PARAMS: dict[str, Callable[..., ParamCounts]] = {}
+# Families whose forward widths no shared rule reads: model_type -> reader(cfg, hidden, layout).
+FAMILY_WIDTHS: dict[str, Callable[..., Widths | None]] = {}
 
 
 def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout, hidden: int,
@@ -62,6 +64,8 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
 def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layout: Layout) -> Widths | None:
     """The forward widths: dense MLP (or shared expert) and routed expert intermediates, widest over layers.
     Nemotron-H and NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them."""
+    if model_type in FAMILY_WIDTHS:
+        return FAMILY_WIDTHS[model_type](cfg, hidden, layout)
     if layout.blocks or model_type == "nemotron_h":
         return None
     moe = MoE.read(cfg, model_type)
