@@ -18,6 +18,7 @@ short convolution and a diagonal linear recurrence), "attention" blocks local at
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from kvplan.errors import KvplanError
 from kvplan.model import FullAttention, NoCache, ParamCounts, RecurrentState, SharedKV, SlidingWindow, Widths
@@ -156,8 +157,7 @@ def _window(cfg: Fields) -> int:
     return window // 2 + 1 if cfg.get("use_bidirectional_attention", default=None) == "all" else window
 
 
-def gemma_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str]) -> Layout:
-    model_type = str(cfg.data["model_type"])
+def gemma_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str], model_type: str) -> Layout:
     layers = gemma_layers(cfg, model_type, n, notes)
     caches = []
     for i, layer in enumerate(layers):
@@ -187,7 +187,7 @@ def _attention_params(cfg: Fields, layer: GemmaLayer, hidden: int, heads: int, k
     return matrices, other
 
 
-def gemma_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+def gemma_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_type: str) -> ParamCounts:
     """Gemma 3n (`Gemma3nForCausalLM`) and Gemma 4 (`Gemma4ForCausalLM`, `Gemma4UnifiedForCausalLM`, the
     assistants' `Gemma4AssistantForCausalLM`), block by block:
         embeddings   vocab x hidden, and the per-layer embeddings (PLE) vocab_size_per_layer_input x
@@ -206,7 +206,6 @@ def gemma_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamC
         assistants   pre_projection 2 x backbone_hidden_size x hidden, post_projection hidden x backbone, and
                      the centroids hidden x num_centroids with use_ordered_embeddings
     The per-layer `layer_scalar` and the assistants' token ordering are buffers, not parameters."""
-    model_type = str(cfg.data["model_type"])
     layers = gemma_layers(cfg, model_type, len(layout.types), [])
     n = len(layers)
     vocab = cfg.int("vocab_size")
@@ -260,8 +259,7 @@ def mlp_widths(cfg: Fields, model_type: str, layers: list[GemmaLayer]) -> list[i
     return [2 * width if double and layer.shared else width for layer in layers]
 
 
-def gemma_widths(cfg: Fields, hidden: int, layout: Layout) -> Widths:
-    model_type = str(cfg.data["model_type"])
+def gemma_widths(cfg: Fields, hidden: int, layout: Layout, model_type: str) -> Widths:
     layers = gemma_layers(cfg, model_type, len(layout.types), [])
     moe = cfg.flag("enable_moe_block")
     return Widths(hidden=hidden, mlp_intermediate=max(mlp_widths(cfg, model_type, layers)),
@@ -334,9 +332,9 @@ def recurrent_gemma_widths(cfg: Fields, hidden: int, layout: Layout) -> Widths:
 
 
 for _type in (GEMMA_3N, *GEMMA_4, *ASSISTANTS):
-    FAMILY_LAYOUTS[_type] = gemma_layout
-    FAMILY_PARAMS[_type] = gemma_params
-    FAMILY_WIDTHS[_type] = gemma_widths
+    FAMILY_LAYOUTS[_type] = partial(gemma_layout, model_type=_type)
+    FAMILY_PARAMS[_type] = partial(gemma_params, model_type=_type)
+    FAMILY_WIDTHS[_type] = partial(gemma_widths, model_type=_type)
 FAMILY_LAYOUTS["recurrent_gemma"] = recurrent_gemma_layout
 FAMILY_PARAMS["recurrent_gemma"] = recurrent_gemma_params
 FAMILY_WIDTHS["recurrent_gemma"] = recurrent_gemma_widths
