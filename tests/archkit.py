@@ -55,6 +55,8 @@ def shrunk(model_type: str, **edits) -> dict:
     for field, width in SHRUNK_WIDTHS.items():
         if isinstance(decoder.get(field), int) and decoder[field] > width:
             decoder[field] = width
+        elif isinstance(decoder.get(field), list):  # one width per layer (Gemma 3n's intermediate_size)
+            decoder[field] = [min(value, width) for value in decoder[field]]
     groups = decoder.get("n_group") if isinstance(decoder.get("n_group"), int) else 1
     for field in ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"):
         experts = max(4, 2 * groups)  # group-limited routing takes the top 2 experts of each group
