@@ -415,15 +415,19 @@ class Vllm(Engine):
             block_bytes = sum(page * count for (_, _, page), count in specs.items())
             groups = [VllmGroup(kind=kind, groups=1, block_size=block, window=window)]
             return VllmPool(groups, block_bytes, in_flight, encoder, formula, notes)
-        # Hybrid: one page size for all (smaller pages get a proportionally larger block size), layers
-        # bucketed by spec, buckets cut into groups of group_size layers (padding the last), one block pool.
+        # Hybrid: one page size for all (a smaller page that divides the largest gets a proportionally larger
+        # block size; one that does not keeps its block size in a page padded to the largest, which MLA pages
+        # cannot be: `unify_kv_cache_spec_page_size`), layers bucketed by spec, buckets cut into groups of
+        # group_size layers (padding the last), one block pool.
         max_page = max(page for _, _, page in specs)
         groups, counts = [], []
         for (kind, window, page), count in specs.items():
-            if max_page % page:
+            if max_page % page and mla:
                 raise KvplanError(f"vLLM cannot give {model.name}'s layers one page size "
                                   f"({page} vs {max_page} B)")
-            size = block if kind == "recurrent" else block * (max_page // page)
+            size = block if kind == "recurrent" or max_page % page else block * (max_page // page)
+            if max_page % page:
+                notes.append(f"{kind} pages of {page:,} B padded to {max_page:,} B")
             groups.append((kind, window, size, count))
             counts.append(count)
         group_size = min(counts)

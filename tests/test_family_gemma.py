@@ -63,6 +63,19 @@ def test_vllm_gemma4_31b_pages_and_groups_by_hand():
     assert out["engine_kv_bytes_per_sequence"] == 2821 * 2_621_440
 
 
+def test_vllm_pads_a_page_that_does_not_divide_the_largest():
+    # 31B with 48 query heads and 3 global KV heads: full pages of 16 x 2 x 3 x 512 x 2 = 98,304 B do not divide
+    # the sliding 262,144 B, so vLLM 0.32 pads them to 262,144 B and keeps blocks of 16 tokens
+    # (unify_kv_cache_spec_page_size, page_size_padded). Per request at 8,192: full cdiv(8192, 16) = 512,
+    # sliding 5 x 513 as before; a block is still 10 x 262,144 B.
+    data = raw("google__gemma-4-31B-it.json")
+    data["text_config"].update(num_attention_heads=48, num_global_key_value_heads=3)
+    cap = capacity(model_from_config(data, "padded", "test"), Workload(ctx=8192), hardware=H100)
+    assert cap.vllm_block_bytes == 2_621_440
+    assert cap.vllm_blocks_per_sequence == 512 + 5 * 513
+    assert any("padded to 262,144 B" in note for note in cap.notes)
+
+
 def test_gemma4_vision_towers_equal_transformers_modules():
     """The Gemma 4 vision tower and its projector against transformers' own multimodal class on the meta device
     (text decoder cut to one layer); E2B's audio tower is not counted, and says so."""
