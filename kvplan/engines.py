@@ -394,7 +394,13 @@ class Vllm(Engine):
         CUDA graphs)."""
         return math.ceil(gpu_bytes * fraction) - weights - overhead
 
+    # Model types with no vLLM implementation (none in vllm/model_executor/models as of 0.32.0).
+    NO_MODEL = frozenset({"recurrent_gemma"})
+
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> VllmPool:
+        if model.architecture in self.NO_MODEL:
+            raise KvplanError(f"vLLM has no {model.architecture} model (none as of vLLM 0.32): choose another "
+                              "--engine")
         table = rows(layers, kv, kv_dtype(model.dtype))
         if not table:
             raise KvplanError(f"{model.name} keeps no per-sequence cache: vLLM allocates no KV blocks for it")
@@ -430,15 +436,19 @@ class Vllm(Engine):
             groups = [VllmGroup(kind=kind, groups=1, block_size=block, window=window)]
             return VllmPool(groups, block_bytes, in_flight, encoder, formula, notes, state_pages=1 if recurrent
                             and not attention else 2)
-        # Hybrid: one page size for all (smaller pages get a proportionally larger block size), layers
-        # bucketed by spec, buckets cut into groups of group_size layers (padding the last), one block pool.
+        # Hybrid: one page size for all (a smaller page that divides the largest gets a proportionally larger
+        # block size; one that does not keeps its block size in a page padded to the largest, which MLA pages
+        # cannot be: `unify_kv_cache_spec_page_size`), layers bucketed by spec, buckets cut into groups of
+        # group_size layers (padding the last), one block pool.
         max_page = max(page for _, _, page in specs)
         groups, counts = [], []
         for (kind, window, page), count in specs.items():
-            if max_page % page:
+            if max_page % page and mla:
                 raise KvplanError(f"vLLM cannot give {model.name}'s layers one page size "
                                   f"({page} vs {max_page} B)")
-            size = block if kind == "recurrent" else block * (max_page // page)
+            size = block if kind == "recurrent" or max_page % page else block * (max_page // page)
+            if max_page % page:
+                notes.append(f"{kind} pages of {page:,} B padded to {max_page:,} B")
             groups.append((kind, window, size, count))
             counts.append(count)
         group_size = min(counts)
@@ -646,10 +656,13 @@ class TransformersPool(KVPool):
     (`bytes_held`), and right after prefill the whole prompt (`bytes_after_prefill`). Capacity must allow the
     larger, for a prompt of up to ctx - 1 tokens (`bytes_for`).
     StaticCache: max_cache_len = ctx preallocated, min(W, ctx) on sliding layers, from the first token.
-    Recurrent layers: the state `Transformers.cached_layers` describes (conv of `kernel` inputs, fp32 SSM)."""
+    Recurrent layers: the state `Transformers.cached_layers` describes (conv of `kernel` inputs, fp32 SSM);
+    `prefill_states`, one per row, what each holds right after prefill where that is less."""
 
-    def __init__(self, table: list[Row], static: bool, activations: "PrefillActivations", notes: list[str]):
+    def __init__(self, table: list[Row], static: bool, activations: "PrefillActivations", notes: list[str],
+                 prefill_states: list[int]):
         self.table, self.static, self.activations, self.notes = table, static, activations, notes
+        self.prefill_states = prefill_states
 
     def activation_bytes(self, users: int, ctx: int) -> int:
         """generate() prefills the batch's prompts (up to ctx - 1 tokens) in one forward pass."""
@@ -675,7 +688,8 @@ class TransformersPool(KVPool):
         step); a StaticCache is already at its full size."""
         if self.static:
             return self.bytes_held(users, ctx)
-        return users * sum(r.count * (r.bytes_per_token * prompt + r.state_bytes) for r in self.table)
+        return users * sum(r.count * (r.bytes_per_token * prompt + state)
+                           for r, state in zip(self.table, self.prefill_states, strict=True))
 
 
 def transformers_state(cache: LayerCache) -> LayerCache:
@@ -789,6 +803,10 @@ class Transformers(Engine):
     downcasts_fp32 = False  # from_pretrained keeps the config's dtype
     reads = frozenset({"version", "memory_fraction", "cache_implementation"})
     kv_dtypes = ("fp32", "bf16", "fp16")
+    # Families whose convolution state right after prefill is a fresh tensor of the last kernel - 1 inputs:
+    # RecurrentGemma keeps its RG-LRU state on its modules (`RecurrentGemmaRecurrentBlock.conv1d_state`); each
+    # decode step then keeps a view into the kernel-wide concatenation, which holds all of it.
+    PREFILL_CONV_SHORT = frozenset({"recurrent_gemma"})
 
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
         """The caches as transformers stores them. Falcon with new_decoder_architecture broadcasts K/V to every
@@ -824,7 +842,10 @@ class Transformers(Engine):
             notes[0] = ("DynamicCache: sliding layers hold the whole prompt until the first decode step, then "
                         "min(ctx, W) tokens; sized for the peak, a prompt of up to ctx - 1 tokens")
         activations = PrefillActivations(model, kv)
-        return TransformersPool(table, static, activations, notes + activations.notes())
+        short = model.architecture in self.PREFILL_CONV_SHORT
+        prefill_states = [r.state_bytes - kv.bytes_for(r.cache.conv_elements // r.cache.conv_kernel)
+                          if short and r.kind == "recurrent" and r.cache.conv_kernel else r.state_bytes for r in table]
+        return TransformersPool(table, static, activations, notes + activations.notes(), prefill_states)
 
 
 # --------------------------------------------------------------------------------------------- TensorRT-LLM

@@ -17,7 +17,7 @@ from kvplan.profiler import config as profile_config
 from kvplan.sources.hf_config import model_from_config
 
 SHRUNK_WIDTHS = {"intermediate_size": 64, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
-                 "vocab_size": 512}
+                 "vocab_size": 512, "vocab_size_per_layer_input": 512}
 WINDOW_FIELDS = ("sliding_window", "attention_chunk_size")
 WINDOW = 16
 CTX, BATCH, DECODE_STEPS = 40, 2, 2
@@ -27,12 +27,21 @@ MIN_LAYERS = 4  # DeepSeek's first dense layers, then an MoE one
 CHECKPOINT_BUFFERS = ("e_score_correction_bias",)
 
 
-def default_config(model_type: str) -> dict:
+def default_config(model_type: str, **edits) -> dict:
+    """transformers' default config of model_type; one its own validation refuses is built with the decoder
+    `edits` (Gemma 4 assistants need hidden_size_per_layer_input 0)."""
     from transformers import CONFIG_MAPPING
 
     if model_type not in CONFIG_MAPPING:
         pytest.skip(f"this transformers has no {model_type}")
-    return CONFIG_MAPPING[model_type]().to_dict()
+    config_class = CONFIG_MAPPING[model_type]
+    try:
+        return config_class().to_dict()
+    except Exception:
+        if not edits:
+            raise
+    nested = "text_config" in config_class.sub_configs_defaults
+    return (config_class(text_config=edits) if nested else config_class(**edits)).to_dict()
 
 
 def decoder_of(data: dict) -> dict:
@@ -41,11 +50,13 @@ def decoder_of(data: dict) -> dict:
 
 def shrunk(model_type: str, **edits) -> dict:
     """transformers' default config of model_type, widths shrunk and windows cut; `edits` set decoder fields."""
-    data = default_config(model_type)
+    data = default_config(model_type, **edits)
     decoder = decoder_of(data)
     for field, width in SHRUNK_WIDTHS.items():
         if isinstance(decoder.get(field), int) and decoder[field] > width:
             decoder[field] = width
+        elif isinstance(decoder.get(field), list):  # one width per layer (Gemma 3n's intermediate_size)
+            decoder[field] = [min(value, width) for value in decoder[field]]
     groups = decoder.get("n_group") if isinstance(decoder.get("n_group"), int) else 1
     for field in ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"):
         experts = max(4, 2 * groups)  # group-limited routing takes the top 2 experts of each group

@@ -21,12 +21,14 @@ LAYER_COUNT_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 # these, any list as long as the model is deep whose name says "layer" or "types" (mlp_layer_types, indexer_types,
 # num_attention_heads_per_layer: transformers' config classes check their length against num_hidden_layers).
 PER_LAYER_FIELDS = ("layer_types", "no_rope_layers", "block_configs", "hybrid_override_pattern",
-                    "kv_sharing_modes", "swa_layers")
+                    "kv_sharing_modes", "swa_layers", "intermediate_size", "activation_sparsity_pattern")
 # Fields listing layer indices: indices past the cut are dropped.
 LAYER_INDEX_FIELDS = ("mlp_only_layers", "attn_layer_indices", "hybrid_layer_ids", "full_attn_idxs",
                       "cross_attention_layers")
 # Counts of leading layers, which cannot exceed the layers kept (DeepSeek's dense layers before the MoE ones).
 LAYER_COUNT_BOUNDS = ("first_k_dense_replace",)
+# Counts of trailing layers (Gemma 3n and Gemma 4's KV-shared layers): a cut keeps those among the layers kept.
+LAYER_TAIL_COUNTS = ("num_kv_shared_layers",)
 # Not architecture: loading, provenance, remote code. quantization_config is dropped with a note.
 DROPPED_FIELDS = ("quantization_config", "auto_map", "_name_or_path", "transformers_version", "torch_dtype",
                   "dtype", "architectures")
@@ -112,6 +114,8 @@ def _cut_per_layer_fields(decoder: dict, total: int, layers: int) -> None:
     for field, value in decoder.items():
         if field in LAYER_COUNT_BOUNDS and isinstance(value, int) and not isinstance(value, bool):
             decoder[field] = min(value, layers)
+        elif field in LAYER_TAIL_COUNTS and isinstance(value, int) and not isinstance(value, bool):
+            decoder[field] = max(0, value - (total - layers))
         elif field in LAYER_INDEX_FIELDS and isinstance(value, list):
             decoder[field] = [i for i in value if isinstance(i, int) and i < layers]
         elif field in PER_LAYER_FIELDS and isinstance(value, (list, str)) or (

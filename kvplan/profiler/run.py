@@ -362,7 +362,7 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
                 token = session.forward(ids, cache)
         result.ttft_s = times["prefill"]
         result.prefill_tokens_per_s = batch * result.prompt_tokens / times["prefill"]
-        after_prefill = runtime.cache_layers(cache)
+        after_prefill = runtime.cache_layers(cache, session.model)
         result.measured_kv_after_prefill_bytes = sum(layer.kv_storage for layer in after_prefill)
         snap = probe.snapshot("after prefill")
         result.memory.append(snap)
@@ -377,7 +377,7 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
                     token = session.forward(token, cache)
                     advance()
         result.decode_tokens_per_s = batch * result.decode_steps / times["decode"]
-    final = runtime.cache_layers(cache)
+    final = runtime.cache_layers(cache, session.model)
     result.measured_kv_bytes = sum(layer.kv_storage for layer in final)
     result.measured_kv_view_bytes = sum(layer.kv_view for layer in final)
     result.cache_bookkeeping_bytes = sum(layer.storage.get("bookkeeping", 0) for layer in final)
@@ -511,7 +511,7 @@ def _compare_recompute(session: Session, probe, ctx: int, decode_steps: int, pro
                 for _ in range(steps):
                     token = session.forward(token, cache)
                     advance()
-            cache_bytes = sum(layer.kv_storage for layer in runtime.cache_layers(cache))
+            cache_bytes = sum(layer.kv_storage for layer in runtime.cache_layers(cache, session.model))
             del cache
             runtime.free(torch, device)
             base = probe.snapshot("recompute").allocated

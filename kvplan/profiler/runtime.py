@@ -3,6 +3,7 @@ allocator and the driver. Everything here is imported only by a running profile.
 
 import gc
 import os
+import re
 import resource
 import time
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ INSTALL_HINT = ("pip install 'kvplan[profile]' (without an NVIDIA GPU, first the
                 "torch --index-url https://download.pytorch.org/whl/cpu)")
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # Attributes of a transformers cache layer, by what they hold.
-ROLES = {"keys": "kv", "values": "kv", "indexer_keys": "kv", "conv_states": "conv",
+ROLES = {"keys": "kv", "values": "kv", "indexer_keys": "kv", "conv_states": "conv", "conv1d_state": "conv",
          "recurrent_states": "recurrent"}
 INIT_STD = 0.02  # random weights: normal(0, 0.02), as transformers' initializer_range
 RANDOM_BLOCK = 1_000_003
@@ -219,15 +220,34 @@ def _tensors(obj, role: str, depth: int = 0):
             yield from _tensors(value, ROLES.get(name, role if depth else "bookkeeping"), depth + 1)
 
 
-def cache_layers(cache) -> list[LayerBytes]:
-    """Every tensor of the cache object, per layer and role; a storage shared by several tensors (or layers)
-    is counted once, where it is first seen."""
+def module_states(model) -> dict[int, list]:
+    """(role, tensor) by decoder layer for the state a model keeps on its layers' modules between calls instead
+    of in the cache (transformers' `_is_stateful` models: RecurrentGemma's `conv1d_state` and
+    `recurrent_states`): tensors held as plain module attributes (parameters and buffers are kept apart)."""
+    import torch
+
+    states: dict[int, list] = {}
+    if not getattr(model, "_is_stateful", False):
+        return states
+    for name, module in model.named_modules():
+        match = re.search(r"(?:^|\.)layers\.(\d+)(?:\.|$)", name)
+        for attr, value in vars(module).items() if match else ():
+            if isinstance(value, torch.Tensor):
+                states.setdefault(int(match.group(1)), []).append((ROLES.get(attr, "recurrent"), value))
+    return states
+
+
+def cache_layers(cache, model=None) -> list[LayerBytes]:
+    """Every tensor of the cache object, per layer and role, with the state `model` keeps on its modules
+    (`module_states`); a storage shared by several tensors (or layers) is counted once, where it is first
+    seen."""
     seen: set = set()
     parts = list(enumerate(cache.layers)) if hasattr(cache, "layers") else [(None, cache)]
+    states = module_states(model) if model is not None else {}
     out = []
     for index, layer in parts:
         row = LayerBytes(layer=index, layer_class=type(layer).__name__)
-        for role, tensor in _tensors(layer, "bookkeeping"):
+        for role, tensor in [*_tensors(layer, "bookkeeping"), *states.get(index, [])]:
             key = storage_key(tensor)
             row.view[role] = row.view.get(role, 0) + tensor.numel() * tensor.element_size()
             if key not in seen:

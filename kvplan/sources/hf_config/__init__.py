@@ -6,6 +6,9 @@ All per-architecture knowledge of kvplan lives in this package, split by concern
     layout.py        what each layer caches (attention, windows, MLA, recurrent states)
     mamba.py         Mamba and Mamba-2 mixers under each family's field names: dimensions, state, parameters
     params.py        parameter counts, block by block
+    gemma.py         Gemma 3n, Gemma 4 and RecurrentGemma: KV-shared layers, per-layer attention shapes, per-layer
+                     embeddings, RG-LRU state (their own layout and parameter rules, registered in layout.py's
+                     FAMILY_LAYOUTS and params.py's FAMILY_PARAMS and FAMILY_WIDTHS)
     quantization.py  float dtype, weight quantisation, KV dtype, max context
     vision.py        vision towers of multimodal checkpoints
     reader.py        the config taken apart and handed to the rules above

@@ -11,6 +11,12 @@ from typing import Any
 from kvplan.sources.hf_config.fields import Fields
 
 # Field defaults of transformers' config classes for fields that real config.json files often omit.
+GEMMA4_TEXT_DEFAULTS: dict[str, Any] = {
+    "tie_word_embeddings": True, "vocab_size": 262_144, "head_dim": 256, "global_head_dim": 512,
+    "num_key_value_heads": 4, "sliding_window": 512, "hidden_size_per_layer_input": 256,
+    "vocab_size_per_layer_input": 262_144, "hidden_activation": "gelu_pytorch_tanh",
+}
+GEMMA4_ASSISTANT_DEFAULTS: dict[str, Any] = {"use_ordered_embeddings": False, "num_centroids": 2048}
 MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {"tie_word_embeddings": False, "vocab_size": 32000},
     "mistral": {"tie_word_embeddings": False, "sliding_window": 4096},
@@ -27,6 +33,20 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
         "head_dim": 256, "max_position_embeddings": 131_072, "num_attention_heads": 8, "num_key_value_heads": 4,
         "hidden_activation": "gelu_pytorch_tanh",
     },
+    "gemma3n_text": {
+        "tie_word_embeddings": True, "vocab_size": 262_400, "head_dim": 256, "num_key_value_heads": 2,
+        "sliding_window": 512, "num_kv_shared_layers": 15, "hidden_size_per_layer_input": 256,
+        "vocab_size_per_layer_input": 262_144, "altup_num_inputs": 4, "laurel_rank": 64,
+        "hidden_activation": "gelu_pytorch_tanh",
+    },
+    "gemma4_text": GEMMA4_TEXT_DEFAULTS,
+    "gemma4_unified_text": {**GEMMA4_TEXT_DEFAULTS, "sliding_window": 1024, "hidden_size_per_layer_input": 0},
+    # Assistants are read from their text_config with the top-level fields that size their projections.
+    "gemma4_assistant": {**GEMMA4_TEXT_DEFAULTS, "backbone_hidden_size": 1536, **GEMMA4_ASSISTANT_DEFAULTS},
+    "gemma4_unified_assistant": {**GEMMA4_TEXT_DEFAULTS, "sliding_window": 1024, "hidden_size_per_layer_input": 0,
+                                 "backbone_hidden_size": 3840, **GEMMA4_ASSISTANT_DEFAULTS},
+    "recurrent_gemma": {"tie_word_embeddings": True, "block_types": ["recurrent", "recurrent", "attention"],
+                        "attention_window_size": 2048, "conv1d_width": 4, "hidden_activation": "gelu_pytorch_tanh"},
     "llama4_text": {"tie_word_embeddings": False, "no_rope_layer_interval": 4, "interleave_moe_layer_step": 1},
     "phi3": {"tie_word_embeddings": False},
     "phi": {"tie_word_embeddings": False},
@@ -113,13 +133,14 @@ OMITTED_PER_LAYER_FIELDS: dict[str, Callable[[Fields, int], dict[str, list]]] = 
 }
 
 
-MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "gemma3": "gemma3_text",
+MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma3n": "gemma3n_text",
+                      "gemma4": "gemma4_text", "gemma4_unified": "gemma4_unified_text",
                       "llama4": "llama4_text", "deci": "nemotron-nas", "mt5": "t5"}
 
 
 # Config fields saying that layers keep something none of kvplan's layer kinds holds (transformers' config classes
-# of DeepSeek-V3.2, GLM-5, Gemma 3n and Gemma 4, among others). Reading such a model as plain attention would give a KV
-# figure that is wrong with no sign of it, so it is refused, naming the field.
+# of DeepSeek-V3.2, GLM-5, Inkling and dots3, among others). Reading such a model as plain attention would give a KV
+# figure that is wrong with no sign of it, so it is refused, naming the field, unless the family's own layout reads it.
 UNMODELLED_CACHE_FIELDS = {
     "index_head_dim": "a sparse-attention indexer's key cache",
     "indexer_compress_ratio": "a compressed indexer cache",
@@ -130,11 +151,16 @@ UNMODELLED_CACHE_FIELDS = {
     "per_layer_config": "per-layer overrides of the attention shape",
     "attention_k_eq_v": "keys that double as values",
 }
+# The fields of UNMODELLED_CACHE_FIELDS a family's own layout reads (`kvplan.sources.hf_config.gemma`).
+_GEMMA4_FIELDS = ("num_kv_shared_layers", "per_layer_config", "attention_k_eq_v")
+MODELLED_BY_FAMILY = {"gemma3n_text": ("num_kv_shared_layers",), "gemma4_text": _GEMMA4_FIELDS,
+                      "gemma4_unified_text": _GEMMA4_FIELDS, "gemma4_assistant": _GEMMA4_FIELDS,
+                      "gemma4_unified_assistant": _GEMMA4_FIELDS}
 
 
 # Fields of recurrent mixers (Mamba, RG-LRU, short convolutions, linear attention): refused when the layout kvplan
 # reads from the config has no recurrent layer, since that state would be missing from the figures.
-RECURRENT_FIELDS = ("mamba_d_state", "mamba_n_heads", "n_mamba_heads", "state_size", "ssm_state_size", "lru_width",
+RECURRENT_FIELDS = ("mamba_d_state", "mamba_n_heads", "n_mamba_heads", "state_size", "ssm_state_size",
                     "conv_L_cache", "short_conv_kernel_size", "number_of_conv_states", "linear_num_heads",
                     "linear_num_key_heads", "layers_block_type", "block_types")
 
@@ -161,6 +187,12 @@ CORRECTION_BIAS_ROUTERS = {"afmoe", "deepseek_v3", "dots1", "ernie4_5_moe", "exa
 # MoE blocks that scale their shared expert by a learned gate (`shared_expert_gate`, hidden -> 1) as of transformers
 # 5.23: the Qwen families. Others with a shared_expert_intermediate_size (Flint, Kolibri, Laguna) add it ungated.
 SHARED_EXPERT_GATES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe_text", "qwen3_omni_moe_text", "qwen4_exp_text"}
+
+
+# Draft models (Gemma 4 assistants) whose decoder, in text_config, runs on its target model's KV cache: read by
+# their own model_type, with these top-level fields that size their projections.
+ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
+ASSISTANT_FIELDS = ("backbone_hidden_size", "use_ordered_embeddings", "num_centroids")
 
 
 ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "deberta", "deberta-v2", "electra", "albert",

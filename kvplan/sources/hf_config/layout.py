@@ -9,7 +9,12 @@ from functools import partial
 
 from kvplan.errors import KvplanError
 from kvplan.model import ChunkedAttention, FullAttention, LayerCache, MLALatent, NoCache, RecurrentState, SlidingWindow
-from kvplan.sources.hf_config.families import MAMBA_MIXERS, RECURRENT_FIELDS, UNMODELLED_CACHE_FIELDS
+from kvplan.sources.hf_config.families import (
+    MAMBA_MIXERS,
+    MODELLED_BY_FAMILY,
+    RECURRENT_FIELDS,
+    UNMODELLED_CACHE_FIELDS,
+)
 from kvplan.sources.hf_config.fields import MAX_LAYERS, Fields
 from kvplan.sources.hf_config.mamba import mamba_state
 from kvplan.sources.hf_config.quantization import optional_dtype
@@ -66,7 +71,9 @@ def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, head
 
 def refuse_unmodelled_caches(cfg: Fields, model_type: str, caches: list) -> None:
     """A one-line refusal for a model whose config says its layers keep more than kvplan's layout of it holds."""
-    field = next((f for f in UNMODELLED_CACHE_FIELDS if cfg.data.get(f) not in (None, 0, [], {})), None)
+    modelled = MODELLED_BY_FAMILY.get(model_type, ())
+    field = next((f for f in UNMODELLED_CACHE_FIELDS
+                  if f not in modelled and cfg.data.get(f) not in (None, 0, [], {})), None)
     if field is None and not any(isinstance(c, RecurrentState) for c in caches):
         field = next((f for f in RECURRENT_FIELDS if cfg.data.get(f) not in (None, 0, [], {})), None)
     if field is not None:

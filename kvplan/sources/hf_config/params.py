@@ -25,6 +25,8 @@ from kvplan.sources.hf_config.vision import git_vision, phi4_multimodal_encoders
 # Families whose parameters no shared rule counts: model_type -> counter(cfg, layout, hidden, heads). Registered at
 # the end of this module; most count the shared blocks (`block_params`) and add what their modeling file adds.
 FAMILY_PARAMS: dict[str, Callable[..., ParamCounts]] = {}
+# Families whose forward widths no shared rule reads: model_type -> reader(cfg, hidden, layout).
+FAMILY_WIDTHS: dict[str, Callable[..., Widths | None]] = {}
 
 
 def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout, hidden: int,
@@ -88,6 +90,8 @@ def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layou
     """The forward widths: dense MLP (or shared expert) and routed expert intermediates, widest over layers.
     Nemotron-H and NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them. Mamba and
     Mamba-2 have no MLP."""
+    if model_type in FAMILY_WIDTHS:
+        return FAMILY_WIDTHS[model_type](cfg, hidden, layout)
     if layout.blocks or model_type == "nemotron_h":
         return None
     if model_type in ATTENTION_FREE:

@@ -7,7 +7,10 @@ from pathlib import Path
 
 from kvplan.errors import KvplanError
 from kvplan.model import CrossAttention, FullAttention, ModelSpec, NoCache, ParamCounts
+from kvplan.sources.hf_config import gemma  # noqa: F401  (registers the Gemma 3n, Gemma 4, RecurrentGemma rules)
 from kvplan.sources.hf_config.families import (
+    ASSISTANT_FIELDS,
+    ASSISTANT_TYPES,
     ATTENTION_FREE,
     ENCODER_ONLY,
     FAMILIES,
@@ -50,7 +53,11 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
         for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
             if key not in data and key in config:
                 data[key] = config[key]
-        vision = vision_params(top, Fields(data, f"{where} (text_config)"), notes)
+        if config.get("model_type") in ASSISTANT_TYPES:  # a drafter: its decoder with its own projections
+            data.update({key: config[key] for key in ASSISTANT_FIELDS if key in config},
+                        model_type=config["model_type"])
+        else:
+            vision = vision_params(top, Fields(data, f"{where} (text_config)"), notes)
         where = f"{where} (text_config)"
     else:
         data = dict(config)

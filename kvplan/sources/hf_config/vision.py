@@ -46,7 +46,24 @@ def _llama4_vision(vision: Fields, text_hidden: int) -> int:
     return tower + vision.int("vision_output_dim") * text_hidden
 
 
-VISION_TOWERS = {"gemma3": _gemma3_vision, "llama4": _llama4_vision}  # the multimodal config's model_type
+def _gemma4_vision(vision: Fields, text_hidden: int) -> int:
+    """Gemma 4: `Gemma4VisionModel` and the `Gemma4MultimodalEmbedder` that projects it into the decoder. The
+    tower: a bias-free patch projection (3 x patch^2 -> hidden), a two-axis position table (2 x
+    position_embedding_size x hidden), and layers of bias-free q, k, v, o (k and v over num_key_value_heads),
+    per-head q and k norms (v's has no weight), a gated MLP and four norms; its pooler and the clipping bounds and
+    standardisation of some checkpoints are buffers. The projector: hidden x text hidden, after a weightless
+    norm."""
+    hidden, intermediate = vision.int("hidden_size"), vision.int("intermediate_size")
+    head_dim = vision.int("head_dim")
+    q, kv = vision.int("num_attention_heads") * head_dim, vision.int("num_key_value_heads") * head_dim
+    layer = hidden * (q + 2 * kv) + q * hidden + 2 * head_dim + 3 * hidden * intermediate + 4 * hidden
+    patch = vision.int("patch_size")
+    tower = (3 * patch * patch * hidden + 2 * vision.int("position_embedding_size") * hidden
+             + vision.layers("num_hidden_layers") * layer)
+    return tower + hidden * text_hidden
+
+
+VISION_TOWERS = {"gemma3": _gemma3_vision, "gemma4": _gemma4_vision, "llama4": _llama4_vision}  # by model_type
 
 
 def git_vision(cfg: Fields, text_hidden: int) -> int:
@@ -113,9 +130,11 @@ def vision_params(top: Fields, text: Fields, notes: list[str]) -> int:
     if counter is None or not top.has("vision_config"):
         encoders = " and ".join(name.removesuffix("_config") for name in others) or "non-text"
         notes.append(f"text decoder read from text_config; the {encoders} encoder of {model_type or 'this model'} "
-                     "is not counted (kvplan counts Gemma 3 and Llama 4 vision towers)")
+                     "is not counted (kvplan counts Gemma 3, Gemma 4 and Llama 4 vision towers)")
         return 0
     count = counter(top.mapping("vision_config"), text.int("hidden_size", "n_embd", "d_model", "dim"))
     notes.append(f"text decoder read from text_config; weights include the vision tower and projector "
                  f"({count / 1e9:.2f}B params, not active for text)")
+    if top.has("audio_config"):
+        notes.append(f"the audio encoder of {model_type} is not counted")
     return count
