@@ -448,23 +448,24 @@ class UsersAt(NamedTuple):
     kv_budget_bytes: int
 
 
-def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[Hardware], *,
+def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple[Hardware, Parallelism]], *,
                 engine_name: str = "vllm", options: EngineOptions | None = None,
                 kv_dtype_name: str | None = None, weights_dtype_name: str | None = None,
                 overhead: int | None = None) -> list[list[UsersAt]]:
-    """For each GPU x ctx, the users `capacity` finds on one GPU (the same budget, pools and search), without
-    the rest of its report: `kvplan table`'s sweep. The per-GPU layer split is built once for all GPUs."""
+    """For each GPU set x ctx, the users `capacity` finds (the same budget, pools and search), without the rest of
+    its report: `kvplan table`'s sweep. The per-GPU layer split is built once for each parallel layout."""
     options = options or EngineOptions()
     workloads = [Workload(ctx=ctx) for ctx in ctxs]
-    stages = None
+    stages: dict[tuple[int, int], list] = {}
     out = []
-    for hardware in hardwares:
-        d = _deploy(model, workloads, engine_name, options, hardware, Parallelism(), kv_dtype_name,
-                    weights_dtype_name, None, overhead, stages)
-        stages = d.stages
+    for hardware, parallel in hardwares:
+        layout = (parallel.tp, parallel.pp)
+        d = _deploy(model, workloads, engine_name, options, hardware, parallel, kv_dtype_name,
+                    weights_dtype_name, None, overhead, stages.get(layout))
+        stages[layout] = d.stages
         row = []
         for ctx in ctxs:
-            users, binding = _users_at(model, d.pools, d.budget, ctx, 0, 1)
+            users, binding = _users_at(model, d.pools, d.budget, ctx, 0, parallel.replicas)
             row.append(UsersAt(users, binding.bytes_per_sequence(ctx), d.budget))
         out.append(row)
     return out

@@ -119,8 +119,9 @@ def estimate(
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
             shared_prefix=parse_tokens(shared_prefix, "shared-prefix") if shared_prefix else 0)
         engine_name = engine or "vllm"
+        hardware, gpus = _hardware(gpu, vram, gpus)
         cap = capacity.capacity(
-            spec, workload, engine_name=engine_name, options=options, hardware=_hardware(gpu, vram),
+            spec, workload, engine_name=engine_name, options=options, hardware=hardware,
             parallel=capacity.parallelism(engine_name, gpus, tp, pp), kv_dtype_name=kv_dtype,
             weights_dtype_name=weights_dtype, kv_budget=_size(kv_budget, "--kv-budget"),
             overhead=_size(overhead, "--overhead", allow_zero=True))
@@ -158,17 +159,22 @@ def _engine_options(version, fraction, block_size, batched_tokens, kv_unified, s
                          swa_full=swa_full or None, cache_implementation=cache)
 
 
-def _hardware(gpu: str | None, vram: str | None):
+def _hardware(gpu: str | None, vram: str | None, gpus: int | None = None):
+    """(the GPU, how many): --gpu h100 or --vram 24GiB, with a count written in front (`4xh100`, `2x24GiB`)
+    or given by --gpus."""
     from kvplan.capacity import Hardware
+    from kvplan.gpus import count_and_name, find
 
     if gpu and vram:
         raise KvplanError("--gpu and --vram both name the GPU's memory: give one")
+    count, name = count_and_name(gpu or vram or "")
+    if count is not None and gpus is not None and count != gpus:
+        raise KvplanError(f"--gpu {gpu or vram} says {count} GPUs and --gpus {gpus}: give the count once")
+    count = count or gpus
     if gpu:
-        from kvplan.gpus import find
-
-        found = find(gpu)
-        return Hardware(name=found.name, memory_bytes=found.usable_bytes)
-    return Hardware(memory_bytes=_size(vram, "--vram"))
+        found = find(name)
+        return Hardware(name=found.name, memory_bytes=found.usable_bytes), count
+    return Hardware(memory_bytes=_size(name if vram else None, "--vram")), count
 
 
 def _size(text: str | None, flag: str, allow_zero: bool = False) -> int | None:
@@ -212,7 +218,10 @@ def plan(
 
     tokens = parse_tokens(ctx)
     _counts(users=users, max_gpus=max_gpus)
-    hardware = _hardware(gpu, vram)
+    hardware, count = _hardware(gpu, vram)
+    if count is not None:
+        raise KvplanError(f"plan finds the GPU count itself: give --gpu {gpu or vram} without one (--max-gpus caps "
+                          "it)")
     if hardware.memory_bytes is None:
         raise KvplanError("plan needs a GPU: give --gpu or --vram")
     options = _engine_options(engine_version, gpu_memory_utilization, block_size, max_num_batched_tokens,
@@ -293,7 +302,8 @@ Models = _flag(str | None, "models: a comma list (library names, Hub ids, config
                "or FILE.txt with one per line (# comments)", "--models", "-m")
 Filter = _flag(str | None, "add the library models whose id or alias contains this text", "--filter")
 Ctxs = _flag(str, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024)", "--ctx")
-Gpus_ = _flag(str | None, "GPUs from the catalogue, a comma list (h100,l40s): adds max users on each")
+Gpus_ = _flag(str | None, "GPUs from the catalogue, a comma list (h100,l40s,4xh100): adds max users on each GPU "
+              "set")
 Vrams = _flag(str | None, "memory of GPUs not in the catalogue, a comma list: 24GiB,48GB")
 TableEngine = _flag(str | None, "engine whose rules and dtypes apply: vllm (default with a GPU), sglang, "
                     "llama.cpp, transformers, tensorrt-llm or ideal")
@@ -312,10 +322,10 @@ WeightsDtypes = _flag(str | None, "weights dtype (default: the checkpoint's)")
 
 
 def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version, fraction,
-                    overhead, kv_dtype, weights_dtype, keep_going, names_out: list):
+                    overhead, kv_dtype, weights_dtype, keep_going, names_out: list, tp=None, pp=None):
     from kvplan import table as planning
 
-    _counts(batch=batch)
+    _counts(batch=batch, tp=tp, pp=pp)
     names = planning.parse_models(models, filter)
     names_out.extend(names)
     ctxs = planning.parse_ctxs(ctx)
@@ -324,7 +334,7 @@ def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engi
     return planning.build(names, ctxs, batch=batch, gpus=gpus, engine_name=engine, options=options,
                           kv_dtype_name=kv_dtype, weights_dtype_name=weights_dtype,
                           overhead=_size(overhead, "--overhead", allow_zero=True), keep_going=keep_going,
-                          revision=revision, token=token)
+                          revision=revision, token=token, tp=tp, pp=pp)
 
 
 @app.command(name="table")
@@ -339,7 +349,7 @@ def table_command(
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
     kv_dtype: KvDtypes = None, weights_dtype: WeightsDtypes = None,
     fmt: TableFormat = None, out: TableOut = None, pivot: Pivot = False, metric: Metric = None,
-    keep_going: KeepGoing = False, force: Force = False,
+    keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
     """A planning table: KV per token and per sequence, weights, total and max users on each GPU, for every
     model x context, as rich, GitHub Markdown, CSV or JSON (docs/tables.md)."""
@@ -353,7 +363,7 @@ def table_command(
                           "(x GPU)")
     names: list[str] = []
     result = _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version,
-                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names)
+                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp)
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
     if fmt == "rich" and out is None and sys.stdout.isatty():
@@ -400,7 +410,7 @@ def plot_command(
     kv_dtype: KvDtypes = None, weights_dtype: WeightsDtypes = None,
     y_scale: Annotated[str, typer.Option(help="log or linear")] = "log",
     title: Annotated[str | None, typer.Option(help="chart title (default: says what is plotted)")] = None,
-    keep_going: KeepGoing = False, force: Force = False,
+    keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
     """Chart KV memory or max users against context for several models, as PNG or SVG (needs matplotlib:
     pip install 'kvplan[plot]')."""
@@ -412,7 +422,7 @@ def plot_command(
     plot.require_matplotlib()
     names: list[str] = []
     result = _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version,
-                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names)
+                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp)
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
     _, written = plot.draw(result, kind, out, with_weights=with_weights, title=title, y_scale=y_scale,

@@ -55,6 +55,21 @@ def _by_key() -> dict[str, Gpu]:
     return {_key(name): gpu for gpu in catalogue() for name in (gpu.name, *gpu.aliases)}
 
 
+GPU_SET = re.compile(r"^\s*(\d{1,5})\s*[x×*]\s*(.+)$", re.IGNORECASE)
+MAX_GPUS = 4096
+
+
+def count_and_name(text: str) -> tuple[int | None, str]:
+    """`4xh100`, `4 x H100`, `8×b200` -> (4, "h100"), ...; a plain name -> (None, name)."""
+    match = GPU_SET.match(text)
+    if match is None:
+        return None, text
+    count = int(match.group(1))
+    if not 1 <= count <= MAX_GPUS:
+        raise KvplanError(f"{text!r}: a GPU count must be between 1 and {MAX_GPUS:,}")
+    return count, match.group(2)
+
+
 def find(name: str) -> Gpu:
     """The GPU called `name` (or one of its aliases), or a KvplanError naming the closest ones."""
     gpu = _by_key().get(_key(name))

@@ -42,11 +42,12 @@ GPU_FIELDS = ("engine", "engine_version", "gpu", "gpu_memory_bytes", "kv_budget_
 
 @dataclass(frozen=True)
 class Gpu:
-    """One GPU to plan on: a catalogue entry (`name`) or a --vram size (`name` None)."""
+    """The GPUs to plan on: `count` of a catalogue entry (`name`) or of a --vram size (`name` None)."""
 
     label: str
     name: str | None
-    memory_bytes: int
+    memory_bytes: int  # one GPU's
+    count: int = 1
 
 
 @dataclass(frozen=True)
@@ -147,27 +148,30 @@ def parse_ctxs(text: str) -> list[int]:
 
 
 def parse_gpus(gpu: str | None, vram: str | None) -> list[Gpu]:
-    """`--gpu h100,l40s` (catalogue names) and `--vram 24GiB,48GB` (any GPU) -> GPUs, in that order."""
+    """`--gpu h100,4xh100` (catalogue names, a count in front for several) and `--vram 24GiB,2x48GB` (any GPU)
+    -> GPU sets, in that order."""
+    from kvplan.gpus import count_and_name, find
     from kvplan.units import parse_bytes
 
     out: list[Gpu] = []
-    if gpu is not None:
-        from kvplan.gpus import find
-
-        names = [n.strip() for n in gpu.split(",") if n.strip()]
-        if not names:
-            raise KvplanError("--gpu is empty: give catalogue names like h100,l40s (`kvplan gpus` lists "
-                              "them)")
-        for name in names:
-            found = find(name)
-            out.append(Gpu(label=found.name, name=found.name, memory_bytes=found.usable_bytes))
-    if vram is not None:
-        sizes = [s.strip() for s in vram.split(",") if s.strip()]
-        if not sizes:
-            raise KvplanError("--vram is empty: give sizes like 24GiB,48GB")
-        for size in sizes:
-            memory = parse_bytes(size, "--vram")
-            out.append(Gpu(label=f"{_gib(memory)} GiB GPU", name=None, memory_bytes=memory))
+    for flag, text in (("--gpu", gpu), ("--vram", vram)):
+        if text is None:
+            continue
+        items = [n.strip() for n in text.split(",") if n.strip()]
+        if not items:
+            example = "h100,4xh100" if flag == "--gpu" else "24GiB,2x48GB"
+            raise KvplanError(f"{flag} is empty: give {example} (`kvplan gpus` lists the catalogue)")
+        for item in items:
+            count, name = count_and_name(item)
+            count = count or 1
+            if flag == "--gpu":
+                found = find(name)
+                label, memory = found.name, found.usable_bytes
+            else:
+                memory = parse_bytes(name, "--vram")
+                label = f"{_gib(memory)} GiB GPU"
+            out.append(Gpu(label=label if count == 1 else f"{count} x {label}", name=found.name if flag == "--gpu"
+                           else None, memory_bytes=memory, count=count))
     return list(dict.fromkeys(out))
 
 
@@ -187,9 +191,10 @@ def parse_format(fmt: str | None, out: str | None) -> str:
 def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Sequence[Gpu] = (),
           engine_name: str | None = None, options=None, kv_dtype_name: str | None = None,
           weights_dtype_name: str | None = None, overhead: int | None = None, keep_going: bool = False,
-          revision: str | None = None, token: str | None = None,
+          revision: str | None = None, token: str | None = None, tp: int | None = None, pp: int | None = None,
           loader: Callable[[str], ModelSpec] | None = None) -> Table:
-    """The table: each model loaded once, estimated at each ctx, its capacity planned once per GPU.
+    """The table: each model loaded once, estimated at each ctx, its capacity planned once per GPU set (its
+    count split as `kvplan.capacity.parallelism` splits --gpus, with `tp` and `pp` as given).
 
     With GPUs or an engine, dtypes are the engine's (as `kvplan estimate --gpu` uses them: an fp32
     checkpoint is loaded in bf16, llama.cpp caches fp16); otherwise the model's own. A model that cannot be
@@ -223,7 +228,7 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
     for name in names:
         try:
             rows += _model_rows(loader(name), ctxs, batch, gpus, engine_name if planning else None, options,
-                                kv_dtype_name, weights_dtype_name, overhead, capacity)
+                                kv_dtype_name, weights_dtype_name, overhead, capacity, tp, pp)
         except KvplanError as err:
             message = str(err)
             failures.append(message if name.lower() in message.lower() else f"{name}: {message}")
@@ -235,7 +240,7 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
 
 
 def _model_rows(spec: ModelSpec, ctxs, batch, gpus, engine_name, options, kv_name, weights_name, overhead,
-                capacity) -> list[Row]:
+                capacity, tp, pp) -> list[Row]:
     if engine_name is not None:
         kv_name, weights_name = capacity.engine_dtypes(spec, engine_name, kv_name, weights_name)
     estimates = [estimate(spec, ctx, batch, kv_name, weights_name) for ctx in ctxs]
@@ -243,7 +248,8 @@ def _model_rows(spec: ModelSpec, ctxs, batch, gpus, engine_name, options, kv_nam
     if gpus and all(e.kv_bytes_per_sequence == 0 for e in estimates):
         per_gpu = [[Users(gpu, None, None, None)] * len(ctxs) for gpu in gpus]
     elif gpus:
-        hardware = [capacity.Hardware(name=gpu.name, memory_bytes=gpu.memory_bytes) for gpu in gpus]
+        hardware = [(capacity.Hardware(name=gpu.name, memory_bytes=gpu.memory_bytes),
+                     capacity.parallelism(engine_name, gpu.count, tp, pp)) for gpu in gpus]
         sweep = capacity.users_sweep(spec, ctxs, hardware, engine_name=engine_name, options=options,
                                      kv_dtype_name=kv_name, weights_dtype_name=weights_name,
                                      overhead=overhead)

@@ -108,3 +108,40 @@ def test_a_wrapped_capacity_label_is_set_off_from_the_next_row():
         return next(lines[i + 1] for i, line in enumerate(lines) if "GPU memory" in line).strip()
 
     assert after_gpu_memory(50) == "" and after_gpu_memory(120).startswith("x memory fraction")
+
+
+# ---------------------------------------------------------------------------------------------- GPU sets
+
+
+def test_a_gpu_set_is_named_wherever_a_gpu_is(monkeypatch, capsys):
+    """`4xh100` in --gpu is --gpu h100 --gpus 4, in estimate and in table, where each GPU set gets its column."""
+    def users(*args) -> int:
+        code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3.1-70b", "--ctx", "8k",
+                                  "--json", *args)
+        assert code in (0, 1), err
+        return json.loads(out)["max_concurrent_users"]
+
+    assert users("--gpu", "4xh100") == users("--gpu", "h100", "--gpus", "4") == users("--gpu", "4 x H100") > 0
+    assert users("--gpu", "4xh100", "--tp", "2") == users("--gpu", "h100", "--gpus", "4", "--tp", "2")
+    code, out, err = run_main(monkeypatch, capsys, "table", "--models", "llama-3.1-70b", "--ctx", "8k", "--gpu",
+                              "h100,4xh100", "-f", "json")
+    assert code == 0, err
+    rows = {row["gpu"]: row["max_users"] for row in json.loads(out)}
+    assert rows == {"NVIDIA H100 SXM": 0, "4 x NVIDIA H100 SXM": users("--gpu", "h100", "--gpus", "4")}
+    code, out, err = run_main(monkeypatch, capsys, "table", "--models", "llama-3.1-70b", "--ctx", "8k", "--gpu",
+                              "4xh100", "--tp", "2", "-f", "json")
+    assert json.loads(out)[0]["max_users"] == users("--gpu", "h100", "--gpus", "4", "--tp", "2")
+
+
+def test_gpu_counts_that_disagree_are_one_line(monkeypatch, capsys):
+    from conftest import assert_one_line_error
+
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", "--gpu",
+                            "4xh100", "--gpus", "8")
+    assert_one_line_error(code, err, "give the count once")
+    code, _, err = run_main(monkeypatch, capsys, "plan", "--model", "llama-3-8b", "--ctx", "8k", "--users", "4",
+                            "--gpu", "4xh100")
+    assert_one_line_error(code, err, "plan finds the GPU count itself")
+    code, _, err = run_main(monkeypatch, capsys, "table", "--models", "llama-3-8b", "--ctx", "8k", "--gpu",
+                            "0xh100")
+    assert_one_line_error(code, err, "between 1 and")
