@@ -28,6 +28,8 @@ SVG_SALT = "kvplan"
 DESCRIPTION_PREFIX = "kvplan plot data: "
 LINE_STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+MAX_MODELS = 10  # one colour each (tab10); more lines than that cannot be told apart
+GPU_LABEL_GAP = 0.08  # GPU lines closer than this (relative) share a label
 
 
 def output_format(out: str) -> str:
@@ -94,13 +96,17 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
     kind = check_kind(kind, bool(table.gpus))
     if y_scale not in SCALES:
         raise KvplanError(f"unknown --y-scale {y_scale!r}: choose log or linear")
+    models = list(dict.fromkeys(row.estimate.model for row in table.rows))
+    if len(models) > MAX_MODELS:
+        raise KvplanError(f"{len(models)} models in one chart cannot be told apart: plot at most {MAX_MODELS} at a "
+                          "time (--models or a narrower --filter), or use `kvplan table` for all of them")
     data = series(table, kind, with_weights)
     if kind == "users" and y_scale == "log" and not any(v for line in data["lines"] for v in line["values"]):
         raise KvplanError("no user fits on any GPU at any of these contexts: nothing to draw on a log scale "
                           "(`kvplan table` shows the figures; a larger GPU, fp8 KV or a shorter --ctx may fit)")
     matplotlib = require_matplotlib()
     from matplotlib.lines import Line2D
-    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+    from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullLocator
 
     figure = _figure()
     axes = figure.add_subplot()
@@ -144,7 +150,11 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
         what = "weights + KV cache" if with_weights else "KV cache"
         per = f"{table.batch:,} sequence{'' if table.batch == 1 else 's'}"
         axes.set_ylabel(f"{what} (GiB)")
-        axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+        gib = FuncFormatter(lambda y, _: f"{y:g}")
+        axes.yaxis.set_major_formatter(gib)
+        if y_scale == "log":  # one format for every label: minor ticks at 2 and 5 x 10^k, labelled alike
+            axes.yaxis.set_minor_locator(LogLocator(base=10, subs=(2, 5)))
+            axes.yaxis.set_minor_formatter(gib)
         default_title = f"{what[0].upper()}{what[1:]} for {per} vs context"
     else:
         axes.set_ylabel("max concurrent users")
@@ -164,16 +174,22 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
 
 
 def _gpu_lines(axes, table: Table) -> None:
-    """Each GPU's memory as a dashed line, labelled at its right end."""
-    for gpu in table.gpus:
-        y = gpu.memory_bytes / GiB
+    """Each GPU set's memory as a dashed line, labelled at its right end; sets within GPU_LABEL_GAP of each
+    other (an H100's 79.65 GiB and an A100's 80 GiB) share one label, which would otherwise overprint."""
+    memory = sorted(((gpu.memory_bytes * gpu.count / GiB, gpu.label) for gpu in table.gpus), reverse=True)
+    labels: list[tuple[float, list[str]]] = []
+    for y, label in memory:
         axes.axhline(y, color="0.35", linestyle="--", linewidth=1)
-        axes.annotate(f"{gpu.label} ({y:,.2f} GiB)", xy=(1, y), xycoords=("axes fraction", "data"),
-                      xytext=(-4, 3), textcoords="offset points", ha="right", va="bottom", fontsize="small",
-                      color="0.25")
-    if table.gpus and axes.get_yscale() == "log":
+        if labels and labels[-1][0] <= y * (1 + GPU_LABEL_GAP):
+            labels[-1][1].append(f"{label} ({y:,.2f} GiB)")
+        else:
+            labels.append((y, [f"{label} ({y:,.2f} GiB)"]))
+    for y, names in labels:
+        axes.annotate(", ".join(names), xy=(1, y), xycoords=("axes fraction", "data"), xytext=(-4, 3),
+                      textcoords="offset points", ha="right", va="bottom", fontsize="small", color="0.25")
+    if memory and axes.get_yscale() == "log":
         low, high = axes.get_ylim()
-        axes.set_ylim(low, max(high, max(g.memory_bytes for g in table.gpus) / GiB * 1.6))
+        axes.set_ylim(low, max(high, memory[0][0] * 1.6))
 
 
 def _save(figure, path: Path, fmt: str, data: dict) -> None:

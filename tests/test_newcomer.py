@@ -145,3 +145,29 @@ def test_gpu_counts_that_disagree_are_one_line(monkeypatch, capsys):
     code, _, err = run_main(monkeypatch, capsys, "table", "--models", "llama-3-8b", "--ctx", "8k", "--gpu",
                             "0xh100")
     assert_one_line_error(code, err, "between 1 and")
+
+
+# ---------------------------------------------------------------------------------------------- plots
+
+
+def test_gpu_lines_close_together_share_one_label(monkeypatch, capsys, tmp_path):
+    """An H100's 79.65 GiB and an A100's 80 GiB would overprint two labels: they share one."""
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "kv.svg"
+    code, _, err = run_main(monkeypatch, capsys, "plot", "--models", "llama-3-8b", "--gpu", "h100,a100-80gb,l40s",
+                            "--ctx", "4k,8k", "--out", str(out))
+    assert code == 0, err
+    svg = out.read_text(encoding="utf-8")
+    # SVG text is drawn as paths (svg.fonttype path); the label strings are kept as comments beside them
+    assert svg.count("NVIDIA L40S (44.99 GiB)") == 1
+    assert "NVIDIA A100 80GB SXM (80.00 GiB), NVIDIA H100 SXM (79.65 GiB)" in svg
+
+
+def test_too_many_models_for_one_chart_is_one_line(monkeypatch, capsys, tmp_path):
+    from conftest import assert_one_line_error
+
+    code, _, err = run_main(monkeypatch, capsys, "plot", "--filter", "qwen", "--ctx", "4k", "--out",
+                            str(tmp_path / "x.png"))
+    assert_one_line_error(code, err, "cannot be told apart", "at most 10")
