@@ -645,11 +645,21 @@ class TransformersPool(KVPool):
         return users * sum(r.count * (r.bytes_per_token * prompt + r.state_bytes) for r in self.table)
 
 
+# Recurrent states transformers computes in the model dtype, not fp32: MiniMax's lightning attention sums k^T v in
+# the values' dtype (`MiniMaxLightningAttention`), xLSTM's cache is made in the embeddings' dtype (`xLSTMCache`).
+MODEL_DTYPE_STATES = frozenset({"lightning", "mlstm"})
+# Short convolutions transformers runs, and so caches, in fp32: Inkling's (`InklingShortConvolution`).
+FP32_CONVS = frozenset({"inkling_conv"})
+
+
 def transformers_state(cache: LayerCache) -> LayerCache:
     """A recurrent layer's state as transformers keeps it (`LinearAttentionLayer`): the conv state holds the
     last `conv_kernel` inputs (kvplan's conv_elements count kernel - 1), and the SSM state is stored in the
-    dtype its scan returns, fp32 (the reference scans and the mamba_ssm / fla kernels alike)."""
-    update: dict = {"ssm_dtype": "fp32"}
+    dtype its scan returns, fp32 (the reference scans and the mamba_ssm / fla kernels alike), but for the mixers
+    of MODEL_DTYPE_STATES; FP32_CONVS keep their conv state in fp32."""
+    update: dict = {} if cache.mixer in MODEL_DTYPE_STATES else {"ssm_dtype": "fp32"}
+    if cache.mixer in FP32_CONVS:
+        update["conv_dtype"] = "fp32"
     if cache.conv_kernel:
         update["conv_elements"] = cache.conv_elements // (cache.conv_kernel - 1) * cache.conv_kernel
     return cache.model_copy(update=update)

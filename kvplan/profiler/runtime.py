@@ -2,6 +2,7 @@
 allocator and the driver. Everything here is imported only by a running profile."""
 
 import gc
+import inspect
 import os
 import resource
 import time
@@ -206,15 +207,58 @@ def _tensors(obj, role: str, depth: int = 0):
             yield from _tensors(value, ROLES.get(name, role if depth else "bookkeeping"), depth + 1)
 
 
+class ModelCache:
+    """A cache the model makes itself on its first cached forward, as generate() leaves it to (MiniMax, RWKV,
+    xLSTM: `_supports_default_dynamic_cache` is false); `argument` is the forward argument and output field that
+    carry it."""
+
+    def __init__(self, argument: str):
+        self.argument, self.value = argument, None
+
+
+def cache_object(cache):
+    """The cache itself: a ModelCache's value."""
+    return cache.value if isinstance(cache, ModelCache) else cache
+
+
+def _layer_parts(cache) -> list[tuple[int | None, object, list]]:
+    """(layer index, the layer's cache object, (role, object) pairs) for each layer of a cache: a Cache's layers;
+    MiniMax's lightning states (`linear_cache`) beside its attention layers; xLSTM's per-layer `rnn_state`; RWKV's
+    five state tensors, batch x hidden x layers, sliced by layer."""
+    import torch
+
+    if isinstance(cache, list) and all(isinstance(t, torch.Tensor) for t in cache):
+        return [(i, cache, [("recurrent", [t[..., i] for t in cache])]) for i in range(cache[0].shape[-1])]
+    if isinstance(getattr(cache, "rnn_state", None), dict):
+        return [(i, cache, [("recurrent", state)]) for i, state in cache.rnn_state.items()]
+    layers = list(getattr(cache, "layers", [cache]))
+    linear = getattr(cache, "linear_cache", [])
+    out = []
+    for i in range(max(len(layers), len(linear))):
+        layer = layers[i] if i < len(layers) else None
+        parts = [("bookkeeping", layer)] if layer is not None else []
+        if i < len(linear) and isinstance(linear[i], torch.Tensor):
+            parts.append(("recurrent", linear[i]))
+        out.append((i if hasattr(cache, "layers") else None, layer if layer is not None else linear[i], parts))
+    return out
+
+
 def cache_layers(cache) -> list[LayerBytes]:
     """Every tensor of the cache object, per layer and role; a storage shared by several tensors (or layers)
-    is counted once, where it is first seen."""
+    is counted once, where it is first seen (RWKV's five state tensors, shared by all layers, are counted per
+    layer slice)."""
     seen: set = set()
-    parts = list(enumerate(cache.layers)) if hasattr(cache, "layers") else [(None, cache)]
     out = []
-    for index, layer in parts:
+    for index, layer, parts in _layer_parts(cache_object(cache)):
         row = LayerBytes(layer=index, layer_class=type(layer).__name__)
-        for role, tensor in _tensors(layer, "bookkeeping"):
+        sliced = isinstance(layer, list)
+        tensors = [pair for role, part in parts for pair in _tensors(part, role)]
+        for role, tensor in tensors:
+            if sliced:  # a slice of a tensor all layers share: its own elements
+                row.storage[role] = row.storage.get(role, 0) + tensor.numel() * tensor.element_size()
+                row.view[role] = row.storage[role]
+                row.dtypes.add(str(tensor.dtype).removeprefix("torch."))
+                continue
             key = storage_key(tensor)
             row.view[role] = row.view.get(role, 0) + tensor.numel() * tensor.element_size()
             if key not in seen:
@@ -229,11 +273,18 @@ def cache_layers(cache) -> list[LayerBytes]:
     return out
 
 
+OWN_CACHE_ARGUMENTS = ("past_key_values", "cache_params", "state")
+
+
 def new_cache(transformers, model, static_len: int | None = None):
     """The cache generate() makes for this model (`_prepare_cache_for_generation`): a DynamicCache built from
-    the decoder config, or a StaticCache of static_len tokens."""
+    the decoder config, or a StaticCache of static_len tokens; for a model that makes its own, a ModelCache to
+    be filled by its first forward."""
     from transformers import DynamicCache, StaticCache
 
+    if not model._supports_default_dynamic_cache():
+        arguments = inspect.signature(model.forward).parameters
+        return ModelCache(next(name for name in OWN_CACHE_ARGUMENTS if name in arguments))
     config = model.config.get_text_config(decoder=True)
     if static_len:
         return StaticCache(config=config, max_cache_len=static_len)

@@ -29,8 +29,29 @@ class Layout:
         return [c for c in self.caches if c.layer == index]
 
 
-# Families whose layout no shared rule states: model_type -> reader(cfg, num_layers, hidden, heads, notes).
+# Families whose layout no shared rule states: model_type -> reader(cfg, num_layers, hidden, heads, notes). Each
+# reads its own fields, so the refusals of fields the shared rules do not model do not apply to it.
 FAMILY_LAYOUTS: dict[str, Callable[..., Layout]] = {}
+# Families whose layer count lives in more than one field: model_type -> cut(decoder fields, layers), which
+# `kvplan profile --layers` applies instead of setting num_hidden_layers.
+LAYER_CUTS: dict[str, Callable[[dict, int], None]] = {}
+
+
+def read_layer_count(cfg: Fields, model_type: str) -> int:
+    """Decoder layers (xLSTM's configs may say num_blocks). HRM's are the blocks of one of its two stacks
+    (num_layers_per_stack; its num_hidden_layers counts the runs of those blocks, and old configs give the blocks
+    there)."""
+    if model_type == "hrm_text" and cfg.has("num_layers_per_stack"):
+        return cfg.layers("num_layers_per_stack")
+    return cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_blocks")
+
+
+def read_heads(cfg: Fields, model_type: str) -> int:
+    """Query heads. RWKV-4 has none: its time mixing decays each of its attention_hidden_size channels on its
+    own (`modeling_rwkv.py`), so it counts as that many heads of one channel."""
+    if model_type == "rwkv":
+        return cfg.int("attention_hidden_size", "hidden_size")
+    return cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads")
 
 
 def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
@@ -58,7 +79,8 @@ def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, head
             caches = [c.model_copy(update={"kv_heads": 2 * kv_heads}) if isinstance(c, SlidingWindow) else c
                       for c in caches]
         layout = Layout(types=types, caches=caches, head_dim=head_dim)
-    refuse_unmodelled_caches(cfg, model_type, layout.caches)
+    if model_type not in FAMILY_LAYOUTS:
+        refuse_unmodelled_caches(cfg, model_type, layout.caches)
     return layout
 
 
