@@ -372,8 +372,20 @@ class Vllm(Engine):
         CUDA graphs)."""
         return math.ceil(gpu_bytes * fraction) - weights - overhead
 
+    # Model types vLLM dropped, with the last release that ran them (`_PREVIOUSLY_SUPPORTED_MODELS` in
+    # model_executor/models/registry.py): MiniMax-Text-01 and MiniMax-M1 (MiniMaxText01ForCausalLM,
+    # MiniMaxM1ForCausalLM), whose lightning-attention state that release sized as `linear_attention_state_shape`
+    # does (heads / tp x head_dim x head_dim in the model dtype), as kvplan's model spec has it.
+    DROPPED = {"minimax": "0.23.0"}
+
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> VllmPool:
-        table = rows(layers, kv, kv_dtype(model.dtype))
+        last = self.DROPPED.get(model.architecture)
+        if last and version_tuple(self.version) > version_tuple(last):
+            raise KvplanError(f"vLLM {self.version} does not run {model.architecture} models ({model.name}): its "
+                              f"last release that did is {last} (give --engine-version {last})")
+        # Recurrent states are kept in the dtype the model runs in (mamba_cache_dtype "auto"): bf16 for an fp32
+        # checkpoint vLLM loads in bf16.
+        table = rows(layers, kv, kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype))
         if not table:
             raise KvplanError(f"{model.name} keeps no per-sequence cache: vLLM allocates no KV blocks for it")
         mla = any(cache.kind == "mla" for cache, _ in layers)
@@ -384,13 +396,16 @@ class Vllm(Engine):
         recurrent = [r for r in table if r.kind == "recurrent"]
         mamba_page = max((r.state_bytes for r in recurrent), default=0)
         if attention and recurrent:
-            # Mamba hybrids: raise the attention block size until its page holds a Mamba state, then pad the
-            # Mamba page to the attention page (HybridAttentionMambaModelConfig).
+            # Mamba hybrids: raise the attention block size, in multiples of the kernel block (16; 128 for MLA,
+            # whose decode kernels want that many), until its page holds a Mamba state, then pad the Mamba page to
+            # the attention page (`Platform._align_hybrid_block_size`).
             per_token = max(r.bytes_per_token for r in attention)
-            align = 64 if mla else 16
-            block = max(block, align * cdiv(mamba_page, align * per_token))
+            align = 128 if mla else 16
+            aligned = align * cdiv(mamba_page, align * per_token)
+            if aligned > block:
+                block = aligned
+                notes.append(f"attention block size raised to {block} tokens so a page holds a recurrent state")
             mamba_page = block * per_token
-            notes.append(f"attention block size raised to {block} tokens so a page holds a recurrent state")
         # Each distinct layer spec: (kind, window, page bytes, block size).
         specs: dict[tuple[str, int, int], int] = {}
         for r in table:

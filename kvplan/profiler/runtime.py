@@ -221,54 +221,62 @@ def cache_object(cache):
     return cache.value if isinstance(cache, ModelCache) else cache
 
 
-def _layer_parts(cache) -> list[tuple[int | None, object, list]]:
-    """(layer index, the layer's cache object, (role, object) pairs) for each layer of a cache: a Cache's layers;
-    MiniMax's lightning states (`linear_cache`) beside its attention layers; xLSTM's per-layer `rnn_state`; RWKV's
-    five state tensors, batch x hidden x layers, sliced by layer."""
+@dataclass
+class _CacheLayer:
+    """One layer of a cache object: its tensors by role (`parts`: (role, object holding tensors) pairs); `sliced`
+    when they are slices of tensors every layer shares, each counting its own elements."""
+
+    index: int | None
+    name: str
+    parts: list
+    keys: object = None
+    sliced: bool = False
+
+
+def _cache_layers(cache) -> list[_CacheLayer]:
+    """The layers of a cache: a Cache's layers, with MiniMax's lightning states (`linear_cache`) beside its
+    attention layers; xLSTM's `rnn_state` per layer; RWKV's five state tensors (batch x hidden x layers) sliced
+    by layer."""
     import torch
 
     if isinstance(cache, list) and all(isinstance(t, torch.Tensor) for t in cache):
-        return [(i, cache, [("recurrent", [t[..., i] for t in cache])]) for i in range(cache[0].shape[-1])]
+        return [_CacheLayer(i, "RWKV state", [("recurrent", [t[..., i] for t in cache])], sliced=True)
+                for i in range(cache[0].shape[-1])]
     if isinstance(getattr(cache, "rnn_state", None), dict):
-        return [(i, cache, [("recurrent", state)]) for i, state in cache.rnn_state.items()]
-    layers = list(getattr(cache, "layers", [cache]))
-    linear = getattr(cache, "linear_cache", [])
+        return [_CacheLayer(i, type(cache).__name__, [("recurrent", state)]) for i, state in cache.rnn_state.items()]
+    if not hasattr(cache, "layers"):
+        return [_CacheLayer(None, type(cache).__name__, [("bookkeeping", cache)])]
+    layers, linear = list(cache.layers), getattr(cache, "linear_cache", [])
     out = []
     for i in range(max(len(layers), len(linear))):
-        layer = layers[i] if i < len(layers) else None
-        parts = [("bookkeeping", layer)] if layer is not None else []
+        layer = _CacheLayer(i, "linear_cache", [])
+        if i < len(layers):
+            layer.name, layer.keys = type(layers[i]).__name__, getattr(layers[i], "keys", None)
+            layer.parts.append(("bookkeeping", layers[i]))
         if i < len(linear) and isinstance(linear[i], torch.Tensor):
-            parts.append(("recurrent", linear[i]))
-        out.append((i if hasattr(cache, "layers") else None, layer if layer is not None else linear[i], parts))
+            layer.parts.append(("recurrent", linear[i]))
+        out.append(layer)
     return out
 
 
 def cache_layers(cache) -> list[LayerBytes]:
     """Every tensor of the cache object, per layer and role; a storage shared by several tensors (or layers)
-    is counted once, where it is first seen (RWKV's five state tensors, shared by all layers, are counted per
-    layer slice)."""
+    is counted once, where it is first seen."""
     seen: set = set()
     out = []
-    for index, layer, parts in _layer_parts(cache_object(cache)):
-        row = LayerBytes(layer=index, layer_class=type(layer).__name__)
-        sliced = isinstance(layer, list)
-        tensors = [pair for role, part in parts for pair in _tensors(part, role)]
-        for role, tensor in tensors:
-            if sliced:  # a slice of a tensor all layers share: its own elements
-                row.storage[role] = row.storage.get(role, 0) + tensor.numel() * tensor.element_size()
-                row.view[role] = row.storage[role]
-                row.dtypes.add(str(tensor.dtype).removeprefix("torch."))
-                continue
+    for layer in _cache_layers(cache_object(cache)):
+        row = LayerBytes(layer=layer.index, layer_class=layer.name)
+        for role, tensor in (pair for part_role, part in layer.parts for pair in _tensors(part, part_role)):
+            size = tensor.numel() * tensor.element_size()
+            row.view[role] = row.view.get(role, 0) + size
             key = storage_key(tensor)
-            row.view[role] = row.view.get(role, 0) + tensor.numel() * tensor.element_size()
-            if key not in seen:
+            if layer.sliced or key not in seen:
                 seen.add(key)
-                row.storage[role] = row.storage.get(role, 0) + key[2]
+                row.storage[role] = row.storage.get(role, 0) + (size if layer.sliced else key[2])
             if role != "bookkeeping":
                 row.dtypes.add(str(tensor.dtype).removeprefix("torch."))
-        keys = getattr(layer, "keys", None)
-        if keys is not None and hasattr(keys, "dim") and keys.dim() >= 2:
-            row.tokens = int(keys.shape[-2])
+        if layer.keys is not None and hasattr(layer.keys, "dim") and layer.keys.dim() >= 2:
+            row.tokens = int(layer.keys.shape[-2])
         out.append(row)
     return out
 

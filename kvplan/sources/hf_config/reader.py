@@ -16,7 +16,13 @@ from kvplan.sources.hf_config.families import (
     REFUSED_FAMILIES,
 )
 from kvplan.sources.hf_config.fields import Fields, parse_json, read_text
-from kvplan.sources.hf_config.layout import read_heads, read_kv_heads, read_layer_count, read_layout
+from kvplan.sources.hf_config.layout import (
+    FAMILY_LAYOUTS,
+    read_heads,
+    read_kv_heads,
+    read_layer_count,
+    read_layout,
+)
 from kvplan.sources.hf_config.params import decoder_params, read_widths
 from kvplan.sources.hf_config.quantization import common
 from kvplan.sources.hf_config.vision import vision_params
@@ -74,7 +80,7 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
 
 def decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[str], vision: int = 0) -> ModelSpec:
     family = FAMILIES.get(model_type, LLAMA_LIKE)
-    if model_type and model_type not in MODEL_TYPE_DEFAULTS and model_type not in FAMILIES:
+    if model_type and model_type not in MODEL_TYPE_DEFAULTS and model_type not in FAMILIES | FAMILY_LAYOUTS.keys():
         notes.append(f"model_type {model_type!r} is not one kvplan knows: read as a Llama-style decoder")
     num_layers = read_layer_count(cfg, model_type)
     hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", "embedding_dim")
