@@ -38,7 +38,7 @@ def _tied(cfg: Fields) -> bool:
     return cfg.flag("tie_word_embeddings", default=True)
 
 
-def _attention(cfg: Fields, hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool = False) -> int:
+def _attention(hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool = False) -> int:
     """q, k, v, o projections (with biases when `bias`)."""
     q, kv = heads * head_dim, kv_heads * head_dim
     return hidden * (q + 2 * kv) + q * hidden + ((q + 2 * kv + hidden) if bias else 0)
@@ -116,7 +116,7 @@ def lfm_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_type:
             totals["other"] += hidden * kernel + (5 * hidden if conv_bias else 0)  # conv; in_proj, conv, out biases
         else:
             bias = lfm3 and cfg.flag("attention_bias")
-            totals["attention"] += _attention(cfg, hidden, heads, cache.kv_heads, cache.head_dim, bias)
+            totals["attention"] += _attention(hidden, heads, cache.kv_heads, cache.head_dim, bias)
             totals["other"] += 2 * cache.head_dim
             if lfm3 and cfg.flag("use_attention_gate", default=True):
                 totals["attention"] += hidden * heads
@@ -177,7 +177,7 @@ def minimax_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> Para
             attention += 3 * hidden * inner + hidden * inner + inner * hidden
             other += inner
         else:
-            attention += _attention(cfg, hidden, heads, cache.kv_heads, cache.head_dim)
+            attention += _attention(hidden, heads, cache.kv_heads, cache.head_dim)
     n = len(layout.caches)
     return _counts(vocab * hidden, 0 if cfg.flag("tie_word_embeddings") else vocab * hidden, attention=attention,
                    experts=n * experts * 3 * hidden * width, active_experts=n * top_k * 3 * hidden * width,
