@@ -396,12 +396,23 @@ class Vllm(Engine):
 
     # Model types with no vLLM implementation (none in vllm/model_executor/models as of 0.32.0).
     NO_MODEL = frozenset({"recurrent_gemma"})
+    # Model types vLLM dropped, with the last release that ran them (`_PREVIOUSLY_SUPPORTED_MODELS` in
+    # model_executor/models/registry.py): MiniMax-Text-01 and MiniMax-M1 (MiniMaxText01ForCausalLM,
+    # MiniMaxM1ForCausalLM), whose lightning-attention state that release sized as `linear_attention_state_shape`
+    # does (heads / tp x head_dim x head_dim in the model dtype), as kvplan's model spec has it.
+    DROPPED = {"minimax": "0.23.0"}
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> VllmPool:
         if model.architecture in self.NO_MODEL:
             raise KvplanError(f"vLLM has no {model.architecture} model (none as of vLLM 0.32): choose another "
                               "--engine")
-        table = rows(layers, kv, kv_dtype(model.dtype))
+        last = self.DROPPED.get(model.architecture)
+        if last and version_tuple(self.version) > version_tuple(last):
+            raise KvplanError(f"vLLM {self.version} does not run {model.architecture} models ({model.name}): its "
+                              f"last release that did is {last} (give --engine-version {last})")
+        # Recurrent states are kept in the dtype the model runs in (mamba_cache_dtype "auto"): bf16 for an fp32
+        # checkpoint vLLM loads in bf16.
+        table = rows(layers, kv, kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype))
         if not table:
             raise KvplanError(f"{model.name} keeps no per-sequence cache: vLLM allocates no KV blocks for it")
         mla = any(cache.kind == "mla" for cache, _ in layers)
@@ -412,9 +423,11 @@ class Vllm(Engine):
         recurrent = [r for r in table if r.kind == "recurrent"]
         mamba_page = max((r.state_bytes for r in recurrent), default=0)
         if attention and recurrent:
-            block = self.hybrid_block_size(block, max(r.bytes_per_token for r in attention), mamba_page, mla)
+            raised = self.hybrid_block_size(block, max(r.bytes_per_token for r in attention), mamba_page, mla)
+            if raised > block:
+                block = raised
+                notes.append(f"attention block size raised to {block} tokens so a page holds a recurrent state")
             mamba_page = block * max(r.bytes_per_token for r in attention)
-            notes.append(f"attention block size raised to {block} tokens so a page holds a recurrent state")
         elif recurrent:
             notes = ["attention-free: no prefix caching, so one state page per request (mamba_cache_mode none)"]
         # Each distinct layer spec: (kind, window, page bytes, block size).
@@ -692,11 +705,21 @@ class TransformersPool(KVPool):
                            for r, state in zip(self.table, self.prefill_states, strict=True))
 
 
+# Recurrent states transformers computes in the model dtype, not fp32: MiniMax's lightning attention sums k^T v in
+# the values' dtype (`MiniMaxLightningAttention`), xLSTM's cache is made in the embeddings' dtype (`xLSTMCache`).
+MODEL_DTYPE_STATES = frozenset({"lightning", "mlstm"})
+# Short convolutions transformers runs, and so caches, in fp32: Inkling's (`InklingShortConvolution`).
+FP32_CONVS = frozenset({"inkling_conv"})
+
+
 def transformers_state(cache: LayerCache) -> LayerCache:
     """A recurrent layer's state as transformers keeps it (`LinearAttentionLayer`): the conv state holds the
     last `conv_kernel` inputs (kvplan's conv_elements count kernel - 1), and the SSM state is stored in the
-    dtype its scan returns, fp32 (the reference scans and the mamba_ssm / fla kernels alike)."""
-    update: dict = {"ssm_dtype": "fp32"}
+    dtype its scan returns, fp32 (the reference scans and the mamba_ssm / fla kernels alike), but for the mixers
+    of MODEL_DTYPE_STATES; FP32_CONVS keep their conv state in fp32."""
+    update: dict = {} if cache.mixer in MODEL_DTYPE_STATES else {"ssm_dtype": "fp32"}
+    if cache.mixer in FP32_CONVS:
+        update["conv_dtype"] = "fp32"
     if cache.conv_kernel:
         update["conv_elements"] = cache.conv_elements // (cache.conv_kernel - 1) * cache.conv_kernel
     return cache.model_copy(update=update)

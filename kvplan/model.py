@@ -123,17 +123,19 @@ class SharedKV(_Cache):
 class RecurrentState(_Cache):
     """Linear attention or SSM (Mamba, Gated DeltaNet): a fixed-size state per sequence, whatever its length.
 
-    conv state: the last kernel - 1 inputs of the short convolution, in the model dtype;
+    conv state: the last kernel - 1 inputs of the short convolution(s), in the model dtype unless set (an engine
+    that runs the convolution in fp32 stores it so: `conv_dtype`);
     ssm state: the recurrent matrix, in the model dtype unless the config sets one (vLLM `mamba_ssm_cache_dtype`).
     conv_kernel, when known, is the convolution's width: transformers keeps `conv_kernel` inputs, not kernel - 1
     (`kvplan.engines.Transformers`).
     """
 
     kind: Literal["recurrent"] = "recurrent"
-    mixer: str = Field(description="mamba, mamba2, gated_deltanet, ...")
+    mixer: str = Field(description="mamba, mamba2, gated_deltanet, short_conv, lightning, kda, ...")
     conv_elements: int = Field(ge=0)
     ssm_elements: int = Field(ge=0)
     ssm_dtype: Literal["fp32", "bf16", "fp16"] | None = None
+    conv_dtype: Literal["fp32", "bf16", "fp16"] | None = None
     conv_kernel: int | None = Field(None, ge=2, description="convolution width (conv_elements = channels x "
                                     "(conv_kernel - 1))")
     heads: int | None = Field(None, ge=1, description="SSM heads (Mamba-2 heads, Gated DeltaNet value heads): "
@@ -144,7 +146,8 @@ class RecurrentState(_Cache):
 
     def state_bytes(self, model_dtype: DType) -> int:
         ssm_dtype = kv_dtype(self.ssm_dtype) if self.ssm_dtype else model_dtype
-        return model_dtype.bytes_for(self.conv_elements) + ssm_dtype.bytes_for(self.ssm_elements)
+        conv_dtype = kv_dtype(self.conv_dtype) if self.conv_dtype else model_dtype
+        return conv_dtype.bytes_for(self.conv_elements) + ssm_dtype.bytes_for(self.ssm_elements)
 
 
 class CrossAttention(_Attention):

@@ -23,8 +23,9 @@ WINDOW = 16
 CTX, BATCH, DECODE_STEPS = 40, 2, 2
 MIN_LAYERS = 4  # DeepSeek's first dense layers, then an MoE one
 # Tensors a checkpoint stores and transformers registers as buffers, not parameters: DeepSeek-V3's router keeps its
-# load-balancing bias (`mlp.gate.e_score_correction_bias`, one per routed expert) as a buffer.
-CHECKPOINT_BUFFERS = ("e_score_correction_bias",)
+# load-balancing bias (`mlp.gate.e_score_correction_bias`, one per routed expert) as a buffer, LFM2-MoE its
+# `feed_forward.expert_bias` (vLLM loads it as the router's e_score_correction_bias).
+CHECKPOINT_BUFFERS = ("e_score_correction_bias", "expert_bias")
 
 
 def default_config(model_type: str, **edits) -> dict:
@@ -57,7 +58,7 @@ def shrunk(model_type: str, **edits) -> dict:
             decoder[field] = width
         elif isinstance(decoder.get(field), list):  # one width per layer (Gemma 3n's intermediate_size)
             decoder[field] = [min(value, width) for value in decoder[field]]
-    groups = decoder.get("n_group") if isinstance(decoder.get("n_group"), int) else 1
+    groups = next((decoder[f] for f in ("n_group", "num_expert_group") if isinstance(decoder.get(f), int)), 1)
     for field in ("num_experts", "n_routed_experts", "num_local_experts", "moe_num_experts"):
         experts = max(4, 2 * groups)  # group-limited routing takes the top 2 experts of each group
         if isinstance(decoder.get(field), int) and decoder[field] > experts:

@@ -17,8 +17,9 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 # Tensors a checkpoint stores and transformers registers as buffers, not parameters: DeepSeek-V3's router keeps its
-# load-balancing bias (`mlp.gate.e_score_correction_bias`, one per routed expert) as a buffer.
-CHECKPOINT_BUFFERS = ("e_score_correction_bias",)
+# load-balancing bias (`mlp.gate.e_score_correction_bias`, one per routed expert) as a buffer, LFM2-MoE its
+# `feed_forward.expert_bias` (vLLM loads it as the router's e_score_correction_bias).
+CHECKPOINT_BUFFERS = ("e_score_correction_bias", "expert_bias")
 
 
 def transformers_count(model_type: str, fields: dict) -> int:

@@ -15,8 +15,9 @@ from kvplan.errors import KvplanError
 from kvplan.model import ModelSpec
 from kvplan.sources import library, load_model
 from kvplan.sources.hf_config import model_from_config, parse_json, read_text
+from kvplan.sources.hf_config.layout import LAYER_CUTS
 
-LAYER_COUNT_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers")
+LAYER_COUNT_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_blocks")
 # Fields with one entry per layer (lists) or one character per layer (strings), cut with the layers. Besides
 # these, any list as long as the model is deep whose name says "layer" or "types" (mlp_layer_types, indexer_types,
 # num_attention_heads_per_layer: transformers' config classes check their length against num_hidden_layers).
@@ -98,9 +99,13 @@ def first_layers(source: Source, layers: int | None) -> tuple[dict, ModelSpec]:
     if not 1 <= layers <= total:
         raise KvplanError(f"--layers must be between 1 and {source.name}'s {total} layers, got {layers}")
     decoder = decoder_fields(data)
-    counted = [field for field in LAYER_COUNT_FIELDS if field in decoder]
-    for field in counted or ["num_hidden_layers"]:
-        decoder[field] = layers
+    model_type = str(decoder.get("model_type") or data.get("model_type") or "")
+    if model_type in LAYER_CUTS:  # a layer count stated in more than one field (HRM)
+        LAYER_CUTS[model_type](decoder, layers)
+    else:
+        counted = [field for field in LAYER_COUNT_FIELDS if field in decoder]
+        for field in counted or ["num_hidden_layers"]:
+            decoder[field] = layers
     _cut_per_layer_fields(decoder, total, layers)
     spec = model_from_config(data, source.spec.name, source.spec.source, where=str(source.file))
     if spec.caches != tuple(c for c in source.spec.caches if c.layer < layers):

@@ -236,6 +236,9 @@ class Session:
         try:
             if cache is None:
                 out = self.model(input_ids=ids, use_cache=False, **kwargs)
+            elif isinstance(cache, runtime.ModelCache):  # the model's own cache: made by the first forward
+                out = self.model(input_ids=ids, use_cache=True, **{cache.argument: cache.value}, **kwargs)
+                cache.value = getattr(out, cache.argument)
             else:
                 out = self.model(input_ids=ids, use_cache=True, **{self.cache_name: cache}, **kwargs)
         except Exception as err:
@@ -350,7 +353,6 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
     torch, device, batch = session.torch, session.device, result.batch
     built_allocated = result.memory[-1].allocated
     cache = session.new_cache()
-    result.cache_class = type(cache).__name__
     ids = session.tokens(batch, result.prompt_tokens)
     peaks = []
     # torch.cuda counts the allocator's peak on a GPU; on the CPU the tensors are counted op by op
@@ -362,6 +364,7 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
                 token = session.forward(ids, cache)
         result.ttft_s = times["prefill"]
         result.prefill_tokens_per_s = batch * result.prompt_tokens / times["prefill"]
+        result.cache_class = type(runtime.cache_object(cache)).__name__
         after_prefill = runtime.cache_layers(cache, session.model)
         result.measured_kv_after_prefill_bytes = sum(layer.kv_storage for layer in after_prefill)
         snap = probe.snapshot("after prefill")

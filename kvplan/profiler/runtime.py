@@ -2,6 +2,7 @@
 allocator and the driver. Everything here is imported only by a running profile."""
 
 import gc
+import inspect
 import os
 import re
 import resource
@@ -237,36 +238,95 @@ def module_states(model) -> dict[int, list]:
     return states
 
 
+class ModelCache:
+    """A cache the model makes itself on its first cached forward, as generate() leaves it to (MiniMax, RWKV,
+    xLSTM: `_supports_default_dynamic_cache` is false); `argument` is the forward argument and output field that
+    carry it."""
+
+    def __init__(self, argument: str):
+        self.argument, self.value = argument, None
+
+
+def cache_object(cache):
+    """The cache itself: a ModelCache's value."""
+    return cache.value if isinstance(cache, ModelCache) else cache
+
+
+@dataclass
+class _CacheLayer:
+    """One layer of a cache object: its tensors by role (`parts`: (role, object holding tensors) pairs); `sliced`
+    when they are slices of tensors every layer shares, each counting its own elements."""
+
+    index: int | None
+    name: str
+    parts: list
+    keys: object = None
+    sliced: bool = False
+
+
+def _cache_layers(cache) -> list[_CacheLayer]:
+    """The layers of a cache: a Cache's layers, with MiniMax's lightning states (`linear_cache`) beside its
+    attention layers; xLSTM's `rnn_state` per layer; RWKV's five state tensors (batch x hidden x layers) sliced
+    by layer."""
+    import torch
+
+    if isinstance(cache, list) and all(isinstance(t, torch.Tensor) for t in cache):
+        return [_CacheLayer(i, "RWKV state", [("recurrent", [t[..., i] for t in cache])], sliced=True)
+                for i in range(cache[0].shape[-1])]
+    if isinstance(getattr(cache, "rnn_state", None), dict):
+        return [_CacheLayer(i, type(cache).__name__, [("recurrent", state)]) for i, state in cache.rnn_state.items()]
+    if not hasattr(cache, "layers"):
+        return [_CacheLayer(None, type(cache).__name__, [("bookkeeping", cache)])]
+    layers, linear = list(cache.layers), getattr(cache, "linear_cache", [])
+    out = []
+    for i in range(max(len(layers), len(linear))):
+        layer = _CacheLayer(i, "linear_cache", [])
+        if i < len(layers):
+            layer.name, layer.keys = type(layers[i]).__name__, getattr(layers[i], "keys", None)
+            layer.parts.append(("bookkeeping", layers[i]))
+        if i < len(linear) and isinstance(linear[i], torch.Tensor):
+            layer.parts.append(("recurrent", linear[i]))
+        out.append(layer)
+    return out
+
+
 def cache_layers(cache, model=None) -> list[LayerBytes]:
     """Every tensor of the cache object, per layer and role, with the state `model` keeps on its modules
     (`module_states`); a storage shared by several tensors (or layers) is counted once, where it is first
     seen."""
     seen: set = set()
-    parts = list(enumerate(cache.layers)) if hasattr(cache, "layers") else [(None, cache)]
     states = module_states(model) if model is not None else {}
     out = []
-    for index, layer in parts:
-        row = LayerBytes(layer=index, layer_class=type(layer).__name__)
-        for role, tensor in [*_tensors(layer, "bookkeeping"), *states.get(index, [])]:
+    for layer in _cache_layers(cache_object(cache)):
+        row = LayerBytes(layer=layer.index, layer_class=layer.name)
+        tensors = [pair for part_role, part in layer.parts for pair in _tensors(part, part_role)]
+        for role, tensor in [*tensors, *states.get(layer.index, [])]:
+            size = tensor.numel() * tensor.element_size()
+            row.view[role] = row.view.get(role, 0) + size
             key = storage_key(tensor)
-            row.view[role] = row.view.get(role, 0) + tensor.numel() * tensor.element_size()
-            if key not in seen:
+            if layer.sliced or key not in seen:
                 seen.add(key)
-                row.storage[role] = row.storage.get(role, 0) + key[2]
+                row.storage[role] = row.storage.get(role, 0) + (size if layer.sliced else key[2])
             if role != "bookkeeping":
                 row.dtypes.add(str(tensor.dtype).removeprefix("torch."))
-        keys = getattr(layer, "keys", None)
-        if keys is not None and hasattr(keys, "dim") and keys.dim() >= 2:
-            row.tokens = int(keys.shape[-2])
+        if layer.keys is not None and hasattr(layer.keys, "dim") and layer.keys.dim() >= 2:
+            row.tokens = int(layer.keys.shape[-2])
         out.append(row)
     return out
 
 
+OWN_CACHE_ARGUMENTS = ("past_key_values", "cache_params", "state")
+
+
 def new_cache(transformers, model, static_len: int | None = None):
     """The cache generate() makes for this model (`_prepare_cache_for_generation`): a DynamicCache built from
-    the decoder config, or a StaticCache of static_len tokens."""
+    the decoder config, or a StaticCache of static_len tokens; for a model that makes its own, a ModelCache to
+    be filled by its first forward."""
     from transformers import DynamicCache, StaticCache
 
+    if not model._supports_default_dynamic_cache():
+        arguments = inspect.signature(model.forward).parameters
+        return ModelCache(next(name for name in OWN_CACHE_ARGUMENTS if name in arguments))
     config = model.config.get_text_config(decoder=True)
     if static_len:
         return StaticCache(config=config, max_cache_len=static_len)

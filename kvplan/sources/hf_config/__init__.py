@@ -9,6 +9,8 @@ All per-architecture knowledge of kvplan lives in this package, split by concern
     gemma.py         Gemma 3n, Gemma 4 and RecurrentGemma: KV-shared layers, per-layer attention shapes, per-layer
                      embeddings, RG-LRU state (their own layout and parameter rules, registered in layout.py's
                      FAMILY_LAYOUTS and params.py's FAMILY_PARAMS and FAMILY_WIDTHS)
+    recurrent.py     layouts and counts of families with their own recurrent mixers (short convolutions,
+                     lightning attention, Kimi Delta Attention, RWKV, xLSTM) or stacks run in cycles (HRM)
     quantization.py  float dtype, weight quantisation, KV dtype, max context
     vision.py        vision towers of multimodal checkpoints
     reader.py        the config taken apart and handed to the rules above
@@ -17,6 +19,7 @@ Rules follow transformers' configuration and modeling files and vLLM's config re
 The config is data: nothing it names (`auto_map`, remote code) is imported or run.
 """
 
+from kvplan.sources.hf_config import recurrent  # noqa: F401  (registers its families' rules)
 from kvplan.sources.hf_config.families import ENCODER_ONLY
 from kvplan.sources.hf_config.fields import MAX_LAYERS, parse_json, read_text
 from kvplan.sources.hf_config.reader import model_from_config, read_config_file

@@ -135,7 +135,16 @@ OMITTED_PER_LAYER_FIELDS: dict[str, Callable[[Fields, int], dict[str, list]]] = 
 
 MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma3n": "gemma3n_text",
                       "gemma4": "gemma4_text", "gemma4_unified": "gemma4_unified_text",
-                      "llama4": "llama4_text", "deci": "nemotron-nas", "mt5": "t5"}
+                      "llama4": "llama4_text", "deci": "nemotron-nas", "mt5": "t5",
+                      "minimax_m1": "minimax"}  # MiniMax-M1's remote-code config: transformers' minimax
+
+
+# Model types kvplan refuses whole, with the reason.
+REFUSED_FAMILIES = {
+    "blt": "blt (Byte Latent Transformer) is not one decoder stack: a byte-level encoder and decoder around a global "
+           "transformer over patches that an entropy model cuts at run time, so what it caches depends on the text; "
+           "kvplan does not lay it out",
+}
 
 
 # Config fields saying that layers keep something none of kvplan's layer kinds holds (transformers' config classes

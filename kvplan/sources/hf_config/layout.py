@@ -10,6 +10,7 @@ from functools import partial
 from kvplan.errors import KvplanError
 from kvplan.model import ChunkedAttention, FullAttention, LayerCache, MLALatent, NoCache, RecurrentState, SlidingWindow
 from kvplan.sources.hf_config.families import (
+    ATTENTION_FREE,
     MAMBA_MIXERS,
     MODELLED_BY_FAMILY,
     RECURRENT_FIELDS,
@@ -36,8 +37,38 @@ class Layout:
         return [c for c in self.caches if c.layer == index]
 
 
-# Families whose layout no shared rule states: model_type -> reader(cfg, num_layers, hidden, heads, notes).
+# Families whose layout no shared rule states: model_type -> reader(cfg, num_layers, hidden, heads, notes). Each
+# reads its own fields, so the refusals of fields the shared rules do not model do not apply to it.
 FAMILY_LAYOUTS: dict[str, Callable[..., Layout]] = {}
+# Families whose layer count lives in more than one field: model_type -> cut(decoder fields, layers), which
+# `kvplan profile --layers` applies instead of setting num_hidden_layers.
+LAYER_CUTS: dict[str, Callable[[dict, int], None]] = {}
+
+
+def read_layer_count(cfg: Fields, model_type: str) -> int:
+    """Decoder layers: num_hidden_layers or its aliases (xLSTM's configs may say num_blocks). Nemotron-H's current
+    configs may state them only as layers_block_type, one entry per layer (transformers derives num_hidden_layers
+    from it). HRM's are the blocks of one of its two stacks (num_layers_per_stack; its num_hidden_layers counts the
+    runs of those blocks, and old configs give the blocks there)."""
+    block_types = cfg.data.get("layers_block_type")
+    if model_type == "nemotron_h" and isinstance(block_types, list) and not cfg.has("num_hidden_layers"):
+        if not 1 <= len(block_types) <= MAX_LAYERS:
+            raise KvplanError(f"{cfg.where}: field layers_block_type must list between 1 and {MAX_LAYERS:,} layers")
+        return len(block_types)
+    if model_type == "hrm_text" and cfg.has("num_layers_per_stack"):
+        return cfg.layers("num_layers_per_stack")
+    return cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_blocks")
+
+
+def read_heads(cfg: Fields, model_type: str) -> int:
+    """Query heads: none in the attention-free families (Mamba, Mamba-2). RWKV-4 has none either, but its time
+    mixing decays each of its attention_hidden_size channels on its own (`modeling_rwkv.py`), so it counts as that
+    many heads of one channel."""
+    if model_type in ATTENTION_FREE:
+        return 0
+    if model_type == "rwkv":
+        return cfg.int("attention_hidden_size", "hidden_size")
+    return cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads")
 
 
 def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
@@ -65,7 +96,8 @@ def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, head
             caches = [c.model_copy(update={"kv_heads": 2 * kv_heads}) if isinstance(c, SlidingWindow) else c
                       for c in caches]
         layout = Layout(types=types, caches=caches, head_dim=head_dim)
-    refuse_unmodelled_caches(cfg, model_type, layout.caches)
+    if model_type not in FAMILY_LAYOUTS:
+        refuse_unmodelled_caches(cfg, model_type, layout.caches)
     return layout
 
 
@@ -181,17 +213,6 @@ def nemotron_h_types(cfg: Fields, n: int) -> list[str]:
         raise KvplanError(f"{cfg.where}: Nemotron-H needs layers_block_type, or hybrid_override_pattern with one of "
                           f"M * - E for each of the {n} layers")
     return [NEMOTRON_H_TYPES[c] for c in pattern]
-
-
-def layer_count(cfg: Fields, model_type: str) -> int:
-    """num_hidden_layers (or its aliases). Nemotron-H's current configs may state the layers only as
-    layers_block_type, one entry per layer (transformers derives num_hidden_layers from it)."""
-    block_types = cfg.data.get("layers_block_type")
-    if model_type == "nemotron_h" and isinstance(block_types, list) and not cfg.has("num_hidden_layers"):
-        if not 1 <= len(block_types) <= MAX_LAYERS:
-            raise KvplanError(f"{cfg.where}: field layers_block_type must list between 1 and {MAX_LAYERS:,} layers")
-        return len(block_types)
-    return cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
 
 
 def layer_caches(cfg: Fields, model_type: str, types: list[str], kv_heads: int, head_dim: int) -> list:

@@ -120,6 +120,10 @@ def _norms_per_layer(cfg: Fields, model_type: str, family: Family) -> int:
 
 
 def intermediate_size(cfg: Fields, model_type: str, hidden: int) -> int:
+    if model_type == "lfm2":
+        return lfm2_intermediate(cfg)
+    if model_type == "xlstm":
+        return round_up(hidden * cfg.number("ffn_proj_factor"), cfg.int("ffn_round_up_to_multiple_of"))
     if model_type in ("gpt2", "gpt_bigcode") or (model_type == "falcon" and not cfg.has("ffn_hidden_size")):
         return cfg.int("n_inner", "ffn_hidden_size", default=4 * hidden)
     if model_type == "llama4_text":
@@ -131,6 +135,25 @@ def intermediate_size(cfg: Fields, model_type: str, hidden: int) -> int:
     # Cohere2-MoE's dense prefix layers are prefix_dense_intermediate_size wide; its intermediate_size is the experts'
     return cfg.int("prefix_dense_intermediate_size", "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
 
+
+
+def lfm2_intermediate(cfg: Fields) -> int:
+    """LFM2's MLP width (`Lfm2MLP`): block_ff_dim (Lfm2Config reads it over intermediate_size); with
+    block_auto_adjust_ff_dim (default true) int(2 x width / 3), then, unless block_ffn_dim_multiplier is null
+    (default 1.0), int(multiplier x width) rounded up to block_multiple_of (default 256)."""
+    width = cfg.int("block_ff_dim", "intermediate_size")
+    if not cfg.flag("block_auto_adjust_ff_dim", default=True):
+        return width
+    width = int(2 * width / 3)
+    if "block_ffn_dim_multiplier" in cfg.data and not cfg.has("block_ffn_dim_multiplier"):  # null: no rounding
+        return width
+    multiplier = cfg.number("block_ffn_dim_multiplier") if cfg.has("block_ffn_dim_multiplier") else 1.0
+    return round_up(int(multiplier * width), cfg.int("block_multiple_of", default=256))
+
+
+def round_up(value: float, multiple: int) -> int:
+    """value rounded up to a multiple, in the float arithmetic xLSTM's round_up_to_next_multiple_of uses."""
+    return int(((value + multiple - 1) // multiple) * multiple)
 
 
 def _dense_mlp(cfg: Fields, model_type: str, family: Family, hidden: int) -> int:

@@ -11,16 +11,22 @@ from kvplan.sources.hf_config import gemma  # noqa: F401  (registers the Gemma 3
 from kvplan.sources.hf_config.families import (
     ASSISTANT_FIELDS,
     ASSISTANT_TYPES,
-    ATTENTION_FREE,
     ENCODER_ONLY,
     FAMILIES,
     LLAMA_LIKE,
     MODEL_TYPE_ALIASES,
     MODEL_TYPE_DEFAULTS,
     OMITTED_PER_LAYER_FIELDS,
+    REFUSED_FAMILIES,
 )
 from kvplan.sources.hf_config.fields import Fields, parse_json, read_text
-from kvplan.sources.hf_config.layout import layer_count, read_kv_heads, read_layout
+from kvplan.sources.hf_config.layout import (
+    FAMILY_LAYOUTS,
+    read_heads,
+    read_kv_heads,
+    read_layer_count,
+    read_layout,
+)
 from kvplan.sources.hf_config.params import decoder_params, read_widths
 from kvplan.sources.hf_config.quantization import common
 from kvplan.sources.hf_config.vision import vision_params
@@ -66,6 +72,8 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
         data.setdefault("new_decoder_architecture", True)
         model_type = "falcon"
     model_type = MODEL_TYPE_ALIASES.get(model_type, model_type)
+    if model_type in REFUSED_FAMILIES:
+        raise KvplanError(f"{where}: {REFUSED_FAMILIES[model_type]}")
     for key, value in MODEL_TYPE_DEFAULTS.get(model_type, {}).items():
         data.setdefault(key, value)
     cfg = Fields(data, where)
@@ -87,11 +95,11 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
 
 def decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[str], vision: int = 0) -> ModelSpec:
     family = FAMILIES.get(model_type, LLAMA_LIKE)
-    if model_type and model_type not in MODEL_TYPE_DEFAULTS and model_type not in FAMILIES:
+    if model_type and model_type not in MODEL_TYPE_DEFAULTS and model_type not in FAMILIES | FAMILY_LAYOUTS.keys():
         notes.append(f"model_type {model_type!r} is not one kvplan knows: read as a Llama-style decoder")
-    num_layers = layer_count(cfg, model_type)
-    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim")
-    heads = 0 if model_type in ATTENTION_FREE else cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads")
+    num_layers = read_layer_count(cfg, model_type)
+    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", "embedding_dim")
+    heads = read_heads(cfg, model_type)
     kv_heads = read_kv_heads(cfg, model_type, heads) if heads else 0
     if heads and heads % kv_heads:
         raise KvplanError(f"{cfg.where}: {heads} attention heads cannot be grouped over {kv_heads} KV heads")
