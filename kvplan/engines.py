@@ -338,6 +338,9 @@ class Vllm(Engine):
     # mamba_ssm_cache_dtype, Qwen3_5ForCausalLMConfig mamba_ssm_dtype); for the others mamba_ssm_cache_dtype
     # "auto" keeps the SSM state in the conv state's dtype, the model's (`mamba_utils.py` _mamba_state_dtype).
     READS_SSM_DTYPE = frozenset({"nemotron_h", "qwen3_5_text", "qwen3_5_moe_text"})
+    # Mixers whose state dtype vLLM fixes whatever the config says: Kimi Delta Attention's recurrent state is fp32
+    # (`mamba_utils.py` kda_state_dtype).
+    FIXED_STATE_DTYPE = frozenset({"kda"})
     # Families whose vLLM model gives a sliding layer a window of sliding_window + 1: a Cohere sliding layer sees the
     # window and the current token (models/commandr.py for Cohere2, models/cohere2_moe.py), and the spec's window
     # sets both the reservation and the eviction.
@@ -355,7 +358,8 @@ class Vllm(Engine):
             if isinstance(cache, IndexerKeys):
                 return cache.model_copy(update={"head_dim": cache.head_dim + cache.head_dim
                                                 // self.INDEXER_QUANT_BLOCK * 4, "storage_dtype": "fp8"})
-            if isinstance(cache, RecurrentState) and cache.ssm_dtype and not keeps_ssm_dtype:
+            if isinstance(cache, RecurrentState) and cache.ssm_dtype and not keeps_ssm_dtype \
+                    and cache.mixer not in self.FIXED_STATE_DTYPE:
                 return cache.model_copy(update={"ssm_dtype": None})
             if plus_one and isinstance(cache, SlidingWindow):
                 return cache.model_copy(update={"window": cache.window + 1})
