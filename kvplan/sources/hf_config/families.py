@@ -76,8 +76,8 @@ CORRECTION_BIAS_ROUTERS = {"deepseek_v3", "dots1", "ernie4_5_moe", "exaone_moe",
                            "laguna", "longcat_flash", "mimo_v2_flash", "minimax_m2", "solar_open"}
 
 
-ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "deberta", "deberta-v2", "electra", "albert",
-                "modernbert", "camembert", "mpnet", "nomic_bert", "xlm-roberta-xl"}
+# Encoders with no decoder mode (the BERT family, which may run as a decoder, is read in encoders.py).
+ENCODER_ONLY = {"distilbert", "deberta", "deberta-v2", "albert", "modernbert", "mpnet", "nomic_bert"}
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,7 @@ FAMILIES: dict[str, Family] = {
     "olmo2": Family(qk_norm="full"),
     "gpt_oss": Family(qkv_bias=True, o_bias=True),
     "nemotron_h": Family(gated_mlp=False, norms_per_layer=1),
+    "modernbert-decoder": Family(),  # parameters: params.FAMILY_PARAMS
     # Checked against transformers' classes only (tests/test_transformers_params.py): no bundled model.
     "glm4_moe_lite": Family(),
     "mimo_v2_flash": Family(),
