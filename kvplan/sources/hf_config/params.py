@@ -12,8 +12,27 @@ from kvplan.sources.hf_config.families import CORRECTION_BIAS_ROUTERS, Family
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.layout import Layout, mamba_dims
 
+
+def _modernbert_decoder_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """ModernBERT decoder (`modeling_modernbert_decoder.py`): LayerNorms with a bias only if norm_bias, after the
+    embeddings, before attention (not on layer 0) and the MLP, and after the last layer; q, k, v, Wo (biases if
+    attention_bias); a gated Wi of 2 x intermediate and Wo (biases if mlp_bias); an LM head of a dense (bias if
+    classifier_bias) and a norm before the projection tied to the embeddings, with a bias if decoder_bias."""
+    vocab, intermediate, layers = cfg.int("vocab_size"), cfg.int("intermediate_size"), len(layout.types)
+    norm = hidden * (2 if cfg.flag("norm_bias") else 1)
+    attention_bias = 4 * hidden if cfg.flag("attention_bias") else 0
+    mlp_bias = 2 * intermediate + hidden if cfg.flag("mlp_bias") else 0
+    other = layers * (attention_bias + mlp_bias + 2 * norm) - norm + 3 * norm  # embedding, final and head norms
+    other += hidden * hidden + (hidden if cfg.flag("classifier_bias") else 0) + (vocab if cfg.flag(
+        "decoder_bias", default=True) else 0)
+    tied = cfg.flag("tie_word_embeddings", default=True)
+    return ParamCounts(embedding=vocab * hidden, lm_head=0 if tied else vocab * hidden,
+                       attention=layers * 4 * hidden * hidden, mlp=layers * 3 * hidden * intermediate, experts=0,
+                       active_experts=0, other=other)
+
+
 # Families whose parameters no shared rule counts: model_type -> counter(cfg, layout, hidden, heads).
-FAMILY_PARAMS: dict[str, Callable[..., ParamCounts]] = {}
+FAMILY_PARAMS: dict[str, Callable[..., ParamCounts]] = {"modernbert-decoder": _modernbert_decoder_params}
 
 
 def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout, hidden: int,
