@@ -249,14 +249,18 @@ class VllmPool(KVPool):
     """vLLM's block pool: every block costs `block_bytes` (group size x page), whatever group uses it."""
 
     def __init__(self, groups: list[VllmGroup], block_bytes: int, in_flight: int, encoder_tokens: int | None,
-                 log_formula: str, notes: list[str]):
+                 batched_tokens: int, log_formula: str, notes: list[str]):
         self.groups, self.block_bytes, self.in_flight = groups, block_bytes, in_flight
-        self.encoder_tokens, self.log_formula, self.notes = encoder_tokens, log_formula, notes
+        self.encoder_tokens, self.batched_tokens = encoder_tokens, batched_tokens
+        self.log_formula, self.notes = log_formula, notes
 
     def blocks(self, group: VllmGroup, max_len: int) -> int:
         """Blocks one request reserves in one group (`max_memory_usage_bytes` / page):
         full cdiv(L, B); sliding cdiv(min(W - 1 + I, L), B) + 1; chunked cdiv(min(C + I, L), B);
-        Mamba 2 pages (align mode, the default with prefix caching); cross-attention cdiv(encoder, B)."""
+        Mamba 2 pages (align mode, the default with prefix caching); cross-attention
+        cdiv(max_num_encoder_input_tokens, B), which vLLM sets to max_num_batched_tokens (`SchedulerConfig`), at
+        least L for an encoder-decoder, whose chunked prefill is off (`EngineArgs`; vLLM refuses a smaller
+        --max-num-batched-tokens)."""
         b, window = group.block_size, group.window
         if group.kind == "sliding":
             return cdiv(min(window - 1 + self.in_flight, max_len), b) + 1
@@ -265,17 +269,21 @@ class VllmPool(KVPool):
         if group.kind == "recurrent":
             return 2
         if group.kind == "cross":
-            return cdiv(self.encoder_tokens or max_len, b)
+            return cdiv(max(self.batched_tokens, max_len), b)
         return cdiv(max_len, b)
 
     def decode_blocks(self, group: VllmGroup, ctx: int) -> int:
         """Blocks a sequence holds in steady decode: a sliding layer frees blocks below ctx - W + 1,
-        keeping about cdiv(W, B) + 1; a chunked layer keeps its current chunk."""
+        keeping about cdiv(W, B) + 1; a chunked layer keeps its current chunk; a cross-attention layer holds
+        the request's encoder tokens (the scheduler allocates cdiv(encoder tokens, B) for them; as many as the
+        context for a text encoder)."""
         b, window = group.block_size, group.window
         if group.kind == "sliding":
             return min(cdiv(window, b) + 1, cdiv(ctx, b))
         if group.kind == "chunked":
             return min(cdiv(window, b), cdiv(ctx, b))
+        if group.kind == "cross":
+            return cdiv(self.encoder_tokens or ctx, b)
         return self.blocks(group, ctx)
 
     def blocks_per_request(self, max_len: int) -> int:
@@ -395,7 +403,7 @@ class Vllm(Engine):
         specs: dict[tuple[str, int, int], int] = {}
         for r in table:
             page = mamba_page if r.kind == "recurrent" else block * r.bytes_per_token
-            kind = "cross" if r.cache.kind == "cross" and r.cache.encoder_tokens else r.kind
+            kind = "cross" if r.cache.kind == "cross" else r.kind  # CrossAttentionSpec
             key = (kind, r.window, page)
             specs[key] = specs.get(key, 0) + r.count
         kinds = {(kind, window) for kind, window, _ in specs}
@@ -408,7 +416,7 @@ class Vllm(Engine):
             (kind, window), = kinds
             block_bytes = sum(page * count for (_, _, page), count in specs.items())
             groups = [VllmGroup(kind=kind, groups=1, block_size=block, window=window)]
-            return VllmPool(groups, block_bytes, in_flight, encoder, formula, notes)
+            return VllmPool(groups, block_bytes, in_flight, encoder, self.max_num_batched_tokens(), formula, notes)
         # Hybrid: one page size for all (smaller pages get a proportionally larger block size), layers
         # bucketed by spec, buckets cut into groups of group_size layers (padding the last), one block pool.
         max_page = max(page for _, _, page in specs)
@@ -427,7 +435,8 @@ class Vllm(Engine):
         if padding:
             notes.append(f"{padding} padding layers: each KV-cache group has {group_size} layers")
         return VllmPool([VllmGroup(kind=k, groups=cdiv(c, group_size), block_size=s, window=w)
-                         for k, w, s, c in groups], group_size * max_page, in_flight, encoder, formula, notes)
+                         for k, w, s, c in groups], group_size * max_page, in_flight, encoder,
+                        self.max_num_batched_tokens(), formula, notes)
 
     def assumptions(self) -> list[str]:
         lines = [f"in-flight tokens I = {self.in_flight_tokens():,} "
@@ -639,10 +648,11 @@ class TransformersPool(KVPool):
     def bytes_after_prefill(self, users: int, prompt: int, ctx: int) -> int:
         """What the cache holds right after prefilling `prompt` tokens of a ctx-token generation: a
         DynamicCache keeps the prompt on every attention layer (the sliding ones are cut at the first decode
-        step); a StaticCache is already at its full size."""
+        step), and a cross-attention layer its encoder's tokens; a StaticCache is already at its full size."""
         if self.static:
             return self.bytes_held(users, ctx)
-        return users * sum(r.count * (r.bytes_per_token * prompt + r.state_bytes) for r in self.table)
+        return users * sum(r.count * (r.bytes_per_token * (r.tokens(ctx) if r.cache.kind == "cross" else prompt)
+                                      + r.state_bytes) for r in self.table)
 
 
 def transformers_state(cache: LayerCache) -> LayerCache:
