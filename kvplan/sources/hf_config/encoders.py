@@ -192,8 +192,10 @@ def encoder_only(cfg: Fields, model_type: str, name: str, source: str, notes: li
 class Seq2SeqFamily:
     """How a BART-family stack is built (modeling_bart.py and the files copied from it)."""
 
-    positions: str = "learned"  # learned: a table of max positions + offset; sinusoidal: a frozen table as a
-    offset: int = 0  # parameter (Marian, Pegasus); none: computed, not a parameter (TrOCR's sinusoidal)
+    # learned: a table; sinusoidal: a frozen table transformers keeps as a parameter (Marian, Pegasus); none:
+    # computed, no parameter (TrOCR's sinusoidal positions)
+    positions: str = "learned"
+    offset: int = 0  # rows a learned table has beyond the max positions (BART's 2)
     embedding_norm: bool = False  # layernorm_embedding after the embeddings
     final_norm: bool = False  # a LayerNorm after the last layer (pre-LN families)
     attention_bias: str = "all"  # all, no_k (Whisper's k_proj), or the config's use_bias (BigBird-Pegasus)
