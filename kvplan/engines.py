@@ -250,16 +250,18 @@ class VllmPool(KVPool):
     """vLLM's block pool: every block costs `block_bytes` (group size x page), whatever group uses it."""
 
     def __init__(self, groups: list[VllmGroup], block_bytes: int, in_flight: int, encoder_tokens: int | None,
-                 log_formula: str, notes: list[str], state_pages: int = 2):
+                 batched_tokens: int, log_formula: str, notes: list[str], state_pages: int = 2):
         self.groups, self.block_bytes, self.in_flight = groups, block_bytes, in_flight
-        self.encoder_tokens, self.log_formula, self.notes = encoder_tokens, log_formula, notes
-        self.state_pages = state_pages
+        self.encoder_tokens, self.batched_tokens = encoder_tokens, batched_tokens
+        self.log_formula, self.notes, self.state_pages = log_formula, notes, state_pages
 
     def blocks(self, group: VllmGroup, max_len: int) -> int:
         """Blocks one request reserves in one group (`max_memory_usage_bytes` / page):
         full cdiv(L, B); sliding cdiv(min(W - 1 + I, L), B) + 1; chunked cdiv(min(C + I, L), B);
         Mamba 2 pages in a hybrid (align mode, the default with prefix caching), 1 in an attention-free model
-        (prefix caching is off for them: mamba_cache_mode none); cross-attention cdiv(encoder, B)."""
+        (prefix caching is off for them: mamba_cache_mode none); cross-attention cdiv(max_num_encoder_input_tokens,
+        B), which vLLM sets to max_num_batched_tokens (`SchedulerConfig`), at least L for an encoder-decoder, whose
+        chunked prefill is off (`EngineArgs`; vLLM refuses a smaller --max-num-batched-tokens)."""
         b, window = group.block_size, group.window
         if group.kind == "sliding":
             return cdiv(min(window - 1 + self.in_flight, max_len), b) + 1
@@ -268,17 +270,21 @@ class VllmPool(KVPool):
         if group.kind == "recurrent":
             return self.state_pages
         if group.kind == "cross":
-            return cdiv(self.encoder_tokens or max_len, b)
+            return cdiv(max(self.batched_tokens, max_len), b)
         return cdiv(max_len, b)
 
     def decode_blocks(self, group: VllmGroup, ctx: int) -> int:
         """Blocks a sequence holds in steady decode: a sliding layer frees blocks below ctx - W + 1,
-        keeping about cdiv(W, B) + 1; a chunked layer keeps its current chunk."""
+        keeping about cdiv(W, B) + 1; a chunked layer keeps its current chunk; a cross-attention layer holds
+        the request's encoder tokens (the scheduler allocates cdiv(encoder tokens, B) for them; as many as the
+        context for a text encoder)."""
         b, window = group.block_size, group.window
         if group.kind == "sliding":
             return min(cdiv(window, b) + 1, cdiv(ctx, b))
         if group.kind == "chunked":
             return min(cdiv(window, b), cdiv(ctx, b))
+        if group.kind == "cross":
+            return cdiv(self.encoder_tokens or ctx, b)
         return self.blocks(group, ctx)
 
     def blocks_per_request(self, max_len: int) -> int:
@@ -438,7 +444,7 @@ class Vllm(Engine):
         specs: dict[tuple[str, int, int], int] = {}
         for r in table:
             page = mamba_page if r.kind == "recurrent" else block * r.bytes_per_token
-            kind = "cross" if r.cache.kind == "cross" and r.cache.encoder_tokens else r.kind
+            kind = "cross" if r.cache.kind == "cross" else r.kind  # CrossAttentionSpec
             key = (kind, r.window, page)
             specs[key] = specs.get(key, 0) + r.count
         kinds = {(kind, window) for kind, window, _ in specs}
@@ -451,8 +457,8 @@ class Vllm(Engine):
             (kind, window), = kinds
             block_bytes = sum(page * count for (_, _, page), count in specs.items())
             groups = [VllmGroup(kind=kind, groups=1, block_size=block, window=window)]
-            return VllmPool(groups, block_bytes, in_flight, encoder, formula, notes, state_pages=1 if recurrent
-                            and not attention else 2)
+            return VllmPool(groups, block_bytes, in_flight, encoder, self.max_num_batched_tokens(), formula, notes,
+                            state_pages=1 if recurrent and not attention else 2)
         # Hybrid: one page size for all (a smaller page that divides the largest gets a proportionally larger
         # block size; one that does not keeps its block size in a page padded to the largest, which MLA pages
         # cannot be: `unify_kv_cache_spec_page_size`), layers bucketed by spec, buckets cut into groups of
@@ -475,7 +481,8 @@ class Vllm(Engine):
         if padding:
             notes.append(f"{padding} padding layers: each KV-cache group has {group_size} layers")
         return VllmPool([VllmGroup(kind=k, groups=cdiv(c, group_size), block_size=s, window=w)
-                         for k, w, s, c in groups], group_size * max_page, in_flight, encoder, formula, notes)
+                         for k, w, s, c in groups], group_size * max_page, in_flight, encoder,
+                        self.max_num_batched_tokens(), formula, notes)
 
     KERNEL_BLOCK = 16  # the smallest kernel block of FlashAttention and Triton attention on CUDA (MultipleOf(16))
     MLA_HYBRID_BLOCK = 128  # MLA decode kernels' alignment for MLA/Mamba hybrids
@@ -702,11 +709,11 @@ class TransformersPool(KVPool):
     def bytes_after_prefill(self, users: int, prompt: int, ctx: int) -> int:
         """What the cache holds right after prefilling `prompt` tokens of a ctx-token generation: a
         DynamicCache keeps the prompt on every attention layer (the sliding ones are cut at the first decode
-        step); a StaticCache is already at its full size."""
+        step), and a cross-attention layer its encoder's tokens; a StaticCache is already at its full size."""
         if self.static:
             return self.bytes_held(users, ctx)
-        return users * sum(r.count * (r.bytes_per_token * prompt + state)
-                           for r, state in zip(self.table, self.prefill_states, strict=True))
+        return users * sum(r.count * (r.bytes_per_token * (r.tokens(ctx) if r.cache.kind == "cross" else prompt)
+                                      + state) for r, state in zip(self.table, self.prefill_states, strict=True))
 
 
 # Recurrent states transformers computes in the model dtype, not fp32: MiniMax's lightning attention sums k^T v in

@@ -42,6 +42,20 @@ EDITS: dict[str, tuple[dict, str]] = {
     "lfm2_moe": ({"layer_types": ["conv", "conv", "full_attention", "conv"] * 8},
                  "Lfm2MoeConfig has no default layout (layer_types None, which its model indexes); LFM2-8B-A1B "
                  "lists its layer_types"),
+    # The BERT family runs as a causal LM only as a decoder: transformers' *ForCausalLM classes ask for is_decoder
+    # (without it they attend bidirectionally, so a cached decode computes something else); XMOD also needs the
+    # language whose adapters it runs.
+    **{model_type: ({"is_decoder": True}, "transformers runs a BERT-family causal LM only with is_decoder")
+       for model_type in ("bert", "bert-generation", "big_bird", "camembert", "data2vec-text", "electra", "ernie",
+                          "megatron-bert", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer",
+                          "xlm-roberta", "xlm-roberta-xl")},
+    "xmod": ({"is_decoder": True, "default_language": "en_XX"},
+             "a decoder, and the language adapter to run (set_default_language writes default_language)"),
+    # An encoder-decoder's causal-LM class is its decoder alone: the class itself sets these two on its config.
+    **{model_type: ({"is_decoder": True, "is_encoder_decoder": False},
+                    "the causal-LM class is the decoder alone, as it sets on its own config")
+       for model_type in ("bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "mvp",
+                          "pegasus", "plbart", "prophetnet", "whisper")},
 }
 # transformers itself cannot build or run these on the CPU from its own config class (docs/formulas.md lists them):
 # model_type -> a fragment of the one-line error kvplan gives; the test fails once transformers can.
@@ -54,6 +68,15 @@ TRANSFORMERS_CANNOT: dict[str, str] = {
     # BltConfig has no num_hidden_layers, so the cache generate() and BltModel make, DynamicCache(config=...), raises
     # AttributeError in transformers 5.23; kvplan refuses BLT anyway: its patch count depends on the text.
     "blt": "is not one decoder stack",
+    # BlenderbotConfig maps num_hidden_layers to encoder_layers, so the DynamicCache generate() builds from it has
+    # encoder_layers (2) layers while the decoder has more (24; every published Blenderbot has 2 encoder layers and
+    # 12 or 24 decoder layers): the cached decode indexes past them.
+    "blenderbot": "IndexError: list index out of range",
+    # AutoModelForCausalLM maps these types to MusicgenForCausalLM / MusicgenMelodyForCausalLM, which take the
+    # nested decoder config (musicgen_decoder), not the type's own composite config (text encoder, audio codec,
+    # decoder): building from it fails on the first decoder field.
+    "musicgen": "'MusicgenConfig' object has no attribute 'dropout'",
+    "musicgen_melody": "'MusicgenMelodyConfig' object has no attribute 'dropout'",
 }
 # Not yet exact: strict xfails, so a family that becomes exact fails here until it leaves this list.
 NOT_YET = {
@@ -64,12 +87,6 @@ NOT_YET = {
     # GPT-2-era decoders
     **dict.fromkeys(["biogpt", "bloom", "codegen", "cpmant", "ctrl", "dbrx", "falcon", "gpt_neo", "gpt_neox_japanese",
                      "gptj", "mpt", "openai-gpt", "opt", "reformer", "xglm", "xlm", "xlnet"], "legacy"),
-    # encoders and encoder-decoders run as causal LMs
-    **dict.fromkeys(["bart", "bert", "bert-generation", "big_bird", "bigbird_pegasus", "blenderbot",
-                     "blenderbot-small", "camembert", "data2vec-text", "electra", "ernie", "marian", "mbart",
-                     "megatron-bert", "modernbert-decoder", "musicgen", "musicgen_melody", "mvp", "pegasus", "plbart",
-                     "prophetnet", "rembert", "roberta", "roberta-prelayernorm", "roc_bert", "roformer", "trocr",
-                     "whisper", "xlm-roberta", "xlm-roberta-xl", "xmod"], "encoders"),
 }
 
 

@@ -22,13 +22,26 @@ transformers = pytest.importorskip("transformers")
 CHECKPOINT_BUFFERS = ("e_score_correction_bias", "expert_bias")
 
 
-def transformers_count(model_type: str, fields: dict) -> int:
-    from transformers import CONFIG_MAPPING, AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM
+def transformers_count(model_type: str, fields: dict, spec=None) -> int:
+    """The model class the spec describes: an encoder's base model, an encoder-decoder's seq2seq class (the
+    speech one for Whisper), else the causal LM."""
+    from transformers import (
+        CONFIG_MAPPING,
+        AutoModel,
+        AutoModelForCausalLM,
+        AutoModelForSeq2SeqLM,
+        AutoModelForSpeechSeq2Seq,
+    )
 
     if model_type not in CONFIG_MAPPING:
         pytest.skip(f"transformers {transformers.__version__} has no {model_type} (remote code only)")
-    auto = AutoModelForSeq2SeqLM if model_type == "t5" else AutoModel if model_type in ENCODER_ONLY else \
-        AutoModelForCausalLM
+    kinds = {c.kind for c in spec.caches} if spec is not None else set()
+    if "cross" in kinds:
+        auto = AutoModelForSpeechSeq2Seq if model_type == "whisper" else AutoModelForSeq2SeqLM
+    elif model_type in ENCODER_ONLY or kinds == {"none"}:
+        auto = AutoModel
+    else:
+        auto = AutoModelForCausalLM
     with torch.device("meta"):
         model = auto.from_config(CONFIG_MAPPING[model_type](**fields))
     buffers = sum(b.numel() for name, b in model.named_buffers() if name.endswith(CHECKPOINT_BUFFERS))
@@ -40,7 +53,7 @@ def test_parameters_equal_transformers_modules(model_id):
     source = profile_config.resolve(model_id)
     data, spec = profile_config.first_layers(source, None)
     model_type, fields, _ = profile_config.transformers_fields(data)
-    assert spec.params.total == transformers_count(model_type, fields)
+    assert spec.params.total == transformers_count(model_type, fields, spec)
 
 
 # Architectures with no bundled model whose counts follow kvplan's rules to the parameter: MLA with no head_dim

@@ -17,7 +17,8 @@ from kvplan.sources import library, load_model
 from kvplan.sources.hf_config import model_from_config, parse_json, read_text
 from kvplan.sources.hf_config.layout import LAYER_CUTS
 
-LAYER_COUNT_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_blocks")
+LAYER_COUNT_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_blocks",
+                      "decoder_layers", "num_decoder_layers")  # an encoder-decoder's decoder (BART, ProphetNet)
 # Fields with one entry per layer (lists) or one character per layer (strings), cut with the layers. Besides
 # these, any list as long as the model is deep whose name says "layer" or "types" (mlp_layer_types, indexer_types,
 # num_attention_heads_per_layer: transformers' config classes check their length against num_hidden_layers).
@@ -79,9 +80,10 @@ def _hub_config(repo_id: str, revision: str | None, name: str) -> Path:
 
 
 def decoder_fields(data: dict) -> dict:
-    """The dict that describes the decoder: text_config when the config nests one (Gemma 3, Llama 4)."""
-    text = data.get("text_config")
-    return text if isinstance(text, dict) else data
+    """The dict that describes the decoder: text_config when the config nests one (Gemma 3, Llama 4), the
+    decoder's own config when an encoder-decoder nests its stacks (T5Gemma, MusicGen)."""
+    nested = data.get("text_config", data.get("decoder"))
+    return nested if isinstance(nested, dict) else data
 
 
 def first_layers(source: Source, layers: int | None) -> tuple[dict, ModelSpec]:

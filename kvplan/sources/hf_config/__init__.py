@@ -13,6 +13,7 @@ All per-architecture knowledge of kvplan lives in this package, split by concern
                      lightning attention, Kimi Delta Attention, RWKV, xLSTM) or stacks run in cycles (HRM)
     quantization.py  float dtype, weight quantisation, KV dtype, max context
     vision.py        vision towers of multimodal checkpoints
+    encoders.py      encoders (the BERT family, also run as decoders) and encoder-decoders (T5, BART, Whisper, ...)
     reader.py        the config taken apart and handed to the rules above
 
 Rules follow transformers' configuration and modeling files and vLLM's config readers; each cites its source.

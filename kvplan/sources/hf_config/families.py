@@ -204,8 +204,8 @@ ASSISTANT_TYPES = ("gemma4_assistant", "gemma4_unified_assistant")
 ASSISTANT_FIELDS = ("backbone_hidden_size", "use_ordered_embeddings", "num_centroids")
 
 
-ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "deberta", "deberta-v2", "electra", "albert",
-                "modernbert", "camembert", "mpnet", "nomic_bert", "xlm-roberta-xl"}
+# Encoders with no decoder mode (the BERT family, which may run as a decoder, is read in encoders.py).
+ENCODER_ONLY = {"distilbert", "deberta", "deberta-v2", "albert", "modernbert", "mpnet", "nomic_bert"}
 
 
 @dataclass(frozen=True)
@@ -260,6 +260,7 @@ FAMILIES: dict[str, Family] = {
     "olmo_hybrid": Family(qk_norm="full"),
     "qwen3_5_text": Family(qk_norm="head", attention_gate="full"),
     "qwen3_5_moe_text": Family(qk_norm="head", attention_gate="full"),
+    "modernbert-decoder": Family(),  # parameters: params.FAMILY_PARAMS
     # Checked against transformers' classes only (tests/test_transformers_params.py): no bundled model.
     "glm4_moe_lite": Family(),
     "mimo_v2_flash": Family(),

@@ -22,6 +22,25 @@ from kvplan.sources.hf_config.layout import Layout, read_kv_heads
 from kvplan.sources.hf_config.mamba import mamba_params
 from kvplan.sources.hf_config.vision import git_vision, phi4_multimodal_encoders
 
+
+def _modernbert_decoder_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """ModernBERT decoder (`modeling_modernbert_decoder.py`): LayerNorms with a bias only if norm_bias, after the
+    embeddings, before attention (not on layer 0) and the MLP, and after the last layer; q, k, v, Wo (biases if
+    attention_bias); a gated Wi of 2 x intermediate and Wo (biases if mlp_bias); an LM head of a dense (bias if
+    classifier_bias) and a norm before the projection tied to the embeddings, with a bias if decoder_bias."""
+    vocab, intermediate, layers = cfg.int("vocab_size"), cfg.int("intermediate_size"), len(layout.types)
+    norm = hidden * (2 if cfg.flag("norm_bias") else 1)
+    attention_bias = 4 * hidden if cfg.flag("attention_bias") else 0
+    mlp_bias = 2 * intermediate + hidden if cfg.flag("mlp_bias") else 0
+    other = layers * (attention_bias + mlp_bias + 2 * norm) - norm + 3 * norm  # embedding, final and head norms
+    other += hidden * hidden + (hidden if cfg.flag("classifier_bias") else 0) + (vocab if cfg.flag(
+        "decoder_bias", default=True) else 0)
+    tied = cfg.flag("tie_word_embeddings", default=True)
+    return ParamCounts(embedding=vocab * hidden, lm_head=0 if tied else vocab * hidden,
+                       attention=layers * 4 * hidden * hidden, mlp=layers * 3 * hidden * intermediate, experts=0,
+                       active_experts=0, other=other)
+
+
 # Families whose parameters no shared rule counts: model_type -> counter(cfg, layout, hidden, heads). Registered at
 # the end of this module; most count the shared blocks (`block_params`) and add what their modeling file adds.
 FAMILY_PARAMS: dict[str, Callable[..., ParamCounts]] = {}
@@ -537,6 +556,7 @@ def zaya_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCo
 
 
 FAMILY_PARAMS.update({
+    "modernbert-decoder": _modernbert_decoder_params,
     "bitnet": _bitnet_params, "diffllama": _diffllama_params, "doge": _doge_params, "git": _git_params,
     "hyperclovax": _hyperclovax_params, "jetmoe": _jetmoe_params, "laguna": _laguna_params,
     "mllama_text_model": _mllama_text_params, "moshi": _moshi_params, "phi4_multimodal": _phi4_multimodal_params,

@@ -1,13 +1,20 @@
 """config.json -> ModelSpec: the reader that takes a config apart (multimodal nesting, old model types, defaults)
-and hands it to the decoder, encoder-only or encoder-decoder rules."""
+and hands it to the decoder rules, or to the encoder and encoder-decoder rules of `encoders.py`."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from kvplan.errors import KvplanError
-from kvplan.model import CrossAttention, FullAttention, ModelSpec, NoCache, ParamCounts
+from kvplan.model import ModelSpec
 from kvplan.sources.hf_config import gemma  # noqa: F401  (registers the Gemma 3n, Gemma 4, RecurrentGemma rules)
+from kvplan.sources.hf_config.encoders import (
+    BERT_FAMILIES,
+    ENCODER_DECODERS,
+    bert_family,
+    encoder_decoder,
+    encoder_only,
+)
 from kvplan.sources.hf_config.families import (
     ASSISTANT_FIELDS,
     ASSISTANT_TYPES,
@@ -83,12 +90,14 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
             if data.get(key) is None:
                 data[key] = value
 
+    if model_type in BERT_FAMILIES:
+        return bert_family(cfg, top, model_type, name, source, notes)
     if model_type in ENCODER_ONLY or (
         not model_type and any(a.endswith("ForMaskedLM") for a in top.list("architectures"))
     ):
         return encoder_only(cfg, model_type or "encoder", name, source, notes)
-    if model_type == "t5" or top.flag("is_encoder_decoder"):
-        return encoder_decoder(cfg, model_type, name, source, notes)
+    if model_type in ENCODER_DECODERS or top.flag("is_encoder_decoder"):
+        return encoder_decoder(cfg, top, model_type, name, source, notes)
     return decoder(cfg, model_type, name, source, notes, vision)
 
 
@@ -110,53 +119,3 @@ def decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[st
     return ModelSpec(name=name, architecture=model_type or "unknown", num_layers=num_layers,
                      num_attention_heads=heads, caches=tuple(layout.caches), params=params, widths=widths,
                      source=source, **common(cfg, notes))
-
-
-def encoder_only(cfg: Fields, model_type: str, name: str, source: str, notes: list[str]) -> ModelSpec:
-    """BERT-style encoders encode the whole input in one pass and never decode: no KV cache."""
-    layers = cfg.layers("num_hidden_layers", "n_layers", "num_layers")
-    hidden, heads = cfg.int("hidden_size", "dim"), cfg.int("num_attention_heads", "n_heads")
-    intermediate, vocab = cfg.int("intermediate_size", "hidden_dim"), cfg.int("vocab_size")
-    positions = cfg.int("max_position_embeddings", default=512)
-    types = cfg.int("type_vocab_size", default=0, minimum=0)
-    reason = f"{model_type} is encoder-only: it encodes its input in one pass, never decodes, and keeps no KV cache"
-    notes.append(reason)
-    per_layer_other = 4 * hidden + intermediate + hidden + 2 * 2 * hidden  # q,k,v,o and MLP biases; 2 LayerNorms
-    params = ParamCounts(
-        embedding=(vocab + positions + types) * hidden, lm_head=0,
-        attention=layers * 4 * hidden * hidden, mlp=layers * 2 * hidden * intermediate, experts=0, active_experts=0,
-        other=layers * per_layer_other + 2 * hidden + (hidden * hidden + hidden if model_type == "bert" else 0),
-    )
-    return ModelSpec(name=name, architecture=model_type, num_layers=layers, num_attention_heads=heads,
-                     caches=tuple(NoCache(layer=i, reason="encoder-only") for i in range(layers)), params=params,
-                     source=source, **common(cfg, notes))
-
-
-
-def encoder_decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[str]) -> ModelSpec:
-    """T5-style: each decoder layer caches its self-attention (grows with output) and cross-attention
-    (the encoder's keys and values; T5 has no fixed encoder length, so it is taken as long as the context)."""
-    if model_type != "t5":
-        raise KvplanError(f"{cfg.where}: encoder-decoder model_type {model_type!r} is not supported yet (T5 is)")
-    hidden, heads, d_kv = cfg.int("d_model"), cfg.int("num_heads"), cfg.int("d_kv")
-    enc_layers = cfg.layers("num_layers")
-    dec_layers = cfg.layers("num_decoder_layers", default=enc_layers)
-    d_ff, vocab = cfg.int("d_ff"), cfg.int("vocab_size")
-    gated = str(cfg.get("feed_forward_proj", default="relu")).startswith("gated")
-    notes.append("cross-attention holds as many encoder tokens as the context (T5 has no fixed input length)")
-    attention = {"kv_heads": heads, "head_dim": d_kv, "head_dim_v": d_kv}
-    caches = []
-    for i in range(dec_layers):
-        caches += [FullAttention(layer=i, **attention), CrossAttention(layer=i, **attention)]
-    inner = heads * d_kv
-    attn = 4 * hidden * inner
-    ff = (3 if gated else 2) * hidden * d_ff
-    buckets = cfg.int("relative_attention_num_buckets", default=32)
-    params = ParamCounts(
-        embedding=vocab * hidden, lm_head=0 if cfg.flag("tie_word_embeddings", True) else vocab * hidden,
-        attention=enc_layers * attn + dec_layers * 2 * attn, mlp=(enc_layers + dec_layers) * ff,
-        experts=0, active_experts=0,
-        other=2 * buckets * heads + (2 * enc_layers + 3 * dec_layers + 2) * hidden,
-    )
-    return ModelSpec(name=name, architecture=model_type, num_layers=dec_layers, num_attention_heads=heads,
-                     caches=tuple(caches), params=params, source=source, **common(cfg, notes))
