@@ -437,7 +437,7 @@ def _t5gemma(cfg: Fields, name: str, source: str, notes: list[str]) -> ModelSpec
     types = layer_types(decoder, "gemma2", layers, notes)  # layer_types, else Gemma 2's alternation
     cross = {"kv_heads": kv, "head_dim": head_dim, "head_dim_v": head_dim}
     caches = []
-    for own in layer_caches(decoder, types, kv, head_dim):
+    for own in layer_caches(decoder, "t5gemma", types, kv, head_dim):
         caches += [own, CrossAttention(layer=own.layer, **cross)]
     _alone_or_whole(True, None, notes)
     totals = {"embedding": 0, "attention": 0, "mlp": 0, "other": 0}
