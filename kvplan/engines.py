@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 from kvplan.dtypes import DType, kv_dtype
 from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype
-from kvplan.model import EMPTY_KINDS, IndexerKeys, LayerCache, ModelSpec
+from kvplan.model import EMPTY_KINDS, FullAttention, IndexerKeys, LayerCache, ModelSpec
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -756,11 +756,14 @@ class Transformers(Engine):
     downcasts_fp32 = False  # from_pretrained keeps the config's dtype
     reads = frozenset({"version", "memory_fraction", "cache_implementation"})
     kv_dtypes = ("fp32", "bf16", "fp16")
+    WINDOWS_KEPT_WHOLE = frozenset({"gpt_neo"})  # local layers whose cache transformers does not cut to the window
 
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
         """The caches as transformers stores them. Falcon with new_decoder_architecture broadcasts K/V to every
         query head before caching; it is the only Falcon layout with 1 < kv_heads < num_attention_heads
-        (multi_query has 1, plain MHA all). Recurrent states: `transformers_state`."""
+        (multi_query has 1, plain MHA all). GPT-Neo's local layers keep every token: its config has no
+        sliding_window, so DynamicCache makes plain layers, and the model masks the window itself. Recurrent
+        states: `transformers_state`."""
         if any(c.kind == "mla" for c in model.caches) and version_tuple(self.version) < (5, 15):
             raise KvplanError(f"transformers {self.version} caches DeepSeek-style models' decompressed K/V, "
                               "which kvplan does not model: use --engine-version 5.15 or later")
@@ -770,6 +773,8 @@ class Transformers(Engine):
         for c in model.caches:
             if broadcast and c.kind in ("full", *WINDOWED) and 1 < c.kv_heads < heads:
                 c = c.model_copy(update={"kv_heads": heads})
+            elif c.kind == "sliding" and model.architecture in self.WINDOWS_KEPT_WHOLE:
+                c = FullAttention(**c.model_dump(exclude={"kind", "window"}))
             elif c.kind == "recurrent":
                 c = transformers_state(c)
             out.append(c)

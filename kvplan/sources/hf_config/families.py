@@ -28,7 +28,7 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "phi3": {"tie_word_embeddings": False},
     "phi": {"tie_word_embeddings": False},
     "gpt2": {"tie_word_embeddings": True, "n_inner": None},
-    "falcon": {"tie_word_embeddings": True},
+    "falcon": {"tie_word_embeddings": True, "multi_query": True},
     "gpt_neox": {"tie_word_embeddings": False},
     "cohere": {"tie_word_embeddings": True},
     "cohere2": {"tie_word_embeddings": True, "sliding_window_pattern": 4},
@@ -41,11 +41,35 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "nemotron_h": {"tie_word_embeddings": False},
     "nemotron-nas": {"tie_word_embeddings": False},
     "t5": {"tie_word_embeddings": True},
+    # GPT-2-era decoders (transformers' config classes)
+    "biogpt": {"tie_word_embeddings": True},
+    "bloom": {"tie_word_embeddings": True},
+    "codegen": {"tie_word_embeddings": False},
+    "ctrl": {"tie_word_embeddings": True},
+    "dbrx": {"tie_word_embeddings": False},
+    "gpt_neo": {"tie_word_embeddings": True, "attention_types": [[["global", "local"], 12]], "window_size": 256},
+    "gpt_neox_japanese": {"tie_word_embeddings": True, "intermediate_multiple_size": 4},
+    "gptj": {"tie_word_embeddings": False},
+    "mpt": {"tie_word_embeddings": True, "expansion_ratio": 4},
+    "openai-gpt": {"tie_word_embeddings": True},
+    "opt": {"tie_word_embeddings": True, "do_layer_norm_before": True, "enable_bias": True,
+            "layer_norm_elementwise_affine": True},
+    "xglm": {"tie_word_embeddings": True},
 }
 
 
 MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "gemma3": "gemma3_text",
                       "llama4": "llama4_text", "deci": "nemotron-nas", "mt5": "t5"}
+
+
+# Families that nest fields in sub-objects: model_type -> {name the shared rules read: (object, field)}. DBRX's
+# attention and MoE shapes live in attn_config and ffn_config (DbrxConfig; vLLM reads attn_config.kv_n_heads).
+NESTED_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
+    "dbrx": {"num_key_value_heads": ("attn_config", "kv_n_heads"),
+             "moe_intermediate_size": ("ffn_config", "ffn_hidden_size"),
+             "num_local_experts": ("ffn_config", "moe_num_experts"),
+             "num_experts_per_tok": ("ffn_config", "moe_top_k")},
+}
 
 
 # Config fields saying that layers keep something none of kvplan's layer kinds holds (transformers' config classes
@@ -92,6 +116,11 @@ class Family:
     layer_norm: bool = False        # LayerNorm (weight + bias) rather than RMSNorm (weight)
     qk_norm: str | None = None      # "head": one head_dim vector each for q and k; "full": over all heads
     learned_positions: bool = False  # GPT-2 style position embedding table
+    position_offset: int = 0        # rows the position table keeps beyond its positions (OPT, BioGPT: 2)
+    embedding_norm: bool = False    # a norm on the token embeddings (BLOOM word_embeddings_layernorm)
+    final_norm: bool = True         # a norm after the last layer (GPT-1 has none)
+    lm_head_bias: bool = False      # the output projection has a bias (Phi, GPT-J, CodeGen, CTRL)
+    bias_flag: str | None = None    # a config flag that gives every linear a bias (Falcon `bias`)
 
 
 FAMILIES: dict[str, Family] = {
@@ -102,18 +131,32 @@ FAMILIES: dict[str, Family] = {
     "qwen3_next": Family(qk_norm="head"),
     "gemma2": Family(norms_per_layer=4),
     "gemma3_text": Family(norms_per_layer=4, qk_norm="head"),
-    "phi": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, norms_per_layer=1, layer_norm=True),
+    "phi": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, norms_per_layer=1, layer_norm=True,
+                  lm_head_bias=True),
     "gpt2": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
                    learned_positions=True),
     "gpt_bigcode": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
                           learned_positions=True),
     "gpt_neox": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True),
-    "falcon": Family(gated_mlp=False, layer_norm=True),
+    "falcon": Family(gated_mlp=False, layer_norm=True, bias_flag="bias"),
     "cohere": Family(norms_per_layer=1),
     "cohere2": Family(norms_per_layer=1),
     "olmo2": Family(qk_norm="full"),
     "gpt_oss": Family(qkv_bias=True, o_bias=True),
     "nemotron_h": Family(gated_mlp=False, norms_per_layer=1),
+    # GPT-2-era decoders: plain GELU/ReLU MLPs and LayerNorms, each family's own biases and position tables
+    "biogpt": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
+                     learned_positions=True, position_offset=2),
+    "bloom": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True, embedding_norm=True),
+    "codegen": Family(gated_mlp=False, mlp_bias=True, norms_per_layer=1, layer_norm=True, lm_head_bias=True),
+    "ctrl": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True, lm_head_bias=True),
+    "gpt_neo": Family(gated_mlp=False, o_bias=True, mlp_bias=True, layer_norm=True, learned_positions=True),
+    "gpt_neox_japanese": Family(gated_mlp=False, layer_norm=True),  # and the last layer's dense_bias (params.py)
+    "gptj": Family(gated_mlp=False, mlp_bias=True, norms_per_layer=1, layer_norm=True, lm_head_bias=True),
+    "mpt": Family(gated_mlp=False),  # LayerNorms without biases: one vector each, as RMSNorm
+    "openai-gpt": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
+                         learned_positions=True, final_norm=False),
+    "xglm": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True),
     # Checked against transformers' classes only (tests/test_transformers_params.py): no bundled model.
     "glm4_moe_lite": Family(),
     "mimo_v2_flash": Family(),
@@ -124,3 +167,11 @@ FAMILIES: dict[str, Family] = {
 
 
 LLAMA_LIKE = Family()
+
+
+# The MLP width of families whose MLP is 4 x hidden unless a field says otherwise (None: always 4 x hidden, as
+# transformers' modeling files build it).
+FOUR_X_MLP_FIELD: dict[str, str | None] = {
+    "gpt2": "n_inner", "gpt_bigcode": "n_inner", "codegen": "n_inner", "gptj": "n_inner",
+    "gpt_neo": "intermediate_size", "falcon": "ffn_hidden_size", "bloom": None, "openai-gpt": None,
+}

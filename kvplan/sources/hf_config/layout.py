@@ -33,6 +33,36 @@ class Layout:
 FAMILY_LAYOUTS: dict[str, Callable[..., Layout]] = {}
 
 
+def gpt_neo_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """GPT-Neo: each layer is "global" or "local"; a local layer attends to the last window_size tokens (its mask
+    keeps i - j < window_size). The list is attention_layers, which a saved config carries and which overrides
+    its run-length form attention_types, [[["global", "local"], 12]] (GPTNeoConfig)."""
+    kinds = cfg.list("attention_layers", str, length=num_layers)
+    if not kinds:
+        runs = cfg.get("attention_types")
+        if not isinstance(runs, list) or not all(
+                isinstance(run, list) and len(run) == 2 and isinstance(run[0], list) and isinstance(run[1], int)
+                and not isinstance(run[1], bool) for run in runs):
+            raise KvplanError(f"{cfg.where}: field attention_types must be a list of [[layer kinds], repeats]")
+        kinds = [kind for pattern, repeats in runs for _ in range(repeats) for kind in pattern]
+        if len(kinds) != num_layers:
+            raise KvplanError(f"{cfg.where}: field attention_types must give one kind for each of the "
+                              f"{num_layers} layers, got {len(kinds)}")
+    if set(kinds) - {"global", "local"}:
+        raise KvplanError(f"{cfg.where}: GPT-Neo layers are \"global\" or \"local\", got "
+                          f"{sorted(set(kinds) - {'global', 'local'})}")
+    head_dim = read_head_dim(cfg, hidden, heads)
+    window = cfg.int("window_size")
+    attention = {"kv_heads": heads, "head_dim": head_dim, "head_dim_v": head_dim}
+    caches = [SlidingWindow(layer=i, window=window, **attention) if kind == "local"
+              else FullAttention(layer=i, **attention) for i, kind in enumerate(kinds)]
+    types = ["sliding_attention" if kind == "local" else "full_attention" for kind in kinds]
+    return Layout(types=types, caches=caches, head_dim=head_dim)
+
+
+FAMILY_LAYOUTS["gpt_neo"] = gpt_neo_layout
+
+
 def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
     """What each layer caches: the family's own rule if it has one, else MLA on every layer (kv_lora_rank), NAS
     blocks (block_configs), or a layer type per layer (`layer_types`)."""
@@ -75,9 +105,13 @@ def refuse_unmodelled_caches(cfg: Fields, model_type: str, caches: list) -> None
 
 
 def read_kv_heads(cfg: Fields, model_type: str, heads: int) -> int:
-    """KV heads: the aliases vLLM reads, then Falcon / GPT-BigCode multi_query (1 head), else MHA."""
-    if model_type == "falcon" and cfg.flag("new_decoder_architecture"):
-        return cfg.int("num_kv_heads", "n_head_kv", default=heads)
+    """KV heads: the aliases vLLM reads, then Falcon / GPT-BigCode multi_query (1 head), else MHA.
+    Falcon: num_kv_heads counts only with new_decoder_architecture; otherwise multi_query gives 1 and its absence
+    every head, whatever num_kv_heads says (FalconAttention; vLLM's falcon.py alike)."""
+    if model_type == "falcon":
+        if cfg.flag("new_decoder_architecture"):
+            return cfg.int("num_kv_heads", "n_head_kv", default=heads)
+        return 1 if cfg.flag("multi_query") else heads
     found = cfg.int("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
                     "num_attention_groups", default=None)
     if found is not None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvplan.errors import KvplanError
 from kvplan.model import MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
-from kvplan.sources.hf_config.families import CORRECTION_BIAS_ROUTERS, Family
+from kvplan.sources.hf_config.families import CORRECTION_BIAS_ROUTERS, FAMILIES, FOUR_X_MLP_FIELD, Family
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.layout import Layout, mamba_dims
 
@@ -22,16 +22,24 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
     (DeepSeek num_nextn_predict_layers) are not part of the served model and are not counted."""
     if model_type in FAMILY_PARAMS:
         return FAMILY_PARAMS[model_type](cfg, layout, hidden, heads)
+    return block_params(cfg, model_type, family, layout, hidden, heads)
+
+
+def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, hidden: int,
+                 heads: int) -> ParamCounts:
+    """The shared rule: embeddings, each layer's mixer, MLP or experts and norms as `family` describes them,
+    the final norm and the output projection."""
     vocab = cfg.int("vocab_size", "n_vocab", "padded_vocab_size")
     norm = hidden * (2 if family.layer_norm else 1)
     embedding = vocab * hidden
     if family.learned_positions:
-        embedding += cfg.int("n_positions", "max_position_embeddings") * hidden
+        embedding += (cfg.int("n_positions", "max_position_embeddings") + family.position_offset) * hidden
     tied = cfg.flag("tie_word_embeddings", default=True)
     lm_head = 0 if tied else vocab * hidden
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": norm}  # final norm
-    if model_type == "phi":
-        totals["other"] += vocab  # lm_head bias
+    other = norm * (int(family.final_norm) + int(family.embedding_norm)) + (vocab if family.lm_head_bias else 0)
+    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": other}
+    if family.bias_flag and cfg.flag(family.bias_flag):
+        family = replace(family, qkv_bias=True, o_bias=True, mlp_bias=True)
     moe = MoE.read(cfg, model_type)
     for i, layer_type in enumerate(layout.types):
         layer_norms = _norms_per_layer(cfg, model_type, family)
@@ -88,11 +96,16 @@ def _norms_per_layer(cfg: Fields, model_type: str, family: Family) -> int:
 
 
 def intermediate_size(cfg: Fields, model_type: str, hidden: int) -> int:
-    if model_type in ("gpt2", "gpt_bigcode") or (model_type == "falcon" and not cfg.has("ffn_hidden_size")):
-        return cfg.int("n_inner", "ffn_hidden_size", default=4 * hidden)
+    if model_type in FOUR_X_MLP_FIELD:
+        field = FOUR_X_MLP_FIELD[model_type]
+        return cfg.int(field, default=4 * hidden) if field else 4 * hidden
+    if model_type == "mpt":  # MPT states the MLP width as a multiple of d_model
+        return cfg.int("expansion_ratio") * hidden
+    if model_type == "gpt_neox_japanese":  # int(hidden x intermediate_multiple_size), as its MLP builds it
+        return int(hidden * cfg.number("intermediate_multiple_size"))
     if model_type == "llama4_text":
         return cfg.int("intermediate_size_mlp", "intermediate_size")
-    return cfg.int("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
+    return cfg.int("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim", "dff", "dim_ff")
 
 
 
@@ -216,7 +229,8 @@ class MoE:
         n = cfg.int("num_local_experts", "n_routed_experts", "num_experts", default=0, minimum=0)
         if not n:
             return None
-        hidden, layers = cfg.int("hidden_size"), cfg.layers("num_hidden_layers")
+        hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim")
+        layers = cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
         top_k = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
         size = cfg.int("moe_intermediate_size", "intermediate_size")
         expert, bias, router = 3 * hidden * size, 0, hidden * n
@@ -262,3 +276,33 @@ class MoE:
         totals["active_experts"] += self.top_k * self.expert_size
         totals["mlp"] += self.shared
         totals["other"] += self.router + self.experts * self.expert_bias
+
+
+def gpt_neox_japanese_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """GPT-NeoX-Japanese: GPT-2-style blocks with no linear biases (FAMILIES), except the attention output bias
+    that only the last layer has (`dense_bias`: use_bias = layer_number == num_hidden_layers - 1)."""
+    family = FAMILIES["gpt_neox_japanese"]
+    counts = block_params(cfg, "gpt_neox_japanese", family, layout, hidden, heads)
+    return counts.model_copy(update={"other": counts.other + hidden})
+
+
+def opt_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """OPT (modeling_opt.py): token embeddings word_embed_proj_dim wide, projected in and out of hidden_size when
+    the two differ (no bias); positions max_position_embeddings + 2 rows (the padding offset); biases on every
+    linear when enable_bias; LayerNorms (weight and bias) unless layer_norm_elementwise_affine is false; a
+    final LayerNorm only with do_layer_norm_before and not _remove_final_layer_norm; lm_head from
+    word_embed_proj_dim, tied to the embeddings unless tie_word_embeddings is false."""
+    vocab, ffn, layers = cfg.int("vocab_size"), cfg.int("ffn_dim"), len(layout.types)
+    width = cfg.int("word_embed_proj_dim", default=hidden)
+    norm = 2 * hidden if cfg.flag("layer_norm_elementwise_affine", default=True) else 0
+    biases = (4 * hidden + ffn + hidden) if cfg.flag("enable_bias", default=True) else 0
+    final_norm = cfg.flag("do_layer_norm_before", default=True) and not cfg.flag("_remove_final_layer_norm")
+    projections = 2 * hidden * width if width != hidden else 0
+    return ParamCounts(
+        embedding=vocab * width + (cfg.int("max_position_embeddings") + 2) * hidden,
+        lm_head=0 if cfg.flag("tie_word_embeddings", default=True) else vocab * width,
+        attention=layers * 4 * hidden * hidden, mlp=layers * 2 * hidden * ffn, experts=0, active_experts=0,
+        other=layers * (biases + 2 * norm) + (norm if final_norm else 0) + projections)
+
+
+FAMILY_PARAMS.update({"gpt_neox_japanese": gpt_neox_japanese_params, "opt": opt_params})

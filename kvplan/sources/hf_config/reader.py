@@ -13,6 +13,7 @@ from kvplan.sources.hf_config.families import (
     LLAMA_LIKE,
     MODEL_TYPE_ALIASES,
     MODEL_TYPE_DEFAULTS,
+    NESTED_FIELDS,
 )
 from kvplan.sources.hf_config.fields import Fields, parse_json, read_text
 from kvplan.sources.hf_config.layout import read_kv_heads, read_layout
@@ -57,6 +58,7 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
     model_type = MODEL_TYPE_ALIASES.get(model_type, model_type)
     for key, value in MODEL_TYPE_DEFAULTS.get(model_type, {}).items():
         data.setdefault(key, value)
+    lift_nested_fields(data, model_type, where)
     cfg = Fields(data, where)
 
     if model_type in ENCODER_ONLY or (
@@ -69,13 +71,20 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
 
 
 
+def lift_nested_fields(data: dict, model_type: str, where: str) -> None:
+    """Copy the fields a family nests in sub-objects (DBRX's attn_config and ffn_config) to the names the shared
+    rules read, in place; the nested value wins, as in the family's modeling file."""
+    for field, (parent, name) in NESTED_FIELDS.get(model_type, {}).items():
+        data[field] = Fields(data, where).mapping(parent).int(name)
+
+
 def decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[str], vision: int = 0) -> ModelSpec:
     family = FAMILIES.get(model_type, LLAMA_LIKE)
     if model_type and model_type not in MODEL_TYPE_DEFAULTS and model_type not in FAMILIES:
         notes.append(f"model_type {model_type!r} is not one kvplan knows: read as a Llama-style decoder")
     num_layers = cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
     hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim")
-    heads = cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads")
+    heads = cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads")
     kv_heads = read_kv_heads(cfg, model_type, heads)
     if heads % kv_heads:
         raise KvplanError(f"{cfg.where}: {heads} attention heads cannot be grouped over {kv_heads} KV heads")
