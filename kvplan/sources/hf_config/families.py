@@ -55,6 +55,7 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "opt": {"tie_word_embeddings": True, "do_layer_norm_before": True, "enable_bias": True,
             "layer_norm_elementwise_affine": True},
     "xglm": {"tie_word_embeddings": True},
+    "xlm": {"tie_word_embeddings": True, "causal": False, "n_langs": 1, "use_lang_emb": True},
 }
 
 
@@ -84,6 +85,18 @@ UNMODELLED_CACHE_FIELDS = {
     "swa_head_dim": "sliding-window layers with their own head size",
     "per_layer_config": "per-layer overrides of the attention shape",
     "attention_k_eq_v": "keys that double as values",
+}
+
+
+# Families whose generation keeps something no layer kind of kvplan holds (their modeling files in transformers):
+# refused, saying what they keep.
+UNMODELLED_FAMILIES = {
+    "xlnet": "it keeps Transformer-XL memories (mems: each layer's input hidden states of the last mem_len "
+             "tokens), not keys and values",
+    "reformer": "it keeps each layer's hidden states, and on LSH layers their hash buckets (past_buckets_states), "
+                "not keys and values",
+    "cpmant": "it puts prompt_length prompt tokens before every sequence and caches them with it, which kvplan's "
+              "layer kinds (ctx tokens) do not hold",
 }
 
 
@@ -157,6 +170,8 @@ FAMILIES: dict[str, Family] = {
     "openai-gpt": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
                          learned_positions=True, final_norm=False),
     "xglm": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True),
+    "xlm": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
+                  learned_positions=True, embedding_norm=True, final_norm=False, lm_head_bias=True),
     # Checked against transformers' classes only (tests/test_transformers_params.py): no bundled model.
     "glm4_moe_lite": Family(),
     "mimo_v2_flash": Family(),
@@ -173,5 +188,5 @@ LLAMA_LIKE = Family()
 # transformers' modeling files build it).
 FOUR_X_MLP_FIELD: dict[str, str | None] = {
     "gpt2": "n_inner", "gpt_bigcode": "n_inner", "codegen": "n_inner", "gptj": "n_inner",
-    "gpt_neo": "intermediate_size", "falcon": "ffn_hidden_size", "bloom": None, "openai-gpt": None,
+    "gpt_neo": "intermediate_size", "falcon": "ffn_hidden_size", "bloom": None, "openai-gpt": None, "xlm": None,
 }

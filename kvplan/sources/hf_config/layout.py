@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from kvplan.errors import KvplanError
 from kvplan.model import ChunkedAttention, FullAttention, LayerCache, MLALatent, NoCache, RecurrentState, SlidingWindow
-from kvplan.sources.hf_config.families import RECURRENT_FIELDS, UNMODELLED_CACHE_FIELDS
+from kvplan.sources.hf_config.families import RECURRENT_FIELDS, UNMODELLED_CACHE_FIELDS, UNMODELLED_FAMILIES
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.quantization import optional_dtype
 
@@ -31,36 +31,6 @@ class Layout:
 
 # Families whose layout no shared rule states: model_type -> reader(cfg, num_layers, hidden, heads, notes).
 FAMILY_LAYOUTS: dict[str, Callable[..., Layout]] = {}
-
-
-def gpt_neo_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
-    """GPT-Neo: each layer is "global" or "local"; a local layer attends to the last window_size tokens (its mask
-    keeps i - j < window_size). The list is attention_layers, which a saved config carries and which overrides
-    its run-length form attention_types, [[["global", "local"], 12]] (GPTNeoConfig)."""
-    kinds = cfg.list("attention_layers", str, length=num_layers)
-    if not kinds:
-        runs = cfg.get("attention_types")
-        if not isinstance(runs, list) or not all(
-                isinstance(run, list) and len(run) == 2 and isinstance(run[0], list) and isinstance(run[1], int)
-                and not isinstance(run[1], bool) for run in runs):
-            raise KvplanError(f"{cfg.where}: field attention_types must be a list of [[layer kinds], repeats]")
-        kinds = [kind for pattern, repeats in runs for _ in range(repeats) for kind in pattern]
-        if len(kinds) != num_layers:
-            raise KvplanError(f"{cfg.where}: field attention_types must give one kind for each of the "
-                              f"{num_layers} layers, got {len(kinds)}")
-    if set(kinds) - {"global", "local"}:
-        raise KvplanError(f"{cfg.where}: GPT-Neo layers are \"global\" or \"local\", got "
-                          f"{sorted(set(kinds) - {'global', 'local'})}")
-    head_dim = read_head_dim(cfg, hidden, heads)
-    window = cfg.int("window_size")
-    attention = {"kv_heads": heads, "head_dim": head_dim, "head_dim_v": head_dim}
-    caches = [SlidingWindow(layer=i, window=window, **attention) if kind == "local"
-              else FullAttention(layer=i, **attention) for i, kind in enumerate(kinds)]
-    types = ["sliding_attention" if kind == "local" else "full_attention" for kind in kinds]
-    return Layout(types=types, caches=caches, head_dim=head_dim)
-
-
-FAMILY_LAYOUTS["gpt_neo"] = gpt_neo_layout
 
 
 def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
@@ -261,3 +231,54 @@ def gated_deltanet_state(cfg: Fields, layer: int) -> RecurrentState:
                           ssm_elements=value_heads * value_dim * key_dim,
                           ssm_dtype=optional_dtype(cfg, "mamba_ssm_dtype"),
                           conv_kernel=kernel if kernel > 1 else None)
+
+
+def gpt_neo_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """GPT-Neo: each layer is "global" or "local"; a local layer attends to the last window_size tokens (its mask
+    keeps i - j < window_size). The list is attention_layers, which a saved config carries and which overrides
+    its run-length form attention_types, [[["global", "local"], 12]] (GPTNeoConfig)."""
+    kinds = cfg.list("attention_layers", str, length=num_layers)
+    if not kinds:
+        runs = cfg.get("attention_types")
+        if not isinstance(runs, list) or not all(
+                isinstance(run, list) and len(run) == 2 and isinstance(run[0], list) and isinstance(run[1], int)
+                and not isinstance(run[1], bool) for run in runs):
+            raise KvplanError(f"{cfg.where}: field attention_types must be a list of [[layer kinds], repeats]")
+        kinds = [kind for pattern, repeats in runs for _ in range(repeats) for kind in pattern]
+        if len(kinds) != num_layers:
+            raise KvplanError(f"{cfg.where}: field attention_types must give one kind for each of the "
+                              f"{num_layers} layers, got {len(kinds)}")
+    if set(kinds) - {"global", "local"}:
+        raise KvplanError(f"{cfg.where}: GPT-Neo layers are \"global\" or \"local\", got "
+                          f"{sorted(set(kinds) - {'global', 'local'})}")
+    head_dim = read_head_dim(cfg, hidden, heads)
+    window = cfg.int("window_size")
+    attention = {"kv_heads": heads, "head_dim": head_dim, "head_dim_v": head_dim}
+    caches = [SlidingWindow(layer=i, window=window, **attention) if kind == "local"
+              else FullAttention(layer=i, **attention) for i, kind in enumerate(kinds)]
+    types = ["sliding_attention" if kind == "local" else "full_attention" for kind in kinds]
+    return Layout(types=types, caches=caches, head_dim=head_dim)
+
+
+def xlm_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """XLM: causal language models (causal true) attend to earlier tokens only and can cache keys and values;
+    the masked-LM checkpoints (causal false, transformers' default) attend both ways, so every new token changes
+    every earlier position's keys and nothing can be kept between tokens."""
+    head_dim = read_head_dim(cfg, hidden, heads)
+    types = ["full_attention"] * num_layers
+    if cfg.flag("causal"):
+        return Layout(types=types, head_dim=head_dim, caches=[
+            FullAttention(layer=i, kv_heads=heads, head_dim=head_dim, head_dim_v=head_dim) for i in range(num_layers)])
+    notes.append("causal is false: XLM attends both ways, so no layer can cache keys and values")
+    return Layout(types=types, head_dim=head_dim, caches=[
+        NoCache(layer=i, reason="bidirectional attention (causal false)") for i in range(num_layers)])
+
+
+def refuse_family(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """A one-line refusal for a family whose cache no layer kind of kvplan holds (UNMODELLED_FAMILIES)."""
+    model_type = cfg.data.get("model_type")
+    raise KvplanError(f"{cfg.where}: kvplan cannot lay out {model_type}'s cache: {UNMODELLED_FAMILIES[model_type]}")
+
+
+FAMILY_LAYOUTS.update({"gpt_neo": gpt_neo_layout, "xlm": xlm_layout,
+                       **dict.fromkeys(UNMODELLED_FAMILIES, refuse_family)})

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kvplan.errors import KvplanError
-from kvplan.model import MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
+from kvplan.model import FullAttention, MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
 from kvplan.sources.hf_config.families import CORRECTION_BIAS_ROUTERS, FAMILIES, FOUR_X_MLP_FIELD, Family
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.layout import Layout, mamba_dims
@@ -305,4 +305,20 @@ def opt_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCou
         other=layers * (biases + 2 * norm) + (norm if final_norm else 0) + projections)
 
 
-FAMILY_PARAMS.update({"gpt_neox_japanese": gpt_neox_japanese_params, "opt": opt_params})
+def xlm_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """XLM (modeling_xlm.py): post-norm blocks with a LayerNorm on the embeddings and none at the end (FAMILIES),
+    an MLP of 4 x emb_dim, the output projection tied with a bias, and a language embedding when n_langs > 1 and
+    use_lang_emb. Every layer has its attention, cached or not (a bidirectional XLM caches nothing). An adaptive
+    softmax (asm) is refused: its clusters are not counted."""
+    if cfg.flag("asm"):
+        raise KvplanError(f"{cfg.where}: field asm (adaptive softmax output) is not counted by kvplan")
+    attention = [FullAttention(layer=i, kv_heads=heads, head_dim=layout.head_dim, head_dim_v=layout.head_dim)
+                 for i in range(len(layout.types))]
+    counts = block_params(cfg, "xlm", FAMILIES["xlm"], replace(layout, caches=attention), hidden, heads)
+    languages = cfg.int("n_langs", default=1)
+    if languages > 1 and cfg.flag("use_lang_emb", default=True):
+        counts = counts.model_copy(update={"embedding": counts.embedding + languages * hidden})
+    return counts
+
+
+FAMILY_PARAMS.update({"gpt_neox_japanese": gpt_neox_japanese_params, "opt": opt_params, "xlm": xlm_params})

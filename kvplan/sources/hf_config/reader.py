@@ -83,7 +83,7 @@ def decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[st
     if model_type and model_type not in MODEL_TYPE_DEFAULTS and model_type not in FAMILIES:
         notes.append(f"model_type {model_type!r} is not one kvplan knows: read as a Llama-style decoder")
     num_layers = cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim")
+    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", "emb_dim")
     heads = cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads")
     kv_heads = read_kv_heads(cfg, model_type, heads)
     if heads % kv_heads:
