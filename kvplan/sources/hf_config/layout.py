@@ -260,6 +260,26 @@ def gpt_neo_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes:
     return Layout(types=types, caches=caches, head_dim=head_dim)
 
 
+def mpt_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """MPT as transformers' MptForCausalLM builds it: multi-head attention with ALiBi (no position table) and no
+    biases. MosaicML's own code has variants it does not build (grouped or multi-query attention, learned
+    positions, biases); kvplan refuses them, naming the field."""
+    attn = cfg.mapping("attn_config")
+    kind = attn.get("attn_type", default="multihead_attention")
+    if kind != "multihead_attention":
+        raise KvplanError(f"{attn.where}: field attn_type {kind!r} is not MPT's multi-head attention, the only one "
+                          "transformers builds and kvplan reads")
+    for refused, name, what in ((not attn.flag("alibi", default=True), f"{attn.where}: field alibi",
+                                 "learned positions"),
+                                (not cfg.flag("no_bias", default=True), f"{cfg.where}: field no_bias", "biases")):
+        if refused:
+            raise KvplanError(f"{name} false asks for {what}, which transformers' MPT does not build and kvplan "
+                              "does not count")
+    head_dim = read_head_dim(cfg, hidden, heads)
+    return Layout(types=["full_attention"] * num_layers, head_dim=head_dim, caches=[
+        FullAttention(layer=i, kv_heads=heads, head_dim=head_dim, head_dim_v=head_dim) for i in range(num_layers)])
+
+
 def xlm_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
     """XLM: causal language models (causal true) attend to earlier tokens only and can cache keys and values;
     the masked-LM checkpoints (causal false, transformers' default) attend both ways, so every new token changes
@@ -280,5 +300,5 @@ def refuse_family(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: 
     raise KvplanError(f"{cfg.where}: kvplan cannot lay out {model_type}'s cache: {UNMODELLED_FAMILIES[model_type]}")
 
 
-FAMILY_LAYOUTS.update({"gpt_neo": gpt_neo_layout, "xlm": xlm_layout,
+FAMILY_LAYOUTS.update({"gpt_neo": gpt_neo_layout, "mpt": mpt_layout, "xlm": xlm_layout,
                        **dict.fromkeys(UNMODELLED_FAMILIES, refuse_family)})
