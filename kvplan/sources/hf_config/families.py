@@ -42,20 +42,22 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "nemotron-nas": {"tie_word_embeddings": False},
     "t5": {"tie_word_embeddings": True},
     # GPT-2-era decoders (transformers' config classes)
-    "biogpt": {"tie_word_embeddings": True},
+    "biogpt": {"tie_word_embeddings": True, "max_position_embeddings": 1024},
     "bloom": {"tie_word_embeddings": True},
     "codegen": {"tie_word_embeddings": False},
     "ctrl": {"tie_word_embeddings": True},
     "dbrx": {"tie_word_embeddings": False},
-    "gpt_neo": {"tie_word_embeddings": True, "attention_types": [[["global", "local"], 12]], "window_size": 256},
+    "gpt_neo": {"tie_word_embeddings": True, "attention_types": [[["global", "local"], 12]], "window_size": 256,
+                "max_position_embeddings": 2048},
     "gpt_neox_japanese": {"tie_word_embeddings": True, "intermediate_multiple_size": 4},
     "gptj": {"tie_word_embeddings": False},
     "mpt": {"tie_word_embeddings": True, "expansion_ratio": 4},
-    "openai-gpt": {"tie_word_embeddings": True},
+    "openai-gpt": {"tie_word_embeddings": True, "n_positions": 512},
     "opt": {"tie_word_embeddings": True, "do_layer_norm_before": True, "enable_bias": True,
-            "layer_norm_elementwise_affine": True},
+            "layer_norm_elementwise_affine": True, "max_position_embeddings": 2048},
     "xglm": {"tie_word_embeddings": True},
-    "xlm": {"tie_word_embeddings": True, "causal": False, "n_langs": 1, "use_lang_emb": True},
+    "xlm": {"tie_word_embeddings": True, "causal": False, "n_langs": 1, "use_lang_emb": True,
+            "max_position_embeddings": 512},
 }
 
 
