@@ -102,6 +102,12 @@ def test_dbrx_kv_heads_from_attn_config():
     assert per_token({**DBRX, "num_key_value_heads": 48}) == 163_840
 
 
+def test_dbrx_and_mpt_context_limit_is_max_seq_len():
+    assert read(DBRX).max_context == 32768
+    assert read({"model_type": "mpt", "d_model": 4096, "n_heads": 32, "n_layers": 32, "vocab_size": 50432,
+                 "max_seq_len": 2048}).max_context == 2048
+
+
 def test_dbrx_vllm_tp8_holds_one_kv_head_per_gpu():
     # 8 KV heads over TP 8: 1 head per GPU; page = 16 x 2 x 1 x 128 x 2 B = 8,192 B a layer, x 40 layers
     cap = capacity(read(DBRX), Workload(ctx=8192), kv_budget=BUDGET, parallel=Parallelism(gpus=8, tp=8))
