@@ -251,6 +251,7 @@ def test_variants_count_as_transformers_builds_them(model_type, fields):
 
 @pytest.mark.parametrize("config, field", [
     (dict(GPT_NEO_13B, attention_types=[["global", 24]]), "attention_types"),
+    (dict(GPT_NEO_13B, attention_types=[[[["global"]], 24]]), "attention_types"),
     (dict(GPT_NEO_13B, attention_types=[[["global", "local"], 11]]), "attention_types"),
     (dict(GPT_NEO_13B, attention_layers=["global"] * 23), "attention_layers"),
     (dict(GPT_NEO_13B, attention_layers=["global", "sparse"] * 12), "global"),

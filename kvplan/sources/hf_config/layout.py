@@ -241,8 +241,9 @@ def gpt_neo_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes:
     if not kinds:
         runs = cfg.get("attention_types")
         if not isinstance(runs, list) or not all(
-                isinstance(run, list) and len(run) == 2 and isinstance(run[0], list) and isinstance(run[1], int)
-                and not isinstance(run[1], bool) for run in runs):
+                isinstance(run, list) and len(run) == 2 and isinstance(run[0], list)
+                and all(isinstance(kind, str) for kind in run[0])
+                and isinstance(run[1], int) and not isinstance(run[1], bool) for run in runs):
             raise KvplanError(f"{cfg.where}: field attention_types must be a list of [[layer kinds], repeats]")
         kinds = [kind for pattern, repeats in runs for _ in range(repeats) for kind in pattern]
         if len(kinds) != num_layers:
