@@ -382,8 +382,9 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
 
 def _users_at(model: ModelSpec, pools: list[KVPool], budget: int, ctx: int, prefix: int,
               replicas: int) -> tuple[int, KVPool]:
-    """Users that fit at ctx on every stage, times the replicas, and the stage that binds."""
-    if max(p.bytes_per_sequence(ctx) for p in pools) == 0:
+    """Users that fit at ctx on every stage, times the replicas, and the stage that binds. A user costs its cache
+    and, where the engine's activations grow with the batch (transformers), its share of them."""
+    if max(p.peak_bytes(1, ctx) - p.peak_bytes(0, ctx) for p in pools) == 0:
         raise KvplanError(f"{model.name} keeps no per-sequence cache: memory does not bound its concurrency")
     per_stage = [max_users(p, budget, ctx, prefix) for p in pools]
     return min(per_stage) * replicas, pools[per_stage.index(min(per_stage))]

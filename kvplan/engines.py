@@ -22,7 +22,16 @@ from pydantic import BaseModel, ConfigDict
 from kvplan.dtypes import DType, kv_dtype
 from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype
-from kvplan.model import EMPTY_KINDS, IndexerKeys, LayerCache, ModelSpec, RecurrentState, SlidingWindow
+from kvplan.model import (
+    EMPTY_KINDS,
+    FullAttention,
+    IndexerKeys,
+    LayerCache,
+    ModelSpec,
+    NoCache,
+    RecurrentState,
+    SlidingWindow,
+)
 from kvplan.text import brief
 
 GiB = 1 << 30
@@ -841,11 +850,20 @@ class Transformers(Engine):
     # RecurrentGemma keeps its RG-LRU state on its modules (`RecurrentGemmaRecurrentBlock.conv1d_state`); each
     # decode step then keeps a view into the kernel-wide concatenation, which holds all of it.
     PREFILL_CONV_SHORT = frozenset({"recurrent_gemma"})
+    WINDOWS_KEPT_WHOLE = frozenset({"gpt_neo"})  # local layers whose cache transformers does not cut to the window
+    # Causal-LM classes that keep no cache between tokens: generate() runs the whole sequence again for each one.
+    RECOMPUTES = {"openai-gpt": "OpenAIGPTLMHeadModel takes no cache",
+                  "xlm": "generate() gives XLMWithLMHeadModel no cache (its forward takes `cache`, not "
+                         "past_key_values)"}
 
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
         """The caches as transformers stores them. Falcon with new_decoder_architecture broadcasts K/V to every
         query head before caching; it is the only Falcon layout with 1 < kv_heads < num_attention_heads
-        (multi_query has 1, plain MHA all). Recurrent states: `transformers_state`."""
+        (multi_query has 1, plain MHA all). GPT-Neo's local layers keep every token: its config has no
+        sliding_window, so DynamicCache makes plain layers, and the model masks the window itself. Recurrent
+        states: `transformers_state`. Families in RECOMPUTES keep nothing."""
+        if model.architecture in self.RECOMPUTES:
+            return tuple(NoCache(layer=c.layer, reason=self.RECOMPUTES[model.architecture]) for c in model.caches)
         if any(c.kind == "mla" for c in model.caches) and version_tuple(self.version) < (5, 15):
             raise KvplanError(f"transformers {self.version} caches DeepSeek-style models' decompressed K/V, "
                               "which kvplan does not model: use --engine-version 5.15 or later")
@@ -855,6 +873,8 @@ class Transformers(Engine):
         for c in model.caches:
             if broadcast and c.kind in ("full", *WINDOWED) and 1 < c.kv_heads < heads:
                 c = c.model_copy(update={"kv_heads": heads})
+            elif c.kind == "sliding" and model.architecture in self.WINDOWS_KEPT_WHOLE:
+                c = FullAttention(**c.model_dump(exclude={"kind", "window"}))
             elif c.kind == "recurrent":
                 c = transformers_state(c)
             out.append(c)
@@ -872,6 +892,9 @@ class Transformers(Engine):
         static = self.options.cache_implementation == "static"
         table = rows(layers, kv, kv)
         notes = ["StaticCache" if static else "DynamicCache"]
+        if model.architecture in self.RECOMPUTES:
+            notes[0] = (f"no cache: {self.RECOMPUTES[model.architecture]}, so generate() runs the whole sequence "
+                        "again for every token")
         if not static and any(r.kind in WINDOWED for r in table):
             notes[0] = ("DynamicCache: sliding layers hold the whole prompt until the first decode step, then "
                         "min(ctx, W) tokens; sized for the peak, a prompt of up to ctx - 1 tokens")

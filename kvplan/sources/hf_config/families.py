@@ -51,7 +51,7 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "phi3": {"tie_word_embeddings": False},
     "phi": {"tie_word_embeddings": False},
     "gpt2": {"tie_word_embeddings": True, "n_inner": None},
-    "falcon": {"tie_word_embeddings": True},
+    "falcon": {"tie_word_embeddings": True, "multi_query": True},
     "gpt_neox": {"tie_word_embeddings": False},
     "cohere": {"tie_word_embeddings": True},
     "cohere2": {"tie_word_embeddings": True, "sliding_window_pattern": 4},
@@ -88,6 +88,23 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "persimmon": {"tie_word_embeddings": False, "qk_layernorm": True},
     "seed_oss": {"tie_word_embeddings": False, "attention_bias": True},
     "starcoder2": {"use_bias": True},
+    # GPT-2-era decoders (transformers' config classes)
+    "biogpt": {"tie_word_embeddings": True, "max_position_embeddings": 1024},
+    "bloom": {"tie_word_embeddings": True},
+    "codegen": {"tie_word_embeddings": False},
+    "ctrl": {"tie_word_embeddings": True},
+    "dbrx": {"tie_word_embeddings": False},
+    "gpt_neo": {"tie_word_embeddings": True, "attention_types": [[["global", "local"], 12]], "window_size": 256,
+                "max_position_embeddings": 2048},
+    "gpt_neox_japanese": {"tie_word_embeddings": True, "intermediate_multiple_size": 4},
+    "gptj": {"tie_word_embeddings": False},
+    "mpt": {"tie_word_embeddings": True, "expansion_ratio": 4},
+    "openai-gpt": {"tie_word_embeddings": True, "n_positions": 512},
+    "opt": {"tie_word_embeddings": True, "do_layer_norm_before": True, "enable_bias": True,
+            "layer_norm_elementwise_affine": True, "max_position_embeddings": 2048},
+    "xglm": {"tie_word_embeddings": True},
+    "xlm": {"tie_word_embeddings": True, "causal": False, "n_langs": 1, "use_lang_emb": True,
+            "max_position_embeddings": 512},
 }
 
 
@@ -147,6 +164,16 @@ REFUSED_FAMILIES = {
 }
 
 
+# Families that nest fields in sub-objects: model_type -> {name the shared rules read: (object, field)}. DBRX's
+# attention and MoE shapes live in attn_config and ffn_config (DbrxConfig; vLLM reads attn_config.kv_n_heads).
+NESTED_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
+    "dbrx": {"num_key_value_heads": ("attn_config", "kv_n_heads"),
+             "moe_intermediate_size": ("ffn_config", "ffn_hidden_size"),
+             "num_local_experts": ("ffn_config", "moe_num_experts"),
+             "num_experts_per_tok": ("ffn_config", "moe_top_k")},
+}
+
+
 # Config fields saying that layers keep something none of kvplan's layer kinds holds (transformers' config classes
 # of DeepSeek-V3.2, GLM-5, Inkling and dots3, among others). Reading such a model as plain attention would give a KV
 # figure that is wrong with no sign of it, so it is refused, naming the field, unless the family's own layout reads it.
@@ -165,6 +192,18 @@ _GEMMA4_FIELDS = ("num_kv_shared_layers", "per_layer_config", "attention_k_eq_v"
 MODELLED_BY_FAMILY = {"gemma3n_text": ("num_kv_shared_layers",), "gemma4_text": _GEMMA4_FIELDS,
                       "gemma4_unified_text": _GEMMA4_FIELDS, "gemma4_assistant": _GEMMA4_FIELDS,
                       "gemma4_unified_assistant": _GEMMA4_FIELDS}
+
+
+# Families whose generation keeps something no layer kind of kvplan holds (their modeling files in transformers):
+# refused, saying what they keep.
+UNMODELLED_FAMILIES = {
+    "xlnet": "it keeps Transformer-XL memories (mems: each layer's input hidden states of the last mem_len "
+             "tokens), not keys and values",
+    "reformer": "it keeps each layer's hidden states, and on LSH layers their hash buckets (past_buckets_states), "
+                "not keys and values",
+    "cpmant": "it puts prompt_length prompt tokens before every sequence and caches them with it, which kvplan's "
+              "layer kinds (ctx tokens) do not hold",
+}
 
 
 # Fields of recurrent mixers (Mamba, RG-LRU, short convolutions, linear attention): refused when the layout kvplan
@@ -234,6 +273,10 @@ class Family:
     attention_gate: str | None = None  # output gate from the hidden state: "full" one per head_dim element
                                        # (Qwen3-Next, AFMoE), "head" one per head (Laguna)
     learned_positions: bool = False  # GPT-2 style position embedding table
+    position_offset: int = 0        # rows the position table keeps beyond its positions (OPT, BioGPT: 2)
+    embedding_norm: bool = False    # a norm on the token embeddings (BLOOM word_embeddings_layernorm)
+    final_norm: bool = True         # a norm after the last layer (GPT-1 has none)
+    bias_flag: str | None = None    # a config flag that gives every linear a bias (Falcon `bias`)
 
 
 FAMILIES: dict[str, Family] = {
@@ -251,7 +294,7 @@ FAMILIES: dict[str, Family] = {
     "gpt_bigcode": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
                           learned_positions=True),
     "gpt_neox": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True),
-    "falcon": Family(gated_mlp=False, layer_norm=True),
+    "falcon": Family(gated_mlp=False, layer_norm=True, bias_flag="bias"),
     "cohere": Family(norms_per_layer=1),
     "cohere2": Family(norms_per_layer=1),
     "olmo2": Family(qk_norm="full"),
@@ -261,6 +304,21 @@ FAMILIES: dict[str, Family] = {
     "qwen3_5_text": Family(qk_norm="head", attention_gate="full"),
     "qwen3_5_moe_text": Family(qk_norm="head", attention_gate="full"),
     "modernbert-decoder": Family(),  # parameters: params.FAMILY_PARAMS
+    # GPT-2-era decoders: plain GELU/ReLU MLPs and LayerNorms, each family's own biases and position tables
+    "biogpt": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
+                     learned_positions=True, position_offset=2),
+    "bloom": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True, embedding_norm=True),
+    "codegen": Family(gated_mlp=False, mlp_bias=True, norms_per_layer=1, layer_norm=True, lm_head_bias=True),
+    "ctrl": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True, lm_head_bias=True),
+    "gpt_neo": Family(gated_mlp=False, o_bias=True, mlp_bias=True, layer_norm=True, learned_positions=True),
+    "gpt_neox_japanese": Family(gated_mlp=False, layer_norm=True),  # and the last layer's dense_bias (params.py)
+    "gptj": Family(gated_mlp=False, mlp_bias=True, norms_per_layer=1, layer_norm=True, lm_head_bias=True),
+    "mpt": Family(gated_mlp=False),  # LayerNorms without biases: one vector each, as RMSNorm
+    "openai-gpt": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
+                         learned_positions=True, final_norm=False),
+    "xglm": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True),
+    "xlm": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
+                  learned_positions=True, embedding_norm=True, final_norm=False, lm_head_bias=True),
     # Checked against transformers' classes only (tests/test_transformers_params.py): no bundled model.
     "glm4_moe_lite": Family(),
     "mimo_v2_flash": Family(),
@@ -319,3 +377,11 @@ FAMILIES: dict[str, Family] = {
 
 
 LLAMA_LIKE = Family()
+
+
+# The MLP width of families whose MLP is 4 x hidden unless a field says otherwise (None: always 4 x hidden, as
+# transformers' modeling files build it).
+FOUR_X_MLP_FIELD: dict[str, str | None] = {
+    "gpt2": "n_inner", "gpt_bigcode": "n_inner", "codegen": "n_inner", "gptj": "n_inner",
+    "gpt_neo": "intermediate_size", "falcon": "ffn_hidden_size", "bloom": None, "openai-gpt": None, "xlm": None,
+}

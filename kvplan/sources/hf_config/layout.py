@@ -15,6 +15,7 @@ from kvplan.sources.hf_config.families import (
     MODELLED_BY_FAMILY,
     RECURRENT_FIELDS,
     UNMODELLED_CACHE_FIELDS,
+    UNMODELLED_FAMILIES,
 )
 from kvplan.sources.hf_config.fields import MAX_LAYERS, Fields
 from kvplan.sources.hf_config.mamba import mamba_state
@@ -68,7 +69,7 @@ def read_heads(cfg: Fields, model_type: str) -> int:
         return 0
     if model_type == "rwkv":
         return cfg.int("attention_hidden_size", "hidden_size")
-    return cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads")
+    return cfg.int("num_attention_heads", "n_head", "num_heads", "n_heads", "attention_heads")
 
 
 def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
@@ -116,9 +117,13 @@ def refuse_unmodelled_caches(cfg: Fields, model_type: str, caches: list) -> None
 
 
 def read_kv_heads(cfg: Fields, model_type: str, heads: int) -> int:
-    """KV heads: the aliases vLLM reads, then Falcon / GPT-BigCode multi_query (1 head), else MHA."""
-    if model_type == "falcon" and cfg.flag("new_decoder_architecture"):
-        return cfg.int("num_kv_heads", "n_head_kv", default=heads)
+    """KV heads: the aliases vLLM reads, then Falcon / GPT-BigCode multi_query (1 head), else MHA.
+    Falcon: num_kv_heads counts only with new_decoder_architecture; otherwise multi_query gives 1 and its absence
+    every head, whatever num_kv_heads says (FalconAttention; vLLM's falcon.py alike)."""
+    if model_type == "falcon":
+        if cfg.flag("new_decoder_architecture"):
+            return cfg.int("num_kv_heads", "n_head_kv", default=heads)
+        return 1 if cfg.flag("multi_query") else heads
     found = cfg.int("num_key_value_heads", "n_head_kv", "num_kv_heads", "multi_query_group_num",
                     "num_attention_groups", default=None)
     if found is not None:
@@ -384,3 +389,75 @@ def _mllama_text_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, n
 
 
 FAMILY_LAYOUTS["mllama_text_model"] = _mllama_text_layout
+
+
+def gpt_neo_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """GPT-Neo: each layer is "global" or "local"; a local layer attends to the last window_size tokens (its mask
+    keeps i - j < window_size). The list is attention_layers, which a saved config carries and which overrides
+    its run-length form attention_types, [[["global", "local"], 12]] (GPTNeoConfig)."""
+    kinds = cfg.list("attention_layers", str, length=num_layers)
+    if not kinds:
+        runs = cfg.get("attention_types")
+        if not isinstance(runs, list) or not all(
+                isinstance(run, list) and len(run) == 2 and isinstance(run[0], list)
+                and all(isinstance(kind, str) for kind in run[0])
+                and isinstance(run[1], int) and not isinstance(run[1], bool) for run in runs):
+            raise KvplanError(f"{cfg.where}: field attention_types must be a list of [[layer kinds], repeats]")
+        kinds = [kind for pattern, repeats in runs for _ in range(repeats) for kind in pattern]
+        if len(kinds) != num_layers:
+            raise KvplanError(f"{cfg.where}: field attention_types must give one kind for each of the "
+                              f"{num_layers} layers, got {len(kinds)}")
+    if set(kinds) - {"global", "local"}:
+        raise KvplanError(f"{cfg.where}: GPT-Neo layers are \"global\" or \"local\", got "
+                          f"{sorted(set(kinds) - {'global', 'local'})}")
+    head_dim = read_head_dim(cfg, hidden, heads)
+    window = cfg.int("window_size")
+    attention = {"kv_heads": heads, "head_dim": head_dim, "head_dim_v": head_dim}
+    caches = [SlidingWindow(layer=i, window=window, **attention) if kind == "local"
+              else FullAttention(layer=i, **attention) for i, kind in enumerate(kinds)]
+    types = ["sliding_attention" if kind == "local" else "full_attention" for kind in kinds]
+    return Layout(types=types, caches=caches, head_dim=head_dim)
+
+
+def mpt_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """MPT as transformers' MptForCausalLM builds it: multi-head attention with ALiBi (no position table) and no
+    biases. MosaicML's own code has variants it does not build (grouped or multi-query attention, learned
+    positions, biases); kvplan refuses them, naming the field."""
+    attn = cfg.mapping("attn_config")
+    kind = attn.get("attn_type", default="multihead_attention")
+    if kind != "multihead_attention":
+        raise KvplanError(f"{attn.where}: field attn_type {kind!r} is not MPT's multi-head attention, the only one "
+                          "transformers builds and kvplan reads")
+    for refused, name, what in ((not attn.flag("alibi", default=True), f"{attn.where}: field alibi",
+                                 "learned positions"),
+                                (not cfg.flag("no_bias", default=True), f"{cfg.where}: field no_bias", "biases")):
+        if refused:
+            raise KvplanError(f"{name} false asks for {what}, which transformers' MPT does not build and kvplan "
+                              "does not count")
+    head_dim = read_head_dim(cfg, hidden, heads)
+    return Layout(types=["full_attention"] * num_layers, head_dim=head_dim, caches=[
+        FullAttention(layer=i, kv_heads=heads, head_dim=head_dim, head_dim_v=head_dim) for i in range(num_layers)])
+
+
+def xlm_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """XLM: causal language models (causal true) attend to earlier tokens only and can cache keys and values;
+    the masked-LM checkpoints (causal false, transformers' default) attend both ways, so every new token changes
+    every earlier position's keys and nothing can be kept between tokens."""
+    head_dim = read_head_dim(cfg, hidden, heads)
+    types = ["full_attention"] * num_layers
+    if cfg.flag("causal"):
+        return Layout(types=types, head_dim=head_dim, caches=[
+            FullAttention(layer=i, kv_heads=heads, head_dim=head_dim, head_dim_v=head_dim) for i in range(num_layers)])
+    notes.append("causal is false: XLM attends both ways, so no layer can cache keys and values")
+    return Layout(types=types, head_dim=head_dim, caches=[
+        NoCache(layer=i, reason="bidirectional attention (causal false)") for i in range(num_layers)])
+
+
+def refuse_family(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """A one-line refusal for a family whose cache no layer kind of kvplan holds (UNMODELLED_FAMILIES)."""
+    model_type = cfg.data.get("model_type")
+    raise KvplanError(f"{cfg.where}: kvplan cannot lay out {model_type}'s cache: {UNMODELLED_FAMILIES[model_type]}")
+
+
+FAMILY_LAYOUTS.update({"gpt_neo": gpt_neo_layout, "mpt": mpt_layout, "xlm": xlm_layout,
+                       **dict.fromkeys(UNMODELLED_FAMILIES, refuse_family)})

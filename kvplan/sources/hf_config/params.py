@@ -13,6 +13,7 @@ from kvplan.sources.hf_config.families import (
     ATTENTION_FREE,
     CORRECTION_BIAS_ROUTERS,
     FAMILIES,
+    FOUR_X_MLP_FIELD,
     MAMBA_MIXERS,
     SHARED_EXPERT_GATES,
     Family,
@@ -59,17 +60,20 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
 
 def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, hidden: int,
                  heads: int) -> ParamCounts:
-    """The shared rules: embeddings, each layer's mixer, MLP or experts and norms, the final norm and lm_head."""
+    """The shared rule: embeddings, each layer's mixer, MLP or experts and norms as `family` describes them,
+    the final norm and the output projection."""
     vocab = cfg.int("vocab_size", "n_vocab", "padded_vocab_size")
     norm = hidden * (2 if family.layer_norm else 1) * family.norm_weights
     embedding = vocab * hidden
     if family.learned_positions:
-        embedding += cfg.int("n_positions", "max_position_embeddings") * hidden
+        embedding += (cfg.int("n_positions", "max_position_embeddings") + family.position_offset) * hidden
     tied = cfg.flag("tie_word_embeddings", default=True)
     lm_head = 0 if tied else vocab * hidden
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": norm}  # final norm
-    if family.lm_head_bias or cfg.flag(family.lm_head_bias_field):
-        totals["other"] += vocab
+    lm_head_bias = family.lm_head_bias or cfg.flag(family.lm_head_bias_field)
+    other = norm * (int(family.final_norm) + int(family.embedding_norm)) + (vocab if lm_head_bias else 0)
+    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": other}
+    if family.bias_flag and cfg.flag(family.bias_flag):
+        family = replace(family, qkv_bias=True, o_bias=True, mlp_bias=True)
     moe = None if model_type == "nemotron_h" else MoE.read(cfg, model_type)  # Nemotron-H: `_nemotron_h_moe`
     mlp_bias = family.mlp_bias or cfg.flag(family.mlp_bias_field)
     # Laguna's layers have query heads of their own (transformers 5's num_attention_heads_per_layer)
@@ -143,8 +147,13 @@ def intermediate_size(cfg: Fields, model_type: str, hidden: int) -> int:
         return lfm2_intermediate(cfg)
     if model_type == "xlstm":
         return round_up(hidden * cfg.number("ffn_proj_factor"), cfg.int("ffn_round_up_to_multiple_of"))
-    if model_type in ("gpt2", "gpt_bigcode") or (model_type == "falcon" and not cfg.has("ffn_hidden_size")):
-        return cfg.int("n_inner", "ffn_hidden_size", default=4 * hidden)
+    if model_type in FOUR_X_MLP_FIELD:
+        field = FOUR_X_MLP_FIELD[model_type]
+        return cfg.int(field, default=4 * hidden) if field else 4 * hidden
+    if model_type == "mpt":  # MPT states the MLP width as a multiple of d_model
+        return cfg.int("expansion_ratio") * hidden
+    if model_type == "gpt_neox_japanese":  # int(hidden x intermediate_multiple_size), as its MLP builds it
+        return int(hidden * cfg.number("intermediate_multiple_size"))
     if model_type == "llama4_text":
         return cfg.int("intermediate_size_mlp", "intermediate_size")
     if model_type == "granitemoehybrid":  # its dense MLP is the shared one (`GraniteMoeHybridMLP`)
@@ -152,7 +161,8 @@ def intermediate_size(cfg: Fields, model_type: str, hidden: int) -> int:
     if model_type == "moshi":  # fc1 makes the gate and up halves together, ffn_dim wide (MoshiGatingMLP)
         return cfg.int("ffn_dim") // 2
     # Cohere2-MoE's dense prefix layers are prefix_dense_intermediate_size wide; its intermediate_size is the experts'
-    return cfg.int("prefix_dense_intermediate_size", "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
+    return cfg.int("prefix_dense_intermediate_size", "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim",
+                   "dff", "dim_ff")
 
 
 
@@ -282,7 +292,8 @@ class MoE:
         n = cfg.int("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0, minimum=0)
         if not n or not cfg.flag("is_moe", default=True):  # Doge states num_experts with is_moe false
             return None
-        hidden, layers = cfg.int("hidden_size"), cfg.layers("num_hidden_layers")
+        hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim")
+        layers = cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
         top_k = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_k", "moe_topk")
         if top_k > n:
             raise KvplanError(f"{cfg.where}: {top_k} experts per token but only {n} experts: "
@@ -566,3 +577,47 @@ FAMILY_PARAMS.update({
     "zamba2": partial(zamba_params, model_type="zamba2"),
     "zaya": zaya_params,
 })
+def gpt_neox_japanese_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """GPT-NeoX-Japanese: GPT-2-style blocks with no linear biases (FAMILIES), except the attention output bias
+    that only the last layer has (`dense_bias`: use_bias = layer_number == num_hidden_layers - 1)."""
+    family = FAMILIES["gpt_neox_japanese"]
+    counts = block_params(cfg, "gpt_neox_japanese", family, layout, hidden, heads)
+    return counts.model_copy(update={"other": counts.other + hidden})
+
+
+def opt_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """OPT (modeling_opt.py): token embeddings word_embed_proj_dim wide, projected in and out of hidden_size when
+    the two differ (no bias); positions max_position_embeddings + 2 rows (the padding offset); biases on every
+    linear when enable_bias; LayerNorms (weight and bias) unless layer_norm_elementwise_affine is false; a
+    final LayerNorm only with do_layer_norm_before and not _remove_final_layer_norm; lm_head from
+    word_embed_proj_dim, tied to the embeddings unless tie_word_embeddings is false."""
+    vocab, ffn, layers = cfg.int("vocab_size"), cfg.int("ffn_dim"), len(layout.types)
+    width = cfg.int("word_embed_proj_dim", default=hidden)
+    norm = 2 * hidden if cfg.flag("layer_norm_elementwise_affine", default=True) else 0
+    biases = (4 * hidden + ffn + hidden) if cfg.flag("enable_bias", default=True) else 0
+    final_norm = cfg.flag("do_layer_norm_before", default=True) and not cfg.flag("_remove_final_layer_norm")
+    projections = 2 * hidden * width if width != hidden else 0
+    return ParamCounts(
+        embedding=vocab * width + (cfg.int("max_position_embeddings") + 2) * hidden,
+        lm_head=0 if cfg.flag("tie_word_embeddings", default=True) else vocab * width,
+        attention=layers * 4 * hidden * hidden, mlp=layers * 2 * hidden * ffn, experts=0, active_experts=0,
+        other=layers * (biases + 2 * norm) + (norm if final_norm else 0) + projections)
+
+
+def xlm_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """XLM (modeling_xlm.py): post-norm blocks with a LayerNorm on the embeddings and none at the end (FAMILIES),
+    an MLP of 4 x emb_dim, the output projection tied with a bias, and a language embedding when n_langs > 1 and
+    use_lang_emb. Every layer has its attention, cached or not (a bidirectional XLM caches nothing). An adaptive
+    softmax (asm) is refused: its clusters are not counted."""
+    if cfg.flag("asm"):
+        raise KvplanError(f"{cfg.where}: field asm (adaptive softmax output) is not counted by kvplan")
+    attention = [FullAttention(layer=i, kv_heads=heads, head_dim=layout.head_dim, head_dim_v=layout.head_dim)
+                 for i in range(len(layout.types))]
+    counts = block_params(cfg, "xlm", FAMILIES["xlm"], replace(layout, caches=attention), hidden, heads)
+    languages = cfg.int("n_langs", default=1)
+    if languages > 1 and cfg.flag("use_lang_emb", default=True):
+        counts = counts.model_copy(update={"embedding": counts.embedding + languages * hidden})
+    return counts
+
+
+FAMILY_PARAMS.update({"gpt_neox_japanese": gpt_neox_japanese_params, "opt": opt_params, "xlm": xlm_params})

@@ -49,15 +49,18 @@ def _float_dtype(cfg: Fields, notes: list[str], quantized: bool) -> str:
     return "fp32"
 
 
+# The context limit: max_seq_len is MPT's and DBRX's name for it.
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx", "max_seq_len")
+
+
 def _max_context(cfg: Fields, notes: list[str]) -> int | None:
-    value = cfg.get("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx",
-                    default=None)
+    value = cfg.get(*CONTEXT_FIELDS, default=None)
     if value is None:
         return None
     if isinstance(value, float) and not math.isfinite(value):
         notes.append("max_position_embeddings is not finite: no context limit")
         return None
-    return cfg.int("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length", "n_ctx")
+    return cfg.int(*CONTEXT_FIELDS)
 
 
 def _quantization(cfg: Fields, notes: list[str]) -> tuple[Quantization | None, str | None]:

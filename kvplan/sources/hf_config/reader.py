@@ -23,6 +23,7 @@ from kvplan.sources.hf_config.families import (
     LLAMA_LIKE,
     MODEL_TYPE_ALIASES,
     MODEL_TYPE_DEFAULTS,
+    NESTED_FIELDS,
     OMITTED_PER_LAYER_FIELDS,
     REFUSED_FAMILIES,
 )
@@ -83,6 +84,7 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
         raise KvplanError(f"{where}: {REFUSED_FAMILIES[model_type]}")
     for key, value in MODEL_TYPE_DEFAULTS.get(model_type, {}).items():
         data.setdefault(key, value)
+    lift_nested_fields(data, model_type, where)
     cfg = Fields(data, where)
     if model_type in OMITTED_PER_LAYER_FIELDS:
         layers = cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
@@ -102,12 +104,19 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
 
 
 
+def lift_nested_fields(data: dict, model_type: str, where: str) -> None:
+    """Copy the fields a family nests in sub-objects (DBRX's attn_config and ffn_config) to the names the shared
+    rules read, in place; the nested value wins, as in the family's modeling file."""
+    for field, (parent, name) in NESTED_FIELDS.get(model_type, {}).items():
+        data[field] = Fields(data, where).mapping(parent).int(name)
+
+
 def decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[str], vision: int = 0) -> ModelSpec:
     family = FAMILIES.get(model_type, LLAMA_LIKE)
     if model_type and model_type not in MODEL_TYPE_DEFAULTS and model_type not in FAMILIES | FAMILY_LAYOUTS.keys():
         notes.append(f"model_type {model_type!r} is not one kvplan knows: read as a Llama-style decoder")
     num_layers = read_layer_count(cfg, model_type)
-    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", "embedding_dim")
+    hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim", "embedding_dim", "emb_dim")
     heads = read_heads(cfg, model_type)
     kv_heads = read_kv_heads(cfg, model_type, heads) if heads else 0
     if heads and heads % kv_heads:
