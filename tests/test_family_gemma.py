@@ -56,7 +56,7 @@ def test_vllm_gemma4_31b_pages_and_groups_by_hand():
     # sliding 5 x (cdiv(min(1023 + 16384, 8192), 16) + 1) = 5 x 513 = 2,565.
     result = run_cli("estimate", "--model", "google/gemma-4-31B-it", "--ctx", "8k", "--gpu", "h100",
                      "--engine", "vllm", "--json")
-    assert result.returncode == 0, result.stderr
+    assert result.returncode in (0, 1), result.stderr  # 1: printed, and 1 user does not fit
     out = json.loads(result.stdout)
     assert out["vllm_block_bytes"] == 10 * 262_144 == 2_621_440
     assert out["vllm_blocks_per_sequence"] == 256 + 5 * 513 == 2821
