@@ -6,9 +6,9 @@ Every engine answers the capacity planner (`kvplan.capacity`) the same three que
     `pool(layers, kv)`            -> the KV pool it builds for one GPU's layers; `pool.bytes_for(users, ctx)`
                                      is the memory it needs to serve `users` sequences of `ctx` tokens,
                                      with its own blocks, padding and rounding.
-Rules, defaults and the release each belongs to are in docs/engines.md; the facts come from the engines'
-source (../shared/reference/engines.md: vLLM 0.33.0, SGLang 0.5.23, llama.cpp 0c1e57098b, transformers 5.23.0,
-TensorRT-LLM docs). Engine behaviour never branches on a model's name: it reads the cache kinds of
+Rules, defaults and the release each belongs to are in docs/engines.md; the facts come from the engines' own
+source (vLLM 0.33.0, SGLang 0.5.23, llama.cpp 0c1e57098b, transformers 5.23.0, TensorRT-LLM docs), each rule
+naming its file. Engine behaviour never branches on a model's name: it reads the cache kinds of
 `kvplan.model`, and where an engine treats a model family specially it keys on `ModelSpec.architecture` here.
 """
 
