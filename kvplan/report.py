@@ -317,19 +317,32 @@ def print_gpus(console: Console, gpus) -> None:
 
 
 class ProfileProgress:
-    """Rich progress on stderr for `kvplan profile` (build, prefill, decode); transient, and silent when stderr
-    is not a terminal."""
+    """Progress on stderr for `kvplan profile` (build, prefill, decode): a transient rich bar on a terminal, one
+    plain line per phase (with its time) when stderr is a pipe or a file."""
 
     def __init__(self):
         self.console = console(stderr=True)
 
+    def notice(self, text: str) -> None:
+        """Something to know before a long run starts."""
+        self.console.print(styled(f"note: {text}", "yellow"))
+
     def phase(self, description: str, total: int | None = None):
-        from contextlib import contextmanager, nullcontext
+        import time
+        from contextlib import contextmanager
 
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
         if not self.console.is_terminal:
-            return nullcontext(lambda steps=1: None)
+            @contextmanager
+            def lines():
+                start = time.monotonic()
+                print(f"kvplan: {plain(description)} ...", file=sys.stderr, flush=True)
+                yield lambda steps=1: None
+                print(f"kvplan: {plain(description)}: done in {time.monotonic() - start:,.1f} s", file=sys.stderr,
+                      flush=True)
+
+            return lines()
 
         @contextmanager
         def run():

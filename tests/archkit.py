@@ -76,23 +76,6 @@ def shrunk(model_type: str, **edits) -> dict:
     return data
 
 
-def representative_layers(spec) -> int | None:
-    """The fewest first layers, at least MIN_LAYERS, that hold every kind of layer the model has (None: all)."""
-    def signature(caches):
-        return tuple(sorted(str(c.model_dump(exclude={"layer"})) for c in caches))
-
-    by_layer: dict[int, list] = {}
-    for cache in spec.caches:
-        by_layer.setdefault(cache.layer, []).append(cache)
-    kinds = {signature(c) for c in by_layer.values()}
-    seen: set = set()
-    for index in range(spec.num_layers):
-        seen.add(signature(by_layer.get(index, [])))
-        if seen >= kinds and index + 1 >= MIN_LAYERS:
-            return index + 1 if index + 1 < spec.num_layers else None
-    return None
-
-
 @dataclass
 class Check:
     """kvplan's prediction beside transformers' figures, for one shrunk model."""
@@ -138,7 +121,7 @@ def check(tmp_path: Path, model_type: str, data: dict | None = None, layers: int
     path.write_text(json.dumps(data), encoding="utf-8")
     spec = model_from_config(data, model_type, "test")
     if layers == 0:
-        layers = representative_layers(spec)
+        layers = profile_config.representative_layers(spec, MIN_LAYERS)
     result = profile_run.run_profile(str(path), CTX, BATCH, device="cpu", dtype="fp32", layers=layers,
                                      decode_steps=DECODE_STEPS)
     source = profile_config.resolve(str(path))

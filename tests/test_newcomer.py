@@ -171,3 +171,21 @@ def test_too_many_models_for_one_chart_is_one_line(monkeypatch, capsys, tmp_path
     code, _, err = run_main(monkeypatch, capsys, "plot", "--filter", "qwen", "--ctx", "4k", "--out",
                             str(tmp_path / "x.png"))
     assert_one_line_error(code, err, "cannot be told apart", "at most 10")
+
+
+# ---------------------------------------------------------------------------------------------- CPU profiles
+
+
+def test_a_cpu_profile_says_what_it_costs_and_what_it_leaves_out(monkeypatch, capsys):
+    """Before a CPU run: its matmul work and this CPU's measured rate; while it runs, with stderr not a terminal,
+    one line per phase; after it, that the first layers held no global layer (Gemma 3: every 6th is global)."""
+    import pytest
+
+    pytest.importorskip("torch")
+    code, out, err = run_main(monkeypatch, capsys, "profile", "--model", "google/gemma-3-1b-it", "--ctx", "40",
+                              "--device", "cpu", "--layers", "2", "--decode-steps", "2", "--dtype", "fp32")
+    assert code == 0, err
+    lines = err.splitlines()
+    assert any("TFLOP of matmuls" in line and "GFLOP/s" in line for line in lines)
+    assert any(line.startswith("kvplan: prefill: 1 x 38 tokens: done in") for line in lines)
+    assert "hold no full attention layer" in " ".join(out.split()) and "--layers 6" in out

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvplan.errors import KvplanError
+from kvplan.memory import kind_label
 from kvplan.model import ModelSpec
 from kvplan.sources import library, load_model
 from kvplan.sources.hf_config import model_from_config, parse_json, read_text
@@ -130,6 +131,31 @@ def _cut_per_layer_fields(decoder: dict, total: int, layers: int) -> None:
             decoder[field] = value[:layers]
         elif field.startswith("per_layer") and isinstance(value, dict):  # {"11": {...}}: overrides by layer index
             decoder[field] = {k: v for k, v in value.items() if not str(k).isdigit() or int(k) < layers}
+
+
+def _layer_signatures(spec: ModelSpec) -> list[str]:
+    """What each layer caches, as a comparable value (its index left out)."""
+    by_layer: dict[int, list] = {}
+    for cache in spec.caches:
+        by_layer.setdefault(cache.layer, []).append(repr(sorted(cache.model_dump(exclude={"layer"}).items())))
+    return [repr(sorted(by_layer.get(i, []))) for i in range(spec.num_layers)]
+
+
+def representative_layers(spec: ModelSpec, minimum: int = 1) -> int | None:
+    """The fewest first layers, at least `minimum`, that hold every kind of layer the model has (None: all)."""
+    signatures = _layer_signatures(spec)
+    kinds, seen = set(signatures), set()
+    for index, signature in enumerate(signatures):
+        seen.add(signature)
+        if seen >= kinds and index + 1 >= minimum:
+            return index + 1 if index + 1 < spec.num_layers else None
+    return None
+
+
+def kinds_left_out(spec: ModelSpec, layers: int) -> list[str]:
+    """The layer kinds (kvplan's labels) of the whole model that its first `layers` layers do not have."""
+    kept = {kind_label(c) for c in spec.caches if c.layer < layers}
+    return list(dict.fromkeys(kind_label(c) for c in spec.caches if kind_label(c) not in kept))
 
 
 def as_built(spec: ModelSpec, data: dict) -> ModelSpec:

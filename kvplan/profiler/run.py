@@ -154,7 +154,10 @@ class Profile(BaseModel):
 
 
 class Progress:
-    """What the profile tells while it runs; the CLI gives a rich progress bar, tests and --json nothing."""
+    """What the profile tells while it runs; the CLI gives a progress bar or lines, tests and --json nothing."""
+
+    def notice(self, text: str) -> None:
+        """Something to know before a long run starts."""
 
     @contextmanager
     def phase(self, description: str, total: int | None = None):
@@ -278,6 +281,7 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     predicted = predict(spec, ctx, batch, prompt, dtype, engine)
     if device == "cpu":
         _check_ram(predicted, source.name, spec.num_layers)
+        progress.notice(_cpu_time_notice(torch, spec, dtype, batch, ctx))
     config = runtime.make_config(transformers, model_type, fields)
     probe = runtime.Probe(torch, device)
     result = Profile(
@@ -297,6 +301,12 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     if spec.num_layers < source.spec.num_layers:
         result.notes.append(f"first {spec.num_layers} of {source.spec.num_layers} layers (--layers): the "
                             "prediction is cut the same way")
+        missing = profile_config.kinds_left_out(source.spec, spec.num_layers)
+        if missing:
+            result.findings.append(f"the first {spec.num_layers} layers hold no {' or '.join(missing)} layer, so "
+                                   "none is measured: --layers "
+                                   f"{profile_config.representative_layers(source.spec) or source.spec.num_layers} "
+                                   "keeps every kind")
     result.memory.append(probe.snapshot("start"))
     times: dict[str, float] = {}
     session = None
@@ -334,6 +344,44 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     result.notes.extend(probe.notes)
     _judge(result, predicted)
     return result
+
+
+CPU_PROBE = 512  # matrix size of the throughput probe: milliseconds in fp32, large enough to reach a CPU's GEMM rate
+
+
+def _cpu_time_notice(torch, spec: ModelSpec, dtype: str, batch: int, ctx: int) -> str:
+    """What a CPU profile will cost: its matmul work, 2 x the layers' active parameters x tokens (embeddings are
+    lookups, and only the last token's logits are computed), at the rate this CPU runs a matmul in the profile dtype
+    (measured here), and how to make it cheaper. A CPU without native bf16 (AVX512-BF16, AMX) emulates bf16 matmuls
+    several times slower than fp32."""
+    rates = {name: _matmul_rate(torch, name) for name in dict.fromkeys((dtype, "fp32"))}
+    layers = spec.params.active - spec.params.embedding - spec.params.lm_head
+    work = 2 * layers * batch * ctx
+    seconds = work / rates[dtype]
+    text = (f"a CPU profile: about {work / 1e12:,.2f} TFLOP of matmuls, roughly {_duration(seconds)} at the "
+            f"{rates[dtype] / 1e9:,.0f} GFLOP/s this CPU runs in {dtype}")
+    if dtype != "fp32" and rates["fp32"] > 1.5 * rates[dtype]:
+        text += f" (--dtype fp32 runs at {rates['fp32'] / 1e9:,.0f} GFLOP/s here: this CPU has no fast {dtype})"
+    if seconds > 60:
+        text += "; --layers N builds fewer layers and cuts the time in proportion"
+    return text
+
+
+def _matmul_rate(torch, dtype: str) -> float:
+    """FLOP/s of a CPU_PROBE-square matmul in `dtype`, best of a few runs."""
+    import time
+
+    a = torch.ones(CPU_PROBE, CPU_PROBE, dtype=getattr(torch, runtime.TORCH_DTYPES[dtype]))
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        a @ a
+        best = min(best, time.perf_counter() - start)
+    return 2 * CPU_PROBE**3 / max(best, 1e-9)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.0f} min"
 
 
 def _check_ram(predicted: Prediction, name: str, layers: int) -> None:
