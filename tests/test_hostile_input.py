@@ -435,3 +435,17 @@ def test_a_malformed_hub_variable_is_named(monkeypatch, capsys, tmp_path, name, 
         monkeypatch.delitem(sys.modules, module)
     code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "org/model", "--ctx", "1k")
     assert_one_line_error(code, err, name)
+
+
+def test_the_most_layers_a_config_may_have_do_not_hang(tmp_path):
+    """99,999 layers (MAX_LAYERS is 100,000): reading them once per layer made this take minutes (found by the
+    fuzzer); it must answer well within the timeout."""
+    from conftest import run_cli
+
+    data = json.loads((SPECS / "google__gemma-3-27b-it.json").read_text(encoding="utf-8"))
+    data["text_config"]["num_hidden_layers"] = 99_999
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    result = run_cli("estimate", "--model", str(path), "--ctx", "8k", "--json", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["breakdown"][0]["layers"] > 80_000

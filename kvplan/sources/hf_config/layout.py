@@ -33,9 +33,16 @@ class Layout:
     caches: list[LayerCache]
     head_dim: int
     blocks: list[Fields] = field(default_factory=list)
+    by_layer: dict[int, list[LayerCache]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        by_layer: dict[int, list[LayerCache]] = {}
+        for cache in self.caches:
+            by_layer.setdefault(cache.layer, []).append(cache)
+        object.__setattr__(self, "by_layer", by_layer)  # the caches of each layer, found once, not once a layer
 
     def layer(self, index: int) -> list[LayerCache]:
-        return [c for c in self.caches if c.layer == index]
+        return self.by_layer.get(index, [])
 
 
 # Families whose layout no shared rule states: model_type -> reader(cfg, num_layers, hidden, heads, notes). Each
