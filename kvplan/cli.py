@@ -12,9 +12,12 @@ from kvplan.text import LINE, brief, plain, shorten
 
 app = typer.Typer(
     help="VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users.",
-    no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+    no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None, add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+# Shell completion (--install-completion, --show-completion, and the shell asking through _KVPLAN_COMPLETE) costs
+# every run a few milliseconds of imports: it is switched on only for the runs that can use or show it (`main`).
+COMPLETION_ARGS = {"--install-completion", "--show-completion", "--help", "-h"}
 
 
 def _print_version(value: bool) -> None:
@@ -487,6 +490,7 @@ def main() -> None:
     args = sys.argv[1:]
     debug = "--debug" in args or os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
     args = [arg for arg in args if arg != "--debug"]
+    app._add_completion = not args or bool(COMPLETION_ARGS & set(args)) or "_KVPLAN_COMPLETE" in os.environ
     try:
         status = app(args=args or ["--help"], prog_name="kvplan", standalone_mode=False)
         if isinstance(status, int) and status:  # typer.Exit(code) returns it when not standalone

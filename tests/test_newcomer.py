@@ -17,6 +17,17 @@ def test_version_help_and_completion(monkeypatch, capsys):
     assert result.returncode == 0 and "_kvplan_completion" in result.stdout
 
 
+def test_the_shell_completes_commands(monkeypatch):
+    """The protocol the installed script uses: the shell runs kvplan with _KVPLAN_COMPLETE set."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "_KVPLAN_COMPLETE": "complete_bash", "COMP_WORDS": "kvplan est", "COMP_CWORD": "1"}
+    result = subprocess.run([sys.executable, "-m", "kvplan"], capture_output=True, text=True, env=env, timeout=60)
+    assert result.stdout.split() == ["estimate"]
+
+
 def test_local_configs_are_named_by_their_directory(monkeypatch, capsys, tmp_path):
     """Two plain config.json files in a table are two rows you can tell apart, named as their directories."""
     paths = []
