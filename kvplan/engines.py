@@ -385,9 +385,10 @@ class Vllm(Engine):
         mamba_page = max((r.state_bytes for r in recurrent), default=0)
         if attention and recurrent:
             # Mamba hybrids: raise the attention block size until its page holds a Mamba state, then pad the
-            # Mamba page to the attention page (HybridAttentionMambaModelConfig).
+            # Mamba page to the attention page (`Platform._align_hybrid_block_size`), in whole kernel blocks:
+            # 16 tokens, or 128 beside MLA (its decode kernels need the block count aligned to 128 / block).
             per_token = max(r.bytes_per_token for r in attention)
-            align = 64 if mla else 16
+            align = 128 if mla else 16
             block = max(block, align * cdiv(mamba_page, align * per_token))
             mamba_page = block * per_token
             notes.append(f"attention block size raised to {block} tokens so a page holds a recurrent state")

@@ -36,12 +36,28 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "granite": {"tie_word_embeddings": True},
     "deepseek_v2": {"tie_word_embeddings": False},
     "deepseek_v3": {"tie_word_embeddings": False},
+    "deepseek_v32": {"tie_word_embeddings": False},
+    "glm_moe_dsa": {"tie_word_embeddings": False},
+    "glm4_moe": {"tie_word_embeddings": False},
+    "hy_v3": {"tie_word_embeddings": False},
+    "axk1": {"tie_word_embeddings": False},
+    "axk2": {"tie_word_embeddings": False, "gated_norm_rank": 16},
+    "hunyuan_v1_moe": {"tie_word_embeddings": False},
+    "longcat_flash": {"tie_word_embeddings": False},
+    "kimi_linear": {"tie_word_embeddings": False},
+    "beam": {"tie_word_embeddings": False},
+    "dots1": {"tie_word_embeddings": False},
     "gpt_oss": {"tie_word_embeddings": False},
     "jamba": {"tie_word_embeddings": False, "attn_layer_period": 8, "attn_layer_offset": 4},
     "nemotron_h": {"tie_word_embeddings": False},
     "nemotron-nas": {"tie_word_embeddings": False},
     "t5": {"tie_word_embeddings": True},
 }
+
+
+# Families whose modeling takes head_dim = hidden_size // num_attention_heads, rounded down, when the config gives
+# none (transformers' and vLLM's glm4_moe: the GLM-4.5-Air shape, 4,096 / 96 heads, gives 42).
+HEAD_DIM_ROUNDED_DOWN = {"glm4_moe"}
 
 
 MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "gemma3": "gemma3_text",
@@ -52,7 +68,6 @@ MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "gemma3": "gemma3_text",
 # of DeepSeek-V3.2, GLM-5, Gemma 3n and Gemma 4, among others). Reading such a model as plain attention would give a KV
 # figure that is wrong with no sign of it, so it is refused, naming the field.
 UNMODELLED_CACHE_FIELDS = {
-    "index_head_dim": "a sparse-attention indexer's key cache",
     "indexer_compress_ratio": "a compressed indexer cache",
     "compress_rates": "compressed attention caches",
     "num_kv_shared_layers": "layers that reuse an earlier layer's KV cache",
@@ -61,6 +76,13 @@ UNMODELLED_CACHE_FIELDS = {
     "per_layer_config": "per-layer overrides of the attention shape",
     "attention_k_eq_v": "keys that double as values",
 }
+
+
+# DeepSeek Sparse Attention: MLA with an indexer whose keys are cached beside the latent (transformers'
+# `DeepseekV32Config` and the classes derived from it). A config of these types, or one with any of these fields,
+# must state the indexer's shape.
+DSA_MODEL_TYPES = {"axk2", "deepseek_v32", "glm_moe_dsa"}
+DSA_FIELDS = ("index_head_dim", "index_n_heads", "index_topk")
 
 
 # Fields of recurrent mixers (Mamba, RG-LRU, short convolutions, linear attention): refused when the layout kvplan
@@ -72,8 +94,9 @@ RECURRENT_FIELDS = ("mamba_d_state", "mamba_n_heads", "n_mamba_heads", "state_si
 
 # MoE routers that keep a load-balancing bias per routed expert (`e_score_correction_bias`, which checkpoints store
 # and transformers registers as a buffer): the families whose modeling files define it, as of transformers 5.23.
-CORRECTION_BIAS_ROUTERS = {"deepseek_v3", "dots1", "ernie4_5_moe", "exaone_moe", "glm4_moe", "glm4_moe_lite", "hy_v3",
-                           "laguna", "longcat_flash", "mimo_v2_flash", "minimax_m2", "solar_open"}
+CORRECTION_BIAS_ROUTERS = {"axk1", "axk2", "beam", "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe",
+                           "exaone_moe", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "hy_v3", "kimi_linear", "laguna",
+                           "longcat_flash", "mimo_v2_flash", "minimax_m2", "solar_open"}
 
 
 ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "deberta", "deberta-v2", "electra", "albert",
@@ -91,7 +114,12 @@ class Family:
     norms_per_layer: int = 2        # hidden-sized norm vectors per layer
     layer_norm: bool = False        # LayerNorm (weight + bias) rather than RMSNorm (weight)
     qk_norm: str | None = None      # "head": one head_dim vector each for q and k; "full": over all heads
+    qk_norm_flag: str | None = None  # a config flag that turns the qk norm on (GLM-4.5 use_qk_norm)
     learned_positions: bool = False  # GPT-2 style position embedding table
+    moe_output_norm: bool = False   # an RMSNorm on each MoE block's output (A.X-K1 post_mlp_layernorm)
+    output_gate: bool = False       # a query-sized sigmoid gate on the attention output, one bias per head (Beam)
+    gated_query: bool = False       # MLA query and output gate from one projection (A.X-K2 q_gate_proj)
+    gated_norms: bool = False       # RMSNorms followed by a low-rank sigmoid gate (A.X-K2 AXK2GatedRMSNorm)
 
 
 FAMILIES: dict[str, Family] = {
@@ -113,6 +141,13 @@ FAMILIES: dict[str, Family] = {
     "cohere2": Family(norms_per_layer=1),
     "olmo2": Family(qk_norm="full"),
     "gpt_oss": Family(qkv_bias=True, o_bias=True),
+    "glm4_moe": Family(qk_norm="head", qk_norm_flag="use_qk_norm"),
+    "hy_v3": Family(qk_norm="head"),
+    "axk1": Family(moe_output_norm=True),
+    "axk2": Family(gated_query=True, gated_norms=True),
+    "hunyuan_v1_moe": Family(qk_norm="head"),
+    "beam": Family(norms_per_layer=4, qk_norm="head", output_gate=True),
+    "dots1": Family(qk_norm="head"),
     "nemotron_h": Family(gated_mlp=False, norms_per_layer=1),
     # Checked against transformers' classes only (tests/test_transformers_params.py): no bundled model.
     "glm4_moe_lite": Family(),

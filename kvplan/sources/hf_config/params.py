@@ -7,10 +7,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvplan.errors import KvplanError
-from kvplan.model import MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
+from kvplan.model import IndexerKeys, MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
 from kvplan.sources.hf_config.families import CORRECTION_BIAS_ROUTERS, Family
 from kvplan.sources.hf_config.fields import Fields
-from kvplan.sources.hf_config.layout import Layout, mamba_dims
+from kvplan.sources.hf_config.layout import Layout, kda_dims, mamba_dims
 
 # Families whose parameters no shared rule counts: model_type -> counter(cfg, layout, hidden, heads).
 FAMILY_PARAMS: dict[str, Callable[..., ParamCounts]] = {}
@@ -51,11 +51,17 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
                 moe.add(totals, hidden)
         elif moe and moe.on_layer(i):
             moe.add(totals, hidden)
+            if family.moe_output_norm:
+                totals["other"] += hidden
+            if family.gated_norms:  # post_attention_layernorm is gated on MoE layers
+                totals["other"] += 2 * hidden * cfg.int("gated_norm_rank")
         else:
             totals["mlp"] += _dense_mlp(cfg, model_type, family, hidden)
             if family.mlp_bias:
                 totals["other"] += _mlp_bias(cfg, model_type, family, hidden)
         totals["other"] += layer_norms * norm
+        if family.gated_norms:  # input_layernorm's gate: fc1 hidden -> rank, fc2 rank -> hidden
+            totals["other"] += 2 * hidden * cfg.int("gated_norm_rank")
     return ParamCounts(embedding=embedding, lm_head=lm_head, **totals)
 
 
@@ -65,7 +71,7 @@ def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layou
     if layout.blocks or model_type == "nemotron_h":
         return None
     moe = MoE.read(cfg, model_type)
-    dense = moe is None or any(not moe.on_layer(i) for i in range(len(layout.types)))
+    dense = moe is None or model_type == "longcat_flash" or any(not moe.on_layer(i) for i in range(len(layout.types)))
     intermediate = intermediate_size(cfg, model_type, hidden) if dense else 0
     if moe is not None:
         intermediate = max(intermediate, moe.shared_intermediate)
@@ -111,10 +117,14 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
                   head_dim: int) -> tuple[int, int]:
     """(matrix params, other params) of a layer's attention or recurrent mixer."""
     if isinstance(cache, MLALatent):
-        return _mla_params(cfg, hidden, heads)
+        return _mla_params(cfg, hidden, heads, family.gated_query)
+    if isinstance(cache, IndexerKeys):
+        return _indexer_params(cfg, hidden, cache.head_dim)
     if isinstance(cache, RecurrentState):
         if cache.mixer == "gated_deltanet":
             return _gated_deltanet_params(cfg, hidden)
+        if cache.mixer == "kda":
+            return _kda_params(cfg, hidden)
         return _mamba_params(cfg, hidden, cache.mixer)
     if isinstance(cache, NoCache):
         replaced = "replaced by a linear" in cache.reason
@@ -125,27 +135,44 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
     other = 0
     if family.qkv_bias or cfg.flag("attention_bias"):
         other += heads * head_dim + k + v
-    if family.o_bias or (cfg.flag("attention_bias") and model_type not in ("qwen2", "qwen2_moe")):
+    if family.o_bias or (cfg.flag("attention_bias") and model_type not in ("qwen2", "qwen2_moe", "glm4_moe")):
         other += hidden
-    if family.qk_norm == "head":
+    qk_norm = family.qk_norm if not family.qk_norm_flag or cfg.flag(family.qk_norm_flag) else None
+    if qk_norm == "head":
         other += 2 * head_dim
-    elif family.qk_norm == "full":
+    elif qk_norm == "full":
         other += heads * head_dim + k
     if model_type == "gpt_oss" or (model_type == "mimo_v2_flash" and isinstance(cache, SlidingWindow)):
         other += heads  # attention sinks: one learned logit per head
+    if family.output_gate:  # gate_proj (hidden -> heads x head_dim) and gate_bias
+        matrices += hidden * heads * head_dim
+        other += heads
     return matrices, other
 
 
 
-def _mla_params(cfg: Fields, hidden: int, heads: int) -> tuple[int, int]:
-    """DeepSeek MLA: q via q_lora_rank (or direct), kv_a (latent + rope), kv_b (latent -> heads), o."""
+def _mla_params(cfg: Fields, hidden: int, heads: int, gated_query: bool = False) -> tuple[int, int]:
+    """DeepSeek MLA: q via q_lora_rank (or direct), kv_a (latent + rope), kv_b (latent -> heads), o.
+    A gated query (A.X-K2 q_gate_proj) maps the query latent, normed and raw side by side (2 x q_lora_rank), to
+    each head's query and a v_head_dim output gate."""
     nope, rope, v = cfg.int("qk_nope_head_dim"), cfg.int("qk_rope_head_dim", minimum=0), cfg.int("v_head_dim")
     latent = cfg.int("kv_lora_rank")
     q_rank = cfg.int("q_lora_rank", default=None)
     q_head = heads * (nope + rope)
     q = hidden * q_rank + q_rank * q_head if q_rank else hidden * q_head
+    if gated_query:
+        q = hidden * cfg.int("q_lora_rank") + 2 * cfg.int("q_lora_rank") * heads * (nope + rope + v)
     matrices = q + hidden * (latent + rope) + latent * heads * (nope + v) + heads * v * hidden
     return matrices, latent + (q_rank or 0)  # kv_a_layernorm, q_a_layernorm
+
+
+
+def _indexer_params(cfg: Fields, hidden: int, head_dim: int) -> tuple[int, int]:
+    """A DSA indexer (transformers `DeepseekV32Indexer`): wq_b from the query latent to index_n_heads x head_dim,
+    wk to one head_dim key, weights_proj to one weight per head; k_norm is a LayerNorm (weight and bias)."""
+    index_heads = cfg.int("index_n_heads")
+    matrices = cfg.int("q_lora_rank") * index_heads * head_dim + hidden * head_dim + hidden * index_heads
+    return matrices, 2 * head_dim
 
 
 
@@ -178,6 +205,18 @@ def _gated_deltanet_params(cfg: Fields, hidden: int) -> tuple[int, int]:
     key_dim, value_dim = hk * dk, hv * dv
     matrices = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * hv + value_dim * hidden
     other = (2 * key_dim + value_dim) * kernel + 2 * hv + dv
+    return matrices, other
+
+
+
+def _kda_params(cfg: Fields, hidden: int) -> tuple[int, int]:
+    """Kimi Delta Attention (transformers `KimiLinearDeltaAttention`): q, k, v projections to H x D each, their
+    depthwise conv1d (no bias), the forget gate's low-rank f_a / f_b with dt_bias (H x D) and A_log (H), b_proj to
+    one beta per head, the output gate's low-rank g_a / g_b, a gated RMSNorm over D and o_proj."""
+    kda_heads, head_dim, kernel = kda_dims(cfg)
+    width = kda_heads * head_dim
+    matrices = 4 * hidden * width + 2 * (hidden * head_dim + head_dim * width) + hidden * kda_heads
+    other = 3 * width * kernel + width + kda_heads + head_dim
     return matrices, other
 
 
@@ -216,41 +255,25 @@ class MoE:
         n = cfg.int("num_local_experts", "n_routed_experts", "num_experts", default=0, minimum=0)
         if not n:
             return None
-        hidden, layers = cfg.int("hidden_size"), cfg.layers("num_hidden_layers")
-        top_k = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token")
-        size = cfg.int("moe_intermediate_size", "intermediate_size")
+        hidden, layers = cfg.int("hidden_size"), cfg.layers("num_hidden_layers", "num_layers")
+        top_k = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_topk")
+        size = cfg.int("moe_intermediate_size", "expert_ffn_hidden_size", "intermediate_size")
+        if model_type == "hunyuan_v1_moe":  # experts and the one shared MLP are intermediate_size wide
+            size = cfg.int("intermediate_size")
         expert, bias, router = 3 * hidden * size, 0, hidden * n
         if model_type == "gpt_oss":  # gate_up_proj + down_proj with biases; router with bias
             bias, router = 2 * size + hidden, hidden * n + n
         shared_size = 0
-        if cfg.has("n_shared_experts"):
-            shared_size = cfg.int("n_shared_experts", minimum=0) * size
+        if cfg.has("n_shared_experts") or cfg.has("num_shared_experts"):
+            shared_size = cfg.int("n_shared_experts", "num_shared_experts", minimum=0) * size
         elif cfg.has("shared_expert_intermediate_size"):
             shared_size = cfg.int("shared_expert_intermediate_size", minimum=0)
             router += hidden if shared_size else 0  # shared_expert_gate
-        elif model_type == "llama4_text":
+        elif model_type in ("llama4_text", "hunyuan_v1_moe"):
             shared_size = size
         if model_type in CORRECTION_BIAS_ROUTERS:
             router += n  # e_score_correction_bias
-        first_dense = cfg.int("first_k_dense_replace", default=0, minimum=0)
-        if first_dense > layers:
-            raise KvplanError(f"{cfg.where}: first_k_dense_replace {first_dense:,} exceeds the {layers} layers")
-        dense = set(range(first_dense))
-        dense |= set(cfg.list("mlp_only_layers", int))
-        if cfg.has("mlp_layer_types"):  # transformers 5's per-layer statement: "dense" or "sparse"
-            kinds = cfg.list("mlp_layer_types", str, length=layers)
-            if set(kinds) - {"dense", "sparse"}:
-                raise KvplanError(f"{cfg.where}: field mlp_layer_types must hold \"dense\" or \"sparse\" for each "
-                                  f"layer, got {sorted(set(kinds) - {'dense', 'sparse'})}")
-            dense |= {i for i, kind in enumerate(kinds) if kind == "dense"}
-        if model_type == "jamba":  # experts on layers i % period == offset
-            period, offset = cfg.int("expert_layer_period"), cfg.int("expert_layer_offset", minimum=0)
-            dense |= {i for i in range(layers) if i % period != offset}
-        elif cfg.has("moe_layer_freq"):  # DeepSeek: experts on layers i % freq == 0 (past first_k_dense_replace)
-            dense |= {i for i in range(layers) if i % cfg.int("moe_layer_freq")}
-        else:  # Qwen MoE decoder_sparse_step, Llama 4 interleave_moe_layer_step: every step-th layer
-            step = cfg.int("decoder_sparse_step", "interleave_moe_layer_step", default=1)
-            dense |= {i for i in range(layers) if (i + 1) % step}
+        dense = _dense_layers(cfg, model_type, layers)
         return cls(n, top_k, size, shared_size, expert, bias, 3 * hidden * shared_size, router,
                    frozenset(dense))
 
@@ -262,3 +285,50 @@ class MoE:
         totals["active_experts"] += self.top_k * self.expert_size
         totals["mlp"] += self.shared
         totals["other"] += self.router + self.experts * self.expert_bias
+
+
+def _dense_layers(cfg: Fields, model_type: str, layers: int) -> set[int]:
+    """The layers of an MoE model that keep a dense MLP. transformers 5 states them per layer (`mlp_layer_types`,
+    "dense" or "sparse"), derived from the older fields when a config lacks it, so it alone counts when present."""
+    if cfg.has("mlp_layer_types"):
+        kinds = cfg.list("mlp_layer_types", str, length=layers)
+        if set(kinds) - {"dense", "sparse"}:
+            raise KvplanError(f"{cfg.where}: field mlp_layer_types must hold \"dense\" or \"sparse\" for each "
+                              f"layer, got {sorted(set(kinds) - {'dense', 'sparse'})}")
+        return {i for i, kind in enumerate(kinds) if kind == "dense"}
+    first_dense = cfg.int("first_k_dense_replace", default=0, minimum=0)
+    if first_dense > layers:
+        raise KvplanError(f"{cfg.where}: first_k_dense_replace {first_dense:,} exceeds the {layers} layers")
+    dense = set(range(first_dense))
+    dense |= set(cfg.list("mlp_only_layers", int))
+    if model_type == "jamba":  # experts on layers i % period == offset
+        period, offset = cfg.int("expert_layer_period"), cfg.int("expert_layer_offset", minimum=0)
+        dense |= {i for i in range(layers) if i % period != offset}
+    elif cfg.has("moe_layer_freq"):  # DeepSeek: experts on layers i % freq == 0 (past first_k_dense_replace)
+        dense |= {i for i in range(layers) if i % cfg.int("moe_layer_freq")}
+    else:  # Qwen MoE decoder_sparse_step, Llama 4 interleave_moe_layer_step: every step-th layer
+        step = cfg.int("decoder_sparse_step", "interleave_moe_layer_step", default=1)
+        dense |= {i for i in range(layers) if (i + 1) % step}
+    return dense
+
+
+def longcat_flash_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """LongCat-Flash blocks (transformers `LongcatFlashDecoderLayer`, vLLM `longcat_flash.py`): two MLA sublayers,
+    two dense MLPs (ffn_hidden_size) and their four norms, and one MoE of n_routed_experts experts
+    (expert_ffn_hidden_size) whose router also scores zero_expert_num zero-compute (identity) experts: a
+    classifier and a correction bias over n + zero columns, no weights for the zero ones. transformers allocates
+    gate_up_proj rows for the zero experts too (`LongcatFlashExperts`), which checkpoints do not hold."""
+    vocab, blocks = cfg.int("vocab_size"), len(layout.types)
+    moe = MoE.read(cfg, "longcat_flash")
+    scored = moe.experts + cfg.int("zero_expert_num", default=0, minimum=0)
+    attention, mla_other = (2 * blocks * part for part in _mla_params(cfg, hidden, heads))
+    router = hidden * scored + scored + (scored if cfg.flag("router_bias") else 0)
+    return ParamCounts(
+        embedding=vocab * hidden, lm_head=0 if cfg.flag("tie_word_embeddings") else vocab * hidden,
+        attention=attention, mlp=blocks * 2 * 3 * hidden * cfg.int("ffn_hidden_size", "intermediate_size"),
+        experts=blocks * moe.experts * moe.expert_size, active_experts=blocks * moe.top_k * moe.expert_size,
+        other=mla_other + blocks * (router + 4 * hidden) + hidden)
+
+
+FAMILY_PARAMS["longcat_flash"] = longcat_flash_params
+
