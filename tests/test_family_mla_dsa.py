@@ -167,6 +167,19 @@ def test_index_fields_without_an_indexer_layout_are_refused():
         model_from_config(data, "x", "test")
 
 
+def test_measured_minimax_m3_sparse_layers_keep_index_keys(tmp_path):
+    # MiniMaxM3VLSparseCacheLayer keeps idx_keys [batch, 1, seq, index_head_dim] beside K and V
+    pytest.importorskip("torch")
+    import archkit
+
+    data = archkit.shrunk("minimax_m3_vl_text", num_hidden_layers=4,
+                          layer_types=["full_attention", "minimax_m3_sparse"] * 2,
+                          mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+    assert sum(isinstance(c, IndexerKeys) for c in model_from_config(data, "m3", "test").caches) == 2
+    result = archkit.check(tmp_path, "minimax_m3_vl_text", data, layers=None)
+    assert result.exact, result
+
+
 # ------------------------------------------------------------------------------------------- Kimi Linear
 
 
@@ -268,7 +281,8 @@ def test_hunyuan_moe_experts_are_intermediate_size_wide():
 
 
 @pytest.mark.parametrize("model_type", ["axk1", "axk2", "beam", "deepseek_v2", "deepseek_v32", "dots1", "glm4_moe",
-                                        "glm_moe_dsa", "hunyuan_v1_moe", "hy_v3", "kimi_linear"])
+                                        "glm_moe_dsa", "hunyuan_v1_moe", "hy_v3", "kimi_linear",
+                                        "minimax_m3_vl_text"])
 def test_default_shapes_read_without_a_note_of_guessing(model_type):
     pytest.importorskip("transformers")
     import archkit

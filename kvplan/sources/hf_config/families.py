@@ -42,6 +42,7 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "hy_v3": {"tie_word_embeddings": False},
     "axk1": {"tie_word_embeddings": False},
     "axk2": {"tie_word_embeddings": False, "gated_norm_rank": 16},
+    "minimax_m3_vl_text": {"tie_word_embeddings": False},
     "hunyuan_v1_moe": {"tie_word_embeddings": False},
     "longcat_flash": {"tie_word_embeddings": False},
     "kimi_linear": {"tie_word_embeddings": False},
@@ -83,6 +84,9 @@ UNMODELLED_CACHE_FIELDS = {
 # must state the indexer's shape.
 DSA_MODEL_TYPES = {"axk2", "deepseek_v32", "glm_moe_dsa"}
 DSA_FIELDS = ("index_head_dim", "index_n_heads", "index_topk")
+# Families whose layout rule decides which layers keep indexer keys, so index fields alone are no sign of a cache
+# the layout lacks (MiniMax-M3's `minimax_m3_sparse` layers; none by transformers' default).
+INDEXED_MODEL_TYPES = DSA_MODEL_TYPES | {"minimax_m3_vl_text"}
 
 
 # Fields of recurrent mixers (Mamba, RG-LRU, short convolutions, linear attention): refused when the layout kvplan
@@ -96,7 +100,7 @@ RECURRENT_FIELDS = ("mamba_d_state", "mamba_n_heads", "n_mamba_heads", "state_si
 # and transformers registers as a buffer): the families whose modeling files define it, as of transformers 5.23.
 CORRECTION_BIAS_ROUTERS = {"axk1", "axk2", "beam", "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe",
                            "exaone_moe", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "hy_v3", "kimi_linear", "laguna",
-                           "longcat_flash", "mimo_v2_flash", "minimax_m2", "solar_open"}
+                           "longcat_flash", "mimo_v2_flash", "minimax_m2", "minimax_m3_vl_text", "solar_open"}
 
 
 ENCODER_ONLY = {"bert", "roberta", "xlm-roberta", "distilbert", "deberta", "deberta-v2", "electra", "albert",
@@ -145,6 +149,7 @@ FAMILIES: dict[str, Family] = {
     "hy_v3": Family(qk_norm="head"),
     "axk1": Family(moe_output_norm=True),
     "axk2": Family(gated_query=True, gated_norms=True),
+    "minimax_m3_vl_text": Family(qk_norm="head"),
     "hunyuan_v1_moe": Family(qk_norm="head"),
     "beam": Family(norms_per_layer=4, qk_norm="head", output_gate=True),
     "dots1": Family(qk_norm="head"),

@@ -21,6 +21,7 @@ from kvplan.sources.hf_config.families import (
     DSA_FIELDS,
     DSA_MODEL_TYPES,
     HEAD_DIM_ROUNDED_DOWN,
+    INDEXED_MODEL_TYPES,
     RECURRENT_FIELDS,
     UNMODELLED_CACHE_FIELDS,
 )
@@ -115,7 +116,7 @@ def indexer_layers(cfg: Fields, model_type: str, n: int) -> set[int]:
 def refuse_unmodelled_caches(cfg: Fields, model_type: str, caches: list) -> None:
     """A one-line refusal for a model whose config says its layers keep more than kvplan's layout of it holds."""
     field = next((f for f in UNMODELLED_CACHE_FIELDS if cfg.data.get(f) not in (None, 0, [], {})), None)
-    if field is None and not any(isinstance(c, IndexerKeys) for c in caches):
+    if field is None and model_type not in INDEXED_MODEL_TYPES and not any(isinstance(c, IndexerKeys) for c in caches):
         field = next((f for f in DSA_FIELDS if cfg.data.get(f) not in (None, 0)), None)
     if field is None and not any(isinstance(c, RecurrentState) for c in caches):
         field = next((f for f in RECURRENT_FIELDS if cfg.data.get(f) not in (None, 0, [], {})), None)
@@ -212,6 +213,8 @@ def layer_caches(cfg: Fields, types: list[str], kv_heads: int, head_dim: int) ->
             caches.append(mamba_state(cfg, i, layer_type))
         elif layer_type == "linear_attention":
             caches.append(gated_deltanet_state(cfg, i))
+        elif layer_type == "minimax_m3_sparse":  # attention and a block-sparse indexer's keys (MiniMax-M3)
+            caches += [FullAttention(layer=i, **attention), IndexerKeys(layer=i, head_dim=cfg.int("index_head_dim"))]
         elif layer_type in ("mlp", "moe"):
             caches.append(NoCache(layer=i, reason=f"{layer_type}-only block"))
         else:

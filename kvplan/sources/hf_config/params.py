@@ -98,6 +98,8 @@ def intermediate_size(cfg: Fields, model_type: str, hidden: int) -> int:
         return cfg.int("n_inner", "ffn_hidden_size", default=4 * hidden)
     if model_type == "llama4_text":
         return cfg.int("intermediate_size_mlp", "intermediate_size")
+    if model_type == "minimax_m3_vl_text":  # its experts are intermediate_size wide, its dense MLPs this
+        return cfg.int("dense_intermediate_size")
     return cfg.int("intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim")
 
 
@@ -119,7 +121,7 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
     if isinstance(cache, MLALatent):
         return _mla_params(cfg, hidden, heads, family.gated_query)
     if isinstance(cache, IndexerKeys):
-        return _indexer_params(cfg, hidden, cache.head_dim)
+        return _indexer_params(cfg, model_type, hidden, cache.head_dim)
     if isinstance(cache, RecurrentState):
         if cache.mixer == "gated_deltanet":
             return _gated_deltanet_params(cfg, hidden)
@@ -167,10 +169,13 @@ def _mla_params(cfg: Fields, hidden: int, heads: int, gated_query: bool = False)
 
 
 
-def _indexer_params(cfg: Fields, hidden: int, head_dim: int) -> tuple[int, int]:
+def _indexer_params(cfg: Fields, model_type: str, hidden: int, head_dim: int) -> tuple[int, int]:
     """A DSA indexer (transformers `DeepseekV32Indexer`): wq_b from the query latent to index_n_heads x head_dim,
-    wk to one head_dim key, weights_proj to one weight per head; k_norm is a LayerNorm (weight and bias)."""
+    wk to one head_dim key, weights_proj to one weight per head; k_norm is a LayerNorm (weight and bias).
+    MiniMax-M3's (`MiniMaxM3VLIndexer`): q_proj and k_proj from the hidden state, RMSNorms on q and k."""
     index_heads = cfg.int("index_n_heads")
+    if model_type == "minimax_m3_vl_text":
+        return hidden * (index_heads + 1) * head_dim, 2 * head_dim
     matrices = cfg.int("q_lora_rank") * index_heads * head_dim + hidden * head_dim + hidden * index_heads
     return matrices, 2 * head_dim
 
@@ -271,6 +276,8 @@ class MoE:
             router += hidden if shared_size else 0  # shared_expert_gate
         elif model_type in ("llama4_text", "hunyuan_v1_moe"):
             shared_size = size
+        elif model_type == "minimax_m3_vl_text":
+            shared_size = cfg.int("shared_intermediate_size", minimum=0)
         if model_type in CORRECTION_BIAS_ROUTERS:
             router += n  # e_score_correction_bias
         dense = _dense_layers(cfg, model_type, layers)
