@@ -35,8 +35,7 @@ NOT_YET = {
     **dict.fromkeys(["gemma3n", "gemma3n_text", "gemma4", "gemma4_assistant", "gemma4_text", "gemma4_unified",
                      "gemma4_unified_assistant", "gemma4_unified_text", "recurrent_gemma"], "gemma"),
     # MLA, DSA indexers, compressed attention, and MoE field dialects
-    **dict.fromkeys(["deepseek_v4", "dots3_note", "dots3_note_text", "hy_v4", "qwen4_exp", "qwen4_exp_text"],
-                    "mla-dsa"),
+    **dict.fromkeys(["deepseek_v4", "dots3_note", "dots3_note_text", "qwen4_exp", "qwen4_exp_text"], "mla-dsa"),
     # transformers allocates gate_up_proj rows for the zero-compute experts too (`LongcatFlashExperts`), which no
     # checkpoint holds: kvplan counts the checkpoint's (LongCat-Flash 560B), the cache is exact
     "longcat_flash": "mla-dsa",

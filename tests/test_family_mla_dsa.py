@@ -75,6 +75,18 @@ def test_glm5_every_layer_indexed_and_published_size():
     assert round(model.params.total / 1e9) == 744  # GLM-5 model card: 744B parameters
 
 
+def test_hy_v4_default_indexers_without_indexer_types():
+    # HYV4Config (transformers and vLLM): "full" on layer 0 and on every layer with (i - 1) % 4 == 0
+    import archkit
+
+    pytest.importorskip("transformers")
+    data = archkit.default_config("hy_v4")
+    expected = [i for i, kind in enumerate(data.pop("indexer_types")) if kind == "full"]
+    assert expected[:4] == [0, 1, 5, 9]
+    model = model_from_config(data, "hy", "test")
+    assert [c.layer for c in model.caches if isinstance(c, IndexerKeys)] == expected
+
+
 def test_deepseek_v32_params_are_v3_plus_its_indexers():
     # Per layer: wq_b 1536 x (64 x 128) + wk 7168 x 128 + weights_proj 7168 x 64 + k_norm weight and bias 2 x 128
     # (the checkpoint's tensors: wq_b [8192, 1536], wk [128, 7168], weights_proj [64, 7168], k_norm [128] x 2)
@@ -281,8 +293,8 @@ def test_hunyuan_moe_experts_are_intermediate_size_wide():
 
 
 @pytest.mark.parametrize("model_type", ["axk1", "axk2", "beam", "deepseek_v2", "deepseek_v32", "dots1", "glm4_moe",
-                                        "glm_moe_dsa", "hunyuan_v1_moe", "hy_v3", "kimi_linear",
-                                        "minimax_m3_vl_text"])
+                                        "glm_moe_dsa", "hunyuan_v1_moe", "hy_v3", "hy_v4",
+                                        "kimi_linear", "minimax_m3_vl_text"])
 def test_default_shapes_read_without_a_note_of_guessing(model_type):
     pytest.importorskip("transformers")
     import archkit

@@ -39,10 +39,12 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "deepseek_v32": {"tie_word_embeddings": False},
     "glm_moe_dsa": {"tie_word_embeddings": False},
     "glm4_moe": {"tie_word_embeddings": False},
-    "hy_v3": {"tie_word_embeddings": False},
+    "hy_v3": {"tie_word_embeddings": False, "first_k_dense_replace": 1},
     "axk1": {"tie_word_embeddings": False},
     "axk2": {"tie_word_embeddings": False, "gated_norm_rank": 16},
     "minimax_m3_vl_text": {"tie_word_embeddings": False},
+    # transformers' HYV4Config (and vLLM's): one dense layer first; indexers on layer 0 and every 4th from 1
+    "hy_v4": {"tie_word_embeddings": False, "first_k_dense_replace": 1, "index_topk_freq": 4, "hc_mult": 4},
     "hunyuan_v1_moe": {"tie_word_embeddings": False},
     "longcat_flash": {"tie_word_embeddings": False},
     "kimi_linear": {"tie_word_embeddings": False},
@@ -82,7 +84,7 @@ UNMODELLED_CACHE_FIELDS = {
 # DeepSeek Sparse Attention: MLA with an indexer whose keys are cached beside the latent (transformers'
 # `DeepseekV32Config` and the classes derived from it). A config of these types, or one with any of these fields,
 # must state the indexer's shape.
-DSA_MODEL_TYPES = {"axk2", "deepseek_v32", "glm_moe_dsa"}
+DSA_MODEL_TYPES = {"axk2", "deepseek_v32", "glm_moe_dsa", "hy_v4"}
 DSA_FIELDS = ("index_head_dim", "index_n_heads", "index_topk")
 # Families whose layout rule decides which layers keep indexer keys, so index fields alone are no sign of a cache
 # the layout lacks (MiniMax-M3's `minimax_m3_sparse` layers; none by transformers' default).
@@ -99,7 +101,7 @@ RECURRENT_FIELDS = ("mamba_d_state", "mamba_n_heads", "n_mamba_heads", "state_si
 # MoE routers that keep a load-balancing bias per routed expert (`e_score_correction_bias`, which checkpoints store
 # and transformers registers as a buffer): the families whose modeling files define it, as of transformers 5.23.
 CORRECTION_BIAS_ROUTERS = {"axk1", "axk2", "beam", "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe",
-                           "exaone_moe", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "hy_v3", "kimi_linear", "laguna",
+                           "exaone_moe", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "hy_v3", "hy_v4", "kimi_linear", "laguna",
                            "longcat_flash", "mimo_v2_flash", "minimax_m2", "minimax_m3_vl_text", "solar_open"}
 
 
@@ -124,6 +126,7 @@ class Family:
     output_gate: bool = False       # a query-sized sigmoid gate on the attention output, one bias per head (Beam)
     gated_query: bool = False       # MLA query and output gate from one projection (A.X-K2 q_gate_proj)
     gated_norms: bool = False       # RMSNorms followed by a low-rank sigmoid gate (A.X-K2 AXK2GatedRMSNorm)
+    hyper_connections: bool = False  # hc_mult residual streams mixed around attention and MLP (Hy V4)
 
 
 FAMILIES: dict[str, Family] = {
@@ -150,6 +153,7 @@ FAMILIES: dict[str, Family] = {
     "axk1": Family(moe_output_norm=True),
     "axk2": Family(gated_query=True, gated_norms=True),
     "minimax_m3_vl_text": Family(qk_norm="head"),
+    "hy_v4": Family(output_gate=True, hyper_connections=True),
     "hunyuan_v1_moe": Family(qk_norm="head"),
     "beam": Family(norms_per_layer=4, qk_norm="head", output_gate=True),
     "dots1": Family(qk_norm="head"),

@@ -62,6 +62,12 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
         totals["other"] += layer_norms * norm
         if family.gated_norms:  # input_layernorm's gate: fc1 hidden -> rank, fc2 rank -> hidden
             totals["other"] += 2 * hidden * cfg.int("gated_norm_rank")
+        if family.hyper_connections:  # attention's and MLP's: fn (2 n x n h), base (2 n), scale (2)
+            streams = cfg.int("hc_mult")
+            totals["other"] += 2 * (2 * streams * streams * hidden + 2 * streams + 2)
+    if family.hyper_connections:  # the head's: hc_fn (n x n h), hc_base (n), hc_scale (1)
+        streams = cfg.int("hc_mult")
+        totals["other"] += streams * streams * hidden + streams + 1
     return ParamCounts(embedding=embedding, lm_head=lm_head, **totals)
 
 
@@ -119,7 +125,10 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
                   head_dim: int) -> tuple[int, int]:
     """(matrix params, other params) of a layer's attention or recurrent mixer."""
     if isinstance(cache, MLALatent):
-        return _mla_params(cfg, hidden, heads, family.gated_query)
+        matrices, other = _mla_params(cfg, hidden, heads, family.gated_query)
+        if family.output_gate:  # Hy V4: gate_proj to one v_head_dim gate per head, and a sink logit per head
+            matrices, other = matrices + hidden * heads * cfg.int("v_head_dim"), other + heads
+        return matrices, other
     if isinstance(cache, IndexerKeys):
         return _indexer_params(cfg, model_type, hidden, cache.head_dim)
     if isinstance(cache, RecurrentState):
@@ -146,7 +155,7 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
         other += heads * head_dim + k
     if model_type == "gpt_oss" or (model_type == "mimo_v2_flash" and isinstance(cache, SlidingWindow)):
         other += heads  # attention sinks: one learned logit per head
-    if family.output_gate:  # gate_proj (hidden -> heads x head_dim) and gate_bias
+    if family.output_gate:  # Beam: gate_proj (hidden -> heads x head_dim) and gate_bias
         matrices += hidden * heads * head_dim
         other += heads
     return matrices, other
