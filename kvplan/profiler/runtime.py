@@ -19,8 +19,8 @@ INSTALL_HINT = ("pip install 'kvplan[profile]' (without an NVIDIA GPU, first the
                 "torch --index-url https://download.pytorch.org/whl/cpu)")
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # Attributes of a transformers cache layer, by what they hold.
-ROLES = {"keys": "kv", "values": "kv", "indexer_keys": "kv", "conv_states": "conv", "conv1d_state": "conv",
-         "recurrent_states": "recurrent"}
+ROLES = {"keys": "kv", "values": "kv", "indexer_keys": "kv", "idx_keys": "kv", "conv_states": "conv",
+         "conv1d_state": "conv", "recurrent_states": "recurrent"}
 INIT_STD = 0.02  # random weights: normal(0, 0.02), as transformers' initializer_range
 RANDOM_BLOCK = 1_000_003
 

@@ -59,6 +59,20 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "granite": {"tie_word_embeddings": True},
     "deepseek_v2": {"tie_word_embeddings": False},
     "deepseek_v3": {"tie_word_embeddings": False},
+    "deepseek_v32": {"tie_word_embeddings": False},
+    "glm_moe_dsa": {"tie_word_embeddings": False},
+    "glm4_moe": {"tie_word_embeddings": False},
+    "hy_v3": {"tie_word_embeddings": False, "first_k_dense_replace": 1},
+    "axk1": {"tie_word_embeddings": False},
+    "axk2": {"tie_word_embeddings": False, "gated_norm_rank": 16},
+    "minimax_m3_vl_text": {"tie_word_embeddings": False},
+    # transformers' HYV4Config (and vLLM's): one dense layer first; indexers on layer 0 and every 4th from 1
+    "hy_v4": {"tie_word_embeddings": False, "first_k_dense_replace": 1, "index_topk_freq": 4, "hc_mult": 4},
+    "hunyuan_v1_moe": {"tie_word_embeddings": False},
+    "longcat_flash": {"tie_word_embeddings": False},
+    "kimi_linear": {"tie_word_embeddings": False},
+    "beam": {"tie_word_embeddings": False},
+    "dots1": {"tie_word_embeddings": False},
     "gpt_oss": {"tie_word_embeddings": False},
     "jamba": {"tie_word_embeddings": False, "attn_layer_period": 8, "attn_layer_offset": 4},
     "nemotron_h": {"tie_word_embeddings": False},
@@ -150,6 +164,11 @@ OMITTED_PER_LAYER_FIELDS: dict[str, Callable[[Fields, int], dict[str, list]]] = 
 }
 
 
+# Families whose modeling takes head_dim = hidden_size // num_attention_heads, rounded down, when the config gives
+# none (transformers' and vLLM's glm4_moe: the GLM-4.5-Air shape, 4,096 / 96 heads, gives 42).
+HEAD_DIM_ROUNDED_DOWN = {"glm4_moe"}
+
+
 MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma3n": "gemma3n_text",
                       "gemma4": "gemma4_text", "gemma4_unified": "gemma4_unified_text",
                       "llama4": "llama4_text", "deci": "nemotron-nas", "mt5": "t5",
@@ -178,7 +197,6 @@ NESTED_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
 # of DeepSeek-V3.2, GLM-5, Inkling and dots3, among others). Reading such a model as plain attention would give a KV
 # figure that is wrong with no sign of it, so it is refused, naming the field, unless the family's own layout reads it.
 UNMODELLED_CACHE_FIELDS = {
-    "index_head_dim": "a sparse-attention indexer's key cache",
     "indexer_compress_ratio": "a compressed indexer cache",
     "compress_rates": "compressed attention caches",
     "num_kv_shared_layers": "layers that reuse an earlier layer's KV cache",
@@ -206,6 +224,16 @@ UNMODELLED_FAMILIES = {
 }
 
 
+# DeepSeek Sparse Attention: MLA with an indexer whose keys are cached beside the latent (transformers'
+# `DeepseekV32Config` and the classes derived from it). A config of these types, or one with any of these fields,
+# must state the indexer's shape.
+DSA_MODEL_TYPES = {"axk2", "deepseek_v32", "glm_moe_dsa", "hy_v4"}
+DSA_FIELDS = ("index_head_dim", "index_n_heads", "index_topk")
+# Families whose layout rule decides which layers keep indexer keys, so index fields alone are no sign of a cache
+# the layout lacks (MiniMax-M3's `minimax_m3_sparse` layers; none by transformers' default).
+INDEXED_MODEL_TYPES = DSA_MODEL_TYPES | {"minimax_m3_vl_text"}
+
+
 # Fields of recurrent mixers (Mamba, RG-LRU, short convolutions, linear attention): refused when the layout kvplan
 # reads from the config has no recurrent layer, since that state would be missing from the figures.
 RECURRENT_FIELDS = ("mamba_d_state", "mamba_n_heads", "n_mamba_heads", "state_size", "ssm_state_size",
@@ -228,8 +256,10 @@ ATTENTION_FREE = frozenset({"mamba", "falcon_mamba", "mamba2"})
 # MoE routers that keep a load-balancing bias per routed expert (`e_score_correction_bias`, which checkpoints store
 # and transformers registers as a buffer): the families whose modeling files define it, as of transformers 5.23.
 # AFMoE keeps it as a parameter named expert_bias.
-CORRECTION_BIAS_ROUTERS = {"afmoe", "deepseek_v3", "dots1", "ernie4_5_moe", "exaone_moe", "glm4_moe", "glm4_moe_lite",
-                           "hy_v3", "kolibri1", "laguna", "longcat_flash", "mimo_v2_flash", "minimax_m2", "solar_open"}
+CORRECTION_BIAS_ROUTERS = {"afmoe", "axk1", "axk2", "beam", "deepseek_v3", "deepseek_v32", "dots1", "ernie4_5_moe",
+                           "exaone_moe", "glm4_moe", "glm4_moe_lite", "glm_moe_dsa", "hy_v3", "hy_v4", "kimi_linear",
+                           "kolibri1", "laguna", "longcat_flash", "mimo_v2_flash", "minimax_m2", "minimax_m3_vl_text",
+                           "solar_open"}
 
 
 # MoE blocks that scale their shared expert by a learned gate (`shared_expert_gate`, hidden -> 1) as of transformers
@@ -277,6 +307,11 @@ class Family:
     embedding_norm: bool = False    # a norm on the token embeddings (BLOOM word_embeddings_layernorm)
     final_norm: bool = True         # a norm after the last layer (GPT-1 has none)
     bias_flag: str | None = None    # a config flag that gives every linear a bias (Falcon `bias`)
+    moe_output_norm: bool = False   # an RMSNorm on each MoE block's output (A.X-K1 post_mlp_layernorm)
+    output_gate: bool = False       # a query-sized sigmoid gate on the attention output, one bias per head (Beam)
+    gated_query: bool = False       # MLA query and output gate from one projection (A.X-K2 q_gate_proj)
+    gated_norms: bool = False       # RMSNorms followed by a low-rank sigmoid gate (A.X-K2 AXK2GatedRMSNorm)
+    hyper_connections: bool = False  # hc_mult residual streams mixed around attention and MLP (Hy V4)
 
 
 FAMILIES: dict[str, Family] = {
@@ -299,6 +334,15 @@ FAMILIES: dict[str, Family] = {
     "cohere2": Family(norms_per_layer=1),
     "olmo2": Family(qk_norm="full"),
     "gpt_oss": Family(qkv_bias=True, o_bias=True, attention_sinks=True),
+    "glm4_moe": Family(qk_norm="head", qk_norm_field="use_qk_norm", o_bias_field=None),
+    "hy_v3": Family(qk_norm="head"),
+    "axk1": Family(moe_output_norm=True),
+    "axk2": Family(gated_query=True, gated_norms=True),
+    "minimax_m3_vl_text": Family(qk_norm="head"),
+    "hy_v4": Family(output_gate=True, hyper_connections=True),
+    "hunyuan_v1_moe": Family(qk_norm="head"),
+    "beam": Family(norms_per_layer=4, qk_norm="head", output_gate=True),
+    "dots1": Family(qk_norm="head"),
     "nemotron_h": Family(gated_mlp=False, norms_per_layer=1),
     "olmo_hybrid": Family(qk_norm="full"),
     "qwen3_5_text": Family(qk_norm="head", attention_gate="full"),

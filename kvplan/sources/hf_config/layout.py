@@ -8,9 +8,22 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from kvplan.errors import KvplanError
-from kvplan.model import ChunkedAttention, FullAttention, LayerCache, MLALatent, NoCache, RecurrentState, SlidingWindow
+from kvplan.model import (
+    ChunkedAttention,
+    FullAttention,
+    IndexerKeys,
+    LayerCache,
+    MLALatent,
+    NoCache,
+    RecurrentState,
+    SlidingWindow,
+)
 from kvplan.sources.hf_config.families import (
     ATTENTION_FREE,
+    DSA_FIELDS,
+    DSA_MODEL_TYPES,
+    HEAD_DIM_ROUNDED_DOWN,
+    INDEXED_MODEL_TYPES,
     MAMBA_MIXERS,
     MODELLED_BY_FAMILY,
     RECURRENT_FIELDS,
@@ -87,8 +100,13 @@ def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, head
     elif cfg.has("kv_lora_rank"):  # DeepSeek V2/V3, Kimi K2: multi-head latent attention on every layer
         # MLA's query heads are qk_nope + qk_rope wide, whatever hidden / heads is (GLM-4.7-Flash: 2,048 / 20)
         latent, rope = cfg.int("kv_lora_rank"), cfg.int("qk_rope_head_dim", minimum=0)
-        layout = Layout(types=["full_attention"] * num_layers,
-                        caches=[MLALatent(layer=i, latent_dim=latent, rope_dim=rope) for i in range(num_layers)],
+        indexed = indexer_layers(cfg, model_type, num_layers)
+        caches: list[LayerCache] = []
+        for i in range(num_layers):
+            caches.append(MLALatent(layer=i, latent_dim=latent, rope_dim=rope))
+            if i in indexed:
+                caches.append(IndexerKeys(layer=i, head_dim=cfg.int("index_head_dim")))
+        layout = Layout(types=["full_attention"] * num_layers, caches=caches,
                         head_dim=cfg.int("qk_nope_head_dim") + rope)
     elif cfg.has("block_configs"):  # Nemotron NAS (DeciLM): each block says its own attention and FFN
         head_dim = read_head_dim(cfg, hidden, heads)
@@ -96,7 +114,7 @@ def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, head
         layout = Layout(types=["full_attention"] * num_layers, caches=nas_caches(blocks, head_dim, heads),
                         head_dim=head_dim, blocks=blocks)
     else:
-        head_dim = read_head_dim(cfg, hidden, heads)
+        head_dim = read_head_dim(cfg, hidden, heads, model_type)
         types = layer_types(cfg, model_type, num_layers, notes)
         kv_heads = read_kv_heads(cfg, model_type, heads)
         caches = layer_caches(cfg, model_type, types, kv_heads, head_dim)
@@ -109,15 +127,49 @@ def read_layout(cfg: Fields, model_type: str, num_layers: int, hidden: int, head
     return layout
 
 
+def indexer_layers(cfg: Fields, model_type: str, n: int) -> set[int]:
+    """The layers that run a DeepSeek Sparse Attention indexer, and so cache its keys. DeepSeek-V3.2 runs one on
+    every layer; GLM-5.2 runs it on some and lets the others reuse the last indexer's choice ("shared"), stated by
+    `indexer_types` (transformers' `GlmMoeDsaConfig`), else by `index_topk_pattern` (F / S per layer), else by
+    `index_topk_freq` and `index_skip_topk_offset`: layer i runs its own when max(i - offset + 1, 0) % freq == 0
+    (defaults 1 and 2: every layer; vLLM `DeepseekV32Attention` reads the same fields)."""
+    if model_type not in DSA_MODEL_TYPES and not any(cfg.has(f) for f in DSA_FIELDS):
+        return set()
+    for name in ("index_head_dim", "index_n_heads", "q_lora_rank"):  # the indexer's shapes, for cache and weights
+        if not cfg.has(name):
+            raise KvplanError(f"{cfg.where}: missing field {name}: a DeepSeek Sparse Attention model needs it to "
+                              "size its indexer")
+    cfg.list("layer_types", str, length=n)
+    if cfg.has("indexer_types"):
+        kinds = cfg.list("indexer_types", str, length=n)
+    elif cfg.has("index_topk_pattern"):
+        pattern = cfg.get("index_topk_pattern")
+        if not isinstance(pattern, str) or len(pattern) != n or set(pattern) - {"F", "S"}:
+            raise KvplanError(f"{cfg.where}: field index_topk_pattern must hold F or S for each of the {n} layers")
+        kinds = ["full" if c == "F" else "shared" for c in pattern]
+    else:
+        freq = cfg.int("index_topk_freq", default=1)
+        offset = cfg.int("index_skip_topk_offset", default=2, minimum=0)
+        kinds = ["full" if max(i - offset + 1, 0) % freq == 0 else "shared" for i in range(n)]
+    if set(kinds) - {"full", "shared"}:
+        raise KvplanError(f"{cfg.where}: field indexer_types must hold \"full\" or \"shared\" for each layer, got "
+                          f"{sorted(set(kinds) - {'full', 'shared'})}")
+    return {i for i, kind in enumerate(kinds) if kind == "full"}
+
+
 def refuse_unmodelled_caches(cfg: Fields, model_type: str, caches: list) -> None:
     """A one-line refusal for a model whose config says its layers keep more than kvplan's layout of it holds."""
     modelled = MODELLED_BY_FAMILY.get(model_type, ())
     field = next((f for f in UNMODELLED_CACHE_FIELDS
                   if f not in modelled and cfg.data.get(f) not in (None, 0, [], {})), None)
+    if field is None and model_type not in INDEXED_MODEL_TYPES and not any(isinstance(c, IndexerKeys) for c in caches):
+        field = next((f for f in DSA_FIELDS if cfg.data.get(f) not in (None, 0)), None)
     if field is None and not any(isinstance(c, RecurrentState) for c in caches):
         field = next((f for f in RECURRENT_FIELDS if cfg.data.get(f) not in (None, 0, [], {})), None)
     if field is not None:
-        what = UNMODELLED_CACHE_FIELDS.get(field, "recurrent or convolution state in layers kvplan reads as attention")
+        what = UNMODELLED_CACHE_FIELDS.get(field) or ("a sparse-attention indexer's key cache" if field in DSA_FIELDS
+                                                       else "recurrent or convolution state in layers kvplan reads "
+                                                            "as attention")
         raise KvplanError(f"{cfg.where}: kvplan cannot lay out {model_type or 'this model'}'s cache: its config has "
                           f"{field} ({what}), which kvplan does not model, so its KV figures would be wrong")
 
@@ -141,11 +193,13 @@ def read_kv_heads(cfg: Fields, model_type: str, heads: int) -> int:
 
 
 
-def read_head_dim(cfg: Fields, hidden: int, heads: int) -> int:
+def read_head_dim(cfg: Fields, hidden: int, heads: int, model_type: str = "") -> int:
+    """The config's head size, else hidden / heads; families whose modeling rounds that down
+    (HEAD_DIM_ROUNDED_DOWN) take hidden // heads whatever the remainder."""
     explicit = cfg.int("head_dim", "attention_head_dim", "d_kv", "kv_channels", default=None)
     if explicit is not None:
         return explicit
-    if hidden % heads:
+    if hidden % heads and model_type not in HEAD_DIM_ROUNDED_DOWN:
         raise KvplanError(f"{cfg.where}: no head_dim is given and hidden size {hidden} is not a multiple of "
                           f"{heads} heads")
     return hidden // heads
@@ -197,7 +251,7 @@ def layer_types(cfg: Fields, model_type: str, n: int, notes: list[str]) -> list[
     if model_type in ("gemma3_text", "cohere2"):  # every pattern-th layer global, the others slide
         pattern = cfg.int("sliding_window_pattern")
         return ["sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n)]
-    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):  # slide from max_window_layers up
+    if model_type in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "dots1"):  # slide from max_window_layers up
         first = cfg.int("max_window_layers", default=0, minimum=0)
         return ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
     return ["sliding_attention"] * n  # Mistral v0.1, Phi-3: one window on every layer
@@ -242,6 +296,8 @@ def layer_caches(cfg: Fields, model_type: str, types: list[str], kv_heads: int, 
             caches.append(mamba_state(cfg, model_type, i, layer_type))
         elif layer_type == "linear_attention":
             caches.append(gated_deltanet_state(cfg, i))
+        elif layer_type == "minimax_m3_sparse":  # attention and a block-sparse indexer's keys (MiniMax-M3)
+            caches += [FullAttention(layer=i, **attention), IndexerKeys(layer=i, head_dim=cfg.int("index_head_dim"))]
         elif layer_type in ("mlp", "moe"):
             caches.append(NoCache(layer=i, reason=f"{layer_type}-only block"))
         else:
@@ -468,3 +524,58 @@ def refuse_family(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: 
 
 FAMILY_LAYOUTS.update({"gpt_neo": gpt_neo_layout, "mpt": mpt_layout, "xlm": xlm_layout,
                        **dict.fromkeys(UNMODELLED_FAMILIES, refuse_family)})
+
+
+
+def longcat_flash_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """LongCat-Flash: `num_layers` blocks of two MLA sublayers each (transformers `LongcatFlashDecoderLayer`, whose
+    cache layers are 2i and 2i + 1; vLLM likewise), so each block caches two latents."""
+    latent, rope = cfg.int("kv_lora_rank"), cfg.int("qk_rope_head_dim", minimum=0)
+    caches = [MLALatent(layer=i, latent_dim=latent, rope_dim=rope) for i in range(num_layers) for _ in range(2)]
+    return Layout(types=["full_attention"] * num_layers, caches=caches, head_dim=cfg.int("qk_nope_head_dim") + rope)
+
+
+def kimi_linear_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
+    """Kimi Linear: MLA on its full-attention layers, Kimi Delta Attention (a recurrent state) on the others.
+    Which is which: `layer_types` (transformers' `KimiLinearConfig`), else linear_attn_config's full_attn_layers
+    and kda_layers (1-based, as the checkpoint states them and vLLM reads them)."""
+    if cfg.has("layer_types"):
+        types = cfg.list("layer_types", str, length=num_layers)
+    else:
+        linear = cfg.mapping("linear_attn_config")
+        full, kda = linear.list("full_attn_layers", int), linear.list("kda_layers", int)
+        if sorted(full + kda) != list(range(1, num_layers + 1)):
+            raise KvplanError(f"{linear.where}: full_attn_layers and kda_layers must number each of the "
+                              f"{num_layers} layers once, from 1")
+        types = ["full_attention" if i + 1 in full else "linear_attention" for i in range(num_layers)]
+    if set(types) - {"full_attention", "linear_attention"}:
+        raise KvplanError(f"{cfg.where}: field layer_types must hold full_attention or linear_attention, got "
+                          f"{sorted(set(types) - {'full_attention', 'linear_attention'})}")
+    latent, rope = cfg.int("kv_lora_rank"), cfg.int("qk_rope_head_dim", minimum=0)
+    caches = [MLALatent(layer=i, latent_dim=latent, rope_dim=rope) if kind == "full_attention" else kda_state(cfg, i)
+              for i, kind in enumerate(types)]
+    return Layout(types=types, caches=caches, head_dim=cfg.int("qk_nope_head_dim") + rope)
+
+
+def kda_dims(cfg: Fields) -> tuple[int, int, int]:
+    """(heads, head_dim, conv kernel) of Kimi Delta Attention: linear_attn_config's num_heads, head_dim and
+    short_conv_kernel_size (the checkpoint's, which vLLM reads), else transformers' flat linear_* fields."""
+    linear = cfg.mapping("linear_attn_config")
+    if linear.has("num_heads"):
+        return linear.int("num_heads"), linear.int("head_dim"), linear.int("short_conv_kernel_size")
+    return cfg.int("linear_num_heads"), cfg.int("linear_head_dim"), cfg.int("linear_conv_kernel_dim")
+
+
+def kda_state(cfg: Fields, layer: int) -> RecurrentState:
+    """Kimi Delta Attention state, as vLLM's `kda_state_shape` / `kda_state_dtype` size it: a short convolution
+    over q, k and v, 3 x H x D channels x (kernel - 1) inputs in the model dtype, and an H x D x D recurrent state
+    in fp32 (mamba_ssm_cache_dtype "auto")."""
+    kda_heads, head_dim, kernel = kda_dims(cfg)
+    return RecurrentState(layer=layer, mixer="kda", conv_elements=3 * kda_heads * head_dim * (kernel - 1),
+                          ssm_elements=kda_heads * head_dim * head_dim, ssm_dtype="fp32",
+                          conv_kernel=kernel if kernel > 1 else None)
+
+
+FAMILY_LAYOUTS["longcat_flash"] = longcat_flash_layout
+FAMILY_LAYOUTS["kimi_linear"] = kimi_linear_layout
+

@@ -8,7 +8,16 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 from kvplan.errors import KvplanError
-from kvplan.model import FullAttention, MLALatent, NoCache, ParamCounts, RecurrentState, SlidingWindow, Widths
+from kvplan.model import (
+    FullAttention,
+    IndexerKeys,
+    MLALatent,
+    NoCache,
+    ParamCounts,
+    RecurrentState,
+    SlidingWindow,
+    Widths,
+)
 from kvplan.sources.hf_config.families import (
     ATTENTION_FREE,
     CORRECTION_BIAS_ROUTERS,
@@ -19,7 +28,7 @@ from kvplan.sources.hf_config.families import (
     Family,
 )
 from kvplan.sources.hf_config.fields import Fields
-from kvplan.sources.hf_config.layout import Layout, read_kv_heads
+from kvplan.sources.hf_config.layout import Layout, kda_dims, read_kv_heads
 from kvplan.sources.hf_config.mamba import mamba_params
 from kvplan.sources.hf_config.vision import git_vision, phi4_multimodal_encoders
 
@@ -100,12 +109,24 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
             moe.add(totals, hidden)
             if mlp_bias and moe.shared_intermediate:  # the shared experts are the family's MLP, biases included
                 totals["other"] += 2 * moe.shared_intermediate + hidden
+            if family.moe_output_norm:
+                totals["other"] += hidden
+            if family.gated_norms:  # post_attention_layernorm is gated on MoE layers
+                totals["other"] += 2 * hidden * cfg.int("gated_norm_rank")
         else:
             totals["mlp"] += _dense_mlp(cfg, model_type, family, hidden)
             totals["other"] += _activation_params(cfg)
             if mlp_bias:
                 totals["other"] += _mlp_bias(cfg, model_type, family, hidden)
         totals["other"] += layer_norms * norm
+        if family.gated_norms:  # input_layernorm's gate: fc1 hidden -> rank, fc2 rank -> hidden
+            totals["other"] += 2 * hidden * cfg.int("gated_norm_rank")
+        if family.hyper_connections:  # attention's and MLP's: fn (2 n x n h), base (2 n), scale (2)
+            streams = cfg.int("hc_mult")
+            totals["other"] += 2 * (2 * streams * streams * hidden + 2 * streams + 2)
+    if family.hyper_connections:  # the head's: hc_fn (n x n h), hc_base (n), hc_scale (1)
+        streams = cfg.int("hc_mult")
+        totals["other"] += streams * streams * hidden + streams + 1
     return ParamCounts(embedding=embedding, lm_head=lm_head, **totals)
 
 
@@ -120,7 +141,7 @@ def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layou
     if model_type in ATTENTION_FREE:
         return Widths(hidden=hidden, mlp_intermediate=0, mlp_activation=str(cfg.get("hidden_act", default="silu")))
     moe = MoE.read(cfg, model_type)
-    dense = moe is None or any(not moe.on_layer(i) for i in range(len(layout.types)))
+    dense = moe is None or model_type == "longcat_flash" or any(not moe.on_layer(i) for i in range(len(layout.types)))
     intermediate = intermediate_size(cfg, model_type, hidden) if dense else 0
     if moe is not None:
         intermediate = max(intermediate, moe.shared_intermediate)
@@ -160,6 +181,8 @@ def intermediate_size(cfg: Fields, model_type: str, hidden: int) -> int:
         return cfg.int("shared_intermediate_size")
     if model_type == "moshi":  # fc1 makes the gate and up halves together, ffn_dim wide (MoshiGatingMLP)
         return cfg.int("ffn_dim") // 2
+    if model_type == "minimax_m3_vl_text":  # its experts are intermediate_size wide, its dense MLPs this
+        return cfg.int("dense_intermediate_size")
     # Cohere2-MoE's dense prefix layers are prefix_dense_intermediate_size wide; its intermediate_size is the experts'
     return cfg.int("prefix_dense_intermediate_size", "intermediate_size", "n_inner", "ffn_hidden_size", "ffn_dim",
                    "dff", "dim_ff")
@@ -207,10 +230,17 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
                   head_dim: int) -> tuple[int, int]:
     """(matrix params, other params) of a layer's attention or recurrent mixer."""
     if isinstance(cache, MLALatent):
-        return _mla_params(cfg, hidden, heads)
+        matrices, other = _mla_params(cfg, hidden, heads, family.gated_query)
+        if family.output_gate:  # Hy V4: gate_proj to one v_head_dim gate per head, and a sink logit per head
+            matrices, other = matrices + hidden * heads * cfg.int("v_head_dim"), other + heads
+        return matrices, other
+    if isinstance(cache, IndexerKeys):
+        return _indexer_params(cfg, model_type, hidden, cache.head_dim)
     if isinstance(cache, RecurrentState):
         if cache.mixer == "gated_deltanet":
             return _gated_deltanet_params(cfg, hidden)
+        if cache.mixer == "kda":
+            return _kda_params(cfg, hidden)
         return mamba_params(cfg, model_type, cache.mixer)
     if isinstance(cache, NoCache):
         replaced = "replaced by a linear" in cache.reason
@@ -231,20 +261,38 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
         other += norm_width * (2 if family.qk_norm_bias else 1)
     if family.attention_sinks or (model_type == "mimo_v2_flash" and isinstance(cache, SlidingWindow)):
         other += heads  # attention sinks: one learned logit per head
+    if family.output_gate:  # Beam: gate_proj (hidden -> heads x head_dim) and gate_bias
+        matrices += hidden * heads * head_dim
+        other += heads
     return matrices, other
 
 
 
-def _mla_params(cfg: Fields, hidden: int, heads: int) -> tuple[int, int]:
-    """DeepSeek MLA: q via q_lora_rank (or direct), kv_a (latent + rope), kv_b (latent -> heads), o."""
+def _mla_params(cfg: Fields, hidden: int, heads: int, gated_query: bool = False) -> tuple[int, int]:
+    """DeepSeek MLA: q via q_lora_rank (or direct), kv_a (latent + rope), kv_b (latent -> heads), o.
+    A gated query (A.X-K2 q_gate_proj) maps the query latent, normed and raw side by side (2 x q_lora_rank), to
+    each head's query and a v_head_dim output gate."""
     nope, rope, v = cfg.int("qk_nope_head_dim"), cfg.int("qk_rope_head_dim", minimum=0), cfg.int("v_head_dim")
     latent = cfg.int("kv_lora_rank")
     q_rank = cfg.int("q_lora_rank", default=None)
     q_head = heads * (nope + rope)
     q = hidden * q_rank + q_rank * q_head if q_rank else hidden * q_head
+    if gated_query:
+        q = hidden * cfg.int("q_lora_rank") + 2 * cfg.int("q_lora_rank") * heads * (nope + rope + v)
     matrices = q + hidden * (latent + rope) + latent * heads * (nope + v) + heads * v * hidden
     return matrices, latent + (q_rank or 0)  # kv_a_layernorm, q_a_layernorm
 
+
+
+def _indexer_params(cfg: Fields, model_type: str, hidden: int, head_dim: int) -> tuple[int, int]:
+    """A DSA indexer (transformers `DeepseekV32Indexer`): wq_b from the query latent to index_n_heads x head_dim,
+    wk to one head_dim key, weights_proj to one weight per head; k_norm is a LayerNorm (weight and bias).
+    MiniMax-M3's (`MiniMaxM3VLIndexer`): q_proj and k_proj from the hidden state, RMSNorms on q and k."""
+    index_heads = cfg.int("index_n_heads")
+    if model_type == "minimax_m3_vl_text":
+        return hidden * (index_heads + 1) * head_dim, 2 * head_dim
+    matrices = cfg.int("q_lora_rank") * index_heads * head_dim + hidden * head_dim + hidden * index_heads
+    return matrices, 2 * head_dim
 
 
 def _gated_deltanet_params(cfg: Fields, hidden: int) -> tuple[int, int]:
@@ -254,6 +302,18 @@ def _gated_deltanet_params(cfg: Fields, hidden: int) -> tuple[int, int]:
     key_dim, value_dim = hk * dk, hv * dv
     matrices = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * hv + value_dim * hidden
     other = (2 * key_dim + value_dim) * kernel + 2 * hv + dv
+    return matrices, other
+
+
+
+def _kda_params(cfg: Fields, hidden: int) -> tuple[int, int]:
+    """Kimi Delta Attention (transformers `KimiLinearDeltaAttention`): q, k, v projections to H x D each, their
+    depthwise conv1d (no bias), the forget gate's low-rank f_a / f_b with dt_bias (H x D) and A_log (H), b_proj to
+    one beta per head, the output gate's low-rank g_a / g_b, a gated RMSNorm over D and o_proj."""
+    kda_heads, head_dim, kernel = kda_dims(cfg)
+    width = kda_heads * head_dim
+    matrices = 4 * hidden * width + 2 * (hidden * head_dim + head_dim * width) + hidden * kda_heads
+    other = 3 * width * kernel + width + kda_heads + head_dim
     return matrices, other
 
 
@@ -298,7 +358,9 @@ class MoE:
         if top_k > n:
             raise KvplanError(f"{cfg.where}: {top_k} experts per token but only {n} experts: "
                               "num_experts_per_tok cannot exceed the expert count")
-        size = cfg.int("moe_intermediate_size", "intermediate_size")
+        size = cfg.int("moe_intermediate_size", "expert_ffn_hidden_size", "intermediate_size")
+        if model_type == "hunyuan_v1_moe":  # experts and the one shared MLP are intermediate_size wide
+            size = cfg.int("intermediate_size")
         expert, bias, router = 3 * hidden * size, 0, hidden * n
         if model_type == "gpt_oss":  # gate_up_proj + down_proj with biases; router with bias
             bias, router = 2 * size + hidden, hidden * n + n
@@ -313,34 +375,13 @@ class MoE:
                 router += hidden  # shared_expert_gate
         elif cfg.has("shared_intermediate_size"):  # Granite MoE's shared_mlp
             shared_size = cfg.int("shared_intermediate_size", minimum=0)
-        elif model_type == "llama4_text":
+        elif model_type in ("llama4_text", "hunyuan_v1_moe"):
             shared_size = size
+        elif model_type == "minimax_m3_vl_text":
+            shared_size = cfg.int("shared_intermediate_size", minimum=0)
         if model_type in CORRECTION_BIAS_ROUTERS:
             router += n  # e_score_correction_bias
-        first_dense = cfg.int("first_k_dense_replace", "num_dense_layers", default=0, minimum=0)  # AFMoE: the latter
-        if first_dense > layers:
-            raise KvplanError(f"{cfg.where}: first_k_dense_replace {first_dense:,} exceeds the {layers} layers")
-        dense = set(range(first_dense))
-        dense |= set(cfg.list("mlp_only_layers", int))
-        if cfg.has("mlp_layer_types"):  # transformers 5's per-layer statement: "dense" or "sparse"
-            kinds = cfg.list("mlp_layer_types", str, length=layers)
-            if set(kinds) - {"dense", "sparse"}:
-                raise KvplanError(f"{cfg.where}: field mlp_layer_types must hold \"dense\" or \"sparse\" for each "
-                                  f"layer, got {sorted(set(kinds) - {'dense', 'sparse'})}")
-            dense |= {i for i, kind in enumerate(kinds) if kind == "dense"}
-        if model_type == "jamba":  # experts on layers i % period == offset
-            period, offset = cfg.int("expert_layer_period"), cfg.int("expert_layer_offset", minimum=0)
-            dense |= {i for i in range(layers) if i % period != offset}
-        elif cfg.has("moe_layer_freq"):  # DeepSeek: experts on layers i % freq == 0 (past first_k_dense_replace)
-            dense |= {i for i in range(layers) if i % cfg.int("moe_layer_freq")}
-        elif cfg.has("moe_layer_start_index"):  # ERNIE 4.5: from start to end (-1: the last layer), every interval-th
-            start, end = cfg.int("moe_layer_start_index", minimum=0), cfg.get("moe_layer_end_index", default=-1)
-            end = layers - 1 if end == -1 else cfg.int("moe_layer_end_index", minimum=0)
-            interval = cfg.int("moe_layer_interval", default=1)
-            dense |= {i for i in range(layers) if not (start <= i <= end and (i + 1) % interval == 0)}
-        else:  # Qwen MoE decoder_sparse_step, Llama 4 interleave_moe_layer_step: every step-th layer
-            step = cfg.int("decoder_sparse_step", "interleave_moe_layer_step", default=1)
-            dense |= {i for i in range(layers) if (i + 1) % step}
+        dense = _dense_layers(cfg, model_type, layers)
         return cls(n, top_k, size, shared_size, expert, bias, 3 * hidden * shared_size, router,
                    frozenset(dense))
 
@@ -352,6 +393,36 @@ class MoE:
         totals["active_experts"] += self.top_k * self.expert_size
         totals["mlp"] += self.shared
         totals["other"] += self.router + self.experts * self.expert_bias
+
+
+def _dense_layers(cfg: Fields, model_type: str, layers: int) -> set[int]:
+    """The layers of an MoE model that keep a dense MLP. transformers 5 states them per layer (`mlp_layer_types`,
+    "dense" or "sparse"), derived from the older fields when a config lacks it, so it alone counts when present."""
+    if cfg.has("mlp_layer_types"):
+        kinds = cfg.list("mlp_layer_types", str, length=layers)
+        if set(kinds) - {"dense", "sparse"}:
+            raise KvplanError(f"{cfg.where}: field mlp_layer_types must hold \"dense\" or \"sparse\" for each "
+                              f"layer, got {sorted(set(kinds) - {'dense', 'sparse'})}")
+        return {i for i, kind in enumerate(kinds) if kind == "dense"}
+    first_dense = cfg.int("first_k_dense_replace", "num_dense_layers", default=0, minimum=0)  # AFMoE: the latter
+    if first_dense > layers:
+        raise KvplanError(f"{cfg.where}: first_k_dense_replace {first_dense:,} exceeds the {layers} layers")
+    dense = set(range(first_dense))
+    dense |= set(cfg.list("mlp_only_layers", int))
+    if model_type == "jamba":  # experts on layers i % period == offset
+        period, offset = cfg.int("expert_layer_period"), cfg.int("expert_layer_offset", minimum=0)
+        dense |= {i for i in range(layers) if i % period != offset}
+    elif cfg.has("moe_layer_freq"):  # DeepSeek: experts on layers i % freq == 0 (past first_k_dense_replace)
+        dense |= {i for i in range(layers) if i % cfg.int("moe_layer_freq")}
+    elif cfg.has("moe_layer_start_index"):  # ERNIE 4.5: from start to end (-1: the last layer), every interval-th
+        start, end = cfg.int("moe_layer_start_index", minimum=0), cfg.get("moe_layer_end_index", default=-1)
+        end = layers - 1 if end == -1 else cfg.int("moe_layer_end_index", minimum=0)
+        interval = cfg.int("moe_layer_interval", default=1)
+        dense |= {i for i in range(layers) if not (start <= i <= end and (i + 1) % interval == 0)}
+    else:  # Qwen MoE decoder_sparse_step, Llama 4 interleave_moe_layer_step: every step-th layer
+        step = cfg.int("decoder_sparse_step", "interleave_moe_layer_step", default=1)
+        dense |= {i for i in range(layers) if (i + 1) % step}
+    return dense
 
 
 # ------------------------------------------------------------------------------------ families with rules of their own
@@ -577,6 +648,8 @@ FAMILY_PARAMS.update({
     "zamba2": partial(zamba_params, model_type="zamba2"),
     "zaya": zaya_params,
 })
+
+
 def gpt_neox_japanese_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
     """GPT-NeoX-Japanese: GPT-2-style blocks with no linear biases (FAMILIES), except the attention output bias
     that only the last layer has (`dense_bias`: use_bias = layer_number == num_hidden_layers - 1)."""
@@ -621,3 +694,25 @@ def xlm_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCou
 
 
 FAMILY_PARAMS.update({"gpt_neox_japanese": gpt_neox_japanese_params, "opt": opt_params, "xlm": xlm_params})
+
+
+def longcat_flash_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
+    """LongCat-Flash blocks (transformers `LongcatFlashDecoderLayer`, vLLM `longcat_flash.py`): two MLA sublayers,
+    two dense MLPs (ffn_hidden_size) and their four norms, and one MoE of n_routed_experts experts
+    (expert_ffn_hidden_size) whose router also scores zero_expert_num zero-compute (identity) experts: a
+    classifier and a correction bias over n + zero columns, no weights for the zero ones. transformers allocates
+    gate_up_proj rows for the zero experts too (`LongcatFlashExperts`), which checkpoints do not hold."""
+    vocab, blocks = cfg.int("vocab_size"), len(layout.types)
+    moe = MoE.read(cfg, "longcat_flash")
+    scored = moe.experts + cfg.int("zero_expert_num", default=0, minimum=0)
+    attention, mla_other = (2 * blocks * part for part in _mla_params(cfg, hidden, heads))
+    router = hidden * scored + scored + (scored if cfg.flag("router_bias") else 0)
+    return ParamCounts(
+        embedding=vocab * hidden, lm_head=0 if cfg.flag("tie_word_embeddings") else vocab * hidden,
+        attention=attention, mlp=blocks * 2 * 3 * hidden * cfg.int("ffn_hidden_size", "intermediate_size"),
+        experts=blocks * moe.experts * moe.expert_size, active_experts=blocks * moe.top_k * moe.expert_size,
+        other=mla_other + blocks * (router + 4 * hidden) + hidden)
+
+
+FAMILY_PARAMS["longcat_flash"] = longcat_flash_params
+
