@@ -69,6 +69,16 @@ def assert_one_line_error(code: int, err: str, *fragments: str) -> None:
         assert fragment.lower() in lines[0].lower(), (fragment, lines[0])
 
 
+def assert_error_after_progress(code: int, err: str, *fragments: str) -> None:
+    """A profile failing part-way: the notice and the phase lines it printed before ("note: ...", "kvplan: ..."),
+    then the one error line."""
+    lines = err.strip().splitlines()
+    started = [line for line in lines if line.startswith("note: ") or
+               (line.startswith("kvplan: ") and not line.startswith("kvplan: error:"))]
+    assert lines[:len(started)] == started, err
+    assert_one_line_error(code, "\n".join(lines[len(started):]), *fragments)
+
+
 def run_python(code: str, timeout: float = 30) -> subprocess.CompletedProcess:
     """A snippet in a fresh interpreter, killed after `timeout` seconds (for things that must finish
     quickly)."""

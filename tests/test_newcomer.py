@@ -197,6 +197,6 @@ def test_a_cpu_profile_says_what_it_costs_and_what_it_leaves_out(monkeypatch, ca
                               "--device", "cpu", "--layers", "2", "--decode-steps", "2", "--dtype", "fp32")
     assert code == 0, err
     lines = err.splitlines()
-    assert any("TFLOP of matmuls" in line and "GFLOP/s" in line for line in lines)
+    assert any("FLOP of matmuls" in line and "GFLOP/s" in line for line in lines)
     assert any(line.startswith("kvplan: prefill: 1 x 38 tokens: done in") for line in lines)
     assert "hold no full attention layer" in " ".join(out.split()) and "--layers 6" in out

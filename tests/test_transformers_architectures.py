@@ -5,7 +5,7 @@ import json
 
 import pytest
 from archkit import shrunk
-from conftest import assert_one_line_error, run_main
+from conftest import assert_error_after_progress, run_main
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -22,18 +22,18 @@ def test_a_config_transformers_rejects_is_one_line(tmp_path, monkeypatch, capsys
     path = edited_copy(tmp_path, "glm4", rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0})
     code, _, err = run_main(monkeypatch, capsys, "profile", "--model", path, "--ctx", "40", "--device", "cpu",
                             "--layers", "1", "--decode-steps", "2")
-    assert_one_line_error(code, err, "rejects this glm4 config", "factor")
+    assert_error_after_progress(code, err, "rejects this glm4 config", "factor")
 
 
 def test_a_model_transformers_cannot_build_is_one_line(tmp_path, monkeypatch, capsys):
     path = edited_copy(tmp_path, "glm4", hidden_act="no_such_activation")
     code, _, err = run_main(monkeypatch, capsys, "profile", "--model", path, "--ctx", "40", "--device", "cpu",
                             "--layers", "1", "--decode-steps", "2")
-    assert_one_line_error(code, err, "failed building its glm4 model", "no_such_activation")
+    assert_error_after_progress(code, err, "failed building its glm4 model", "no_such_activation")
 
 
 def test_model_code_failing_is_one_line(tmp_path, monkeypatch, capsys):
     """X-MOD's forward raises until a language is set: transformers' code failing on a config it accepted."""
     code, _, err = run_main(monkeypatch, capsys, "profile", "--model", edited_copy(tmp_path, "xmod"), "--ctx", "40",
                             "--device", "cpu", "--layers", "1", "--decode-steps", "2")
-    assert_one_line_error(code, err, "failed running xmod on 1 x 38 tokens", "ValueError")
+    assert_error_after_progress(code, err, "failed running xmod on 1 x 38 tokens", "ValueError")

@@ -222,8 +222,7 @@ class Session:
         self.device, self.vocab, self.cache, self.ctx = device, vocab, cache, ctx
         parameters = inspect.signature(model.forward).parameters
         self.logits_to_keep = "logits_to_keep" in parameters
-        # Mamba and Mamba-2 take their cache as cache_params (generate() names it so for them)
-        self.cache_name = "cache_params" if "past_key_values" not in parameters else "past_key_values"
+        self.cache_name = runtime.cache_argument(model)
         self.generator = torch.Generator(device=device).manual_seed(1)
 
     def new_cache(self):
@@ -358,7 +357,7 @@ def _cpu_time_notice(torch, spec: ModelSpec, dtype: str, batch: int, ctx: int) -
     layers = spec.params.active - spec.params.embedding - spec.params.lm_head
     work = 2 * layers * batch * ctx
     seconds = work / rates[dtype]
-    text = (f"a CPU profile: about {work / 1e12:,.2f} TFLOP of matmuls, roughly {_duration(seconds)} at the "
+    text = (f"a CPU profile: about {_flop(work)} of matmuls, roughly {_duration(seconds)} at the "
             f"{rates[dtype] / 1e9:,.0f} GFLOP/s this CPU runs in {dtype}")
     if dtype != "fp32" and rates["fp32"] > 1.5 * rates[dtype]:
         text += f" (--dtype fp32 runs at {rates['fp32'] / 1e9:,.0f} GFLOP/s here: this CPU has no fast {dtype})"
@@ -380,7 +379,13 @@ def _matmul_rate(torch, dtype: str) -> float:
     return 2 * CPU_PROBE**3 / max(best, 1e-9)
 
 
+def _flop(work: float) -> str:
+    return f"{work / 1e12:,.1f} TFLOP" if work >= 1e12 else f"{work / 1e9:,.1f} GFLOP"
+
+
 def _duration(seconds: float) -> str:
+    if seconds < 1:
+        return "under a second"
     return f"{seconds:,.0f} s" if seconds < 120 else f"{seconds / 60:,.0f} min"
 
 

@@ -315,7 +315,16 @@ def cache_layers(cache, model=None) -> list[LayerBytes]:
     return out
 
 
-OWN_CACHE_ARGUMENTS = ("past_key_values", "cache_params", "state")
+# The forward argument (and output field) that carries the cache: `cache` from transformers 5.24 (which keeps
+# past_key_values and cache_params as deprecated aliases some models drop), past_key_values before it (cache_params
+# for Mamba), `state` for RWKV-style models.
+CACHE_ARGUMENTS = ("cache", "past_key_values", "cache_params", "state")
+
+
+def cache_argument(model) -> str:
+    """The first of CACHE_ARGUMENTS this model's forward takes."""
+    arguments = inspect.signature(model.forward).parameters
+    return next(name for name in CACHE_ARGUMENTS if name in arguments)
 
 
 def new_cache(transformers, model, static_len: int | None = None):
@@ -325,8 +334,7 @@ def new_cache(transformers, model, static_len: int | None = None):
     from transformers import DynamicCache, StaticCache
 
     if not model._supports_default_dynamic_cache():
-        arguments = inspect.signature(model.forward).parameters
-        return ModelCache(next(name for name in OWN_CACHE_ARGUMENTS if name in arguments))
+        return ModelCache(cache_argument(model))
     config = model.config.get_text_config(decoder=True)
     if static_len:
         return StaticCache(config=config, max_cache_len=static_len)
