@@ -4,8 +4,15 @@
                         or exactly --kv-budget
     max users at ctx  = replicas x the largest N whose pool.peak_bytes(N, ctx) fits the budget on every stage
     max ctx for N     = the largest ctx whose pool.peak_bytes(N / replicas, ctx) fits it on every stage
-peak_bytes is the KV the engine allocates (pool.bytes_for) plus activations that grow with the batch, which
-only transformers has (it prefills the whole batch in one pass; the others' activations are fixed overhead).
+peak_bytes is the KV the engine allocates plus activations that grow with the batch, which only transformers has
+(it prefills the whole batch in one pass; the others' activations are fixed overhead). The KV is counted two ways,
+which differ for sliding-window and chunked models under vLLM:
+    at start-up  (pool.bytes_for): what the engine reserves per request to admit it, vLLM's start-up check and
+                 its logged "Maximum concurrency": each request's window plus all in-flight tokens;
+    steady decode (pool.steady_bytes_for): what the requests hold while decoding without preemption, windows
+                 freed as they slide, the in-flight tokens' blocks counted once for the engine.
+The headline `max_concurrent_users` is the steady-decode figure (0 where the start-up check fails: the engine
+refuses to start); `max_users_at_startup` the other.
 Tensor parallelism splits KV heads, max(1, kv_heads // tp) per GPU (replicated when tp > kv_heads), and
 recurrent state, never the MLA latent; pipeline parallelism splits layers into stages (vLLM's
 `get_pp_indices`) and the fullest stage binds; GPUs beyond tp x pp are data-parallel replicas.
@@ -99,7 +106,10 @@ class Capacity(BaseModel):
     engine_activation_bytes_for_users: int = 0  # activations that grow with the batch (transformers prefill)
     engine_activation_bytes_per_sequence: int = 0
     engine_kv_bytes_per_sequence_decode: int  # what a sequence holds in steady decode (sliding layers trimmed)
-    max_concurrent_users: int
+    engine_kv_bytes_in_flight: int = 0  # what the in-flight tokens add to the steady hold, once for the engine
+    max_concurrent_users: int = Field(description="users served at ctx in steady decode without preemption")
+    max_users_at_startup: int = Field(description="users the engine's start-up reservation admits (vLLM's "
+                                      "start-up check and logged maximum concurrency)")
     max_ctx_for_users: int | None
     avg_ctx: int | None
     max_users_at_avg_ctx: int | None
@@ -252,42 +262,50 @@ def parallelism(engine_name: str, gpus: int | None, tp: int | None, pp: int | No
 UNBOUNDED_USERS = 2**40  # a count no GPU serves; fitting this many means the pool does not grow with users
 
 
-def max_users(pool: KVPool, budget: int, ctx: int, prefix: int = 0) -> int:
-    """The largest N with pool.peak_bytes(N, ctx) <= budget (0 if not even one fits).
+def max_users(pool: KVPool, budget: int, ctx: int, prefix: int = 0, steady: bool = False) -> int:
+    """The largest N with pool.peak_bytes(N, ctx) <= budget (0 if not even one fits); `steady`: counting what
+    the users hold in steady decode rather than what the engine reserves to admit them.
 
     The search starts at budget // peak_bytes(1), where pools linear in N (most) already have the answer, and
     gallops from there to a bracket, peak_bytes(low) <= budget < peak_bytes(high), before bisecting it."""
-    one = pool.peak_bytes(1, ctx, prefix)
+    def peak(users: int) -> int:
+        return pool.peak_bytes(users, ctx, prefix, steady)
+
+    one = peak(1)
     if one > budget:
         return 0
-    if pool.peak_bytes(UNBOUNDED_USERS, ctx, prefix) <= budget:  # users cost nothing: the search would not end
+    if peak(UNBOUNDED_USERS) <= budget:  # users cost nothing: the search would not end
         raise KvplanError(f"at {ctx:,} tokens users need no KV memory of their own, so there is no user limit")
     guess = max(1, budget // one) if one > 0 else 1
-    if pool.peak_bytes(guess, ctx, prefix) <= budget:
+    if peak(guess) <= budget:
         low, step = guess, 1
-        while pool.peak_bytes(low + step, ctx, prefix) <= budget:
+        while peak(low + step) <= budget:
             low, step = low + step, step * 2
         high = low + step
     else:
         high, step = guess, 1
-        while high - step > 1 and pool.peak_bytes(high - step, ctx, prefix) > budget:
+        while high - step > 1 and peak(high - step) > budget:
             high, step = high - step, step * 2
         low = max(1, high - step)
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (mid, high) if pool.peak_bytes(mid, ctx, prefix) <= budget else (low, mid)
+        low, high = (mid, high) if peak(mid) <= budget else (low, mid)
     return low
 
 
 def max_ctx(pool: KVPool, budget: int, users: int, limit: int, prefix: int = 0) -> int:
-    """The largest ctx in [max(1, prefix), limit] with pool.peak_bytes(users, ctx) <= budget (0 if none)."""
+    """The largest ctx in [max(1, prefix), limit] at which `users` are served (0 if none): the engine starts
+    with max_model_len ctx (one request's reservation fits) and the users' steady-decode hold fits."""
+    def fits(ctx: int) -> bool:
+        return pool.peak_bytes(1, ctx, prefix) <= budget and pool.peak_bytes(users, ctx, prefix, True) <= budget
+
     low = max(1, prefix)
-    if pool.peak_bytes(users, low, prefix) > budget:
+    if not fits(low):
         return 0
     high = limit + 1
     while high - low > 1:
         mid = (low + high) // 2
-        low, high = (mid, high) if pool.peak_bytes(users, mid, prefix) <= budget else (low, mid)
+        low, high = (mid, high) if fits(mid) else (low, mid)
     return low
 
 
@@ -380,14 +398,26 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
                        overhead_bytes, breakdown, budget, stages, pools, notes)
 
 
+class UsersServed(NamedTuple):
+    """Users at ctx on every stage, times the replicas: in steady decode (the headline) and as the start-up
+    reservation admits them; `binding` is the stage that binds the headline."""
+
+    steady: int
+    at_startup: int
+    binding: KVPool
+
+
 def _users_at(model: ModelSpec, pools: list[KVPool], budget: int, ctx: int, prefix: int,
-              replicas: int) -> tuple[int, KVPool]:
-    """Users that fit at ctx on every stage, times the replicas, and the stage that binds. A user costs its cache
-    and, where the engine's activations grow with the batch (transformers), its share of them."""
+              replicas: int) -> UsersServed:
+    """A user costs its cache and, where the engine's activations grow with the batch (transformers), its share
+    of them. The steady figure is 0 where not one request passes the start-up check, and never below the
+    start-up figure (what the engine admits it holds)."""
     if max(p.peak_bytes(1, ctx) - p.peak_bytes(0, ctx) for p in pools) == 0:
         raise KvplanError(f"{model.name} keeps no per-sequence cache: memory does not bound its concurrency")
-    per_stage = [max_users(p, budget, ctx, prefix) for p in pools]
-    return min(per_stage) * replicas, pools[per_stage.index(min(per_stage))]
+    at_startup = min(max_users(p, budget, ctx, prefix) for p in pools)
+    per_stage = [max_users(p, budget, ctx, prefix, steady=True) if at_startup else 0 for p in pools]
+    steady = max(min(per_stage), at_startup)
+    return UsersServed(steady * replicas, at_startup * replicas, pools[per_stage.index(min(per_stage))])
 
 
 def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
@@ -403,13 +433,14 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     engine, pools, budget = d.engine, d.pools, d.budget
     notes = list(dict.fromkeys([*d.notes, *(note for p in pools for note in p.notes)]))
     ctx, prefix = workload.ctx, workload.shared_prefix
-    users, binding = _users_at(model, pools, budget, ctx, prefix, parallel.replicas)
+    served = _users_at(model, pools, budget, ctx, prefix, parallel.replicas)
+    users, binding = served.steady, served.binding
     need = math.ceil(workload.target / parallel.replicas)
     limit = model.max_context or SEARCH_LIMIT
     longest = min(max_ctx(p, budget, need, limit, prefix) for p in pools) if workload.users else None
     at_avg = None
     if workload.avg_ctx:
-        at_avg = min(max_users(p, budget, workload.avg_ctx, prefix) for p in pools) * parallel.replicas
+        at_avg = min(max_users(p, budget, workload.avg_ctx, prefix, steady=True) for p in pools) * parallel.replicas
     result = Capacity(
         engine=engine.name, engine_version=engine.version, engine_version_given=engine.version_given,
         engine_assumptions=engine.assumptions(), gpu=hardware.name, gpu_memory_bytes=hardware.memory_bytes,
@@ -421,12 +452,14 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         kv_budget_given=kv_budget is not None,
         engine_kv_bytes_per_sequence=binding.bytes_per_sequence(ctx), users=workload.target,
         engine_kv_bytes_per_sequence_decode=binding.bytes_per_sequence_decode(ctx),
-        engine_kv_bytes_for_users=max(p.bytes_for(need, ctx, prefix) for p in pools),
+        engine_kv_bytes_in_flight=(binding.steady_bytes_for(1, ctx) - binding.steady_bytes_for(0, ctx)
+                                   - binding.bytes_per_sequence_decode(ctx)),
+        engine_kv_bytes_for_users=max(p.steady_bytes_for(need, ctx, prefix) for p in pools),
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),
         engine_activation_bytes_per_sequence=binding.activation_bytes(1, ctx),
-        max_concurrent_users=users, max_ctx_for_users=longest, avg_ctx=workload.avg_ctx,
-        max_users_at_avg_ctx=at_avg, shared_prefix=prefix, fits=users >= workload.target, reasons=[],
-        suggestions=[], notes=notes,
+        max_concurrent_users=users, max_users_at_startup=served.at_startup, max_ctx_for_users=longest,
+        avg_ctx=workload.avg_ctx, max_users_at_avg_ctx=at_avg, shared_prefix=prefix, fits=users >= workload.target,
+        reasons=[], suggestions=[], notes=notes,
         **(_vllm_numbers(binding, budget, ctx) if isinstance(binding, VllmPool) else {}),
     )
     if result.fits:
@@ -466,8 +499,8 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
         stages[layout] = d.stages
         row = []
         for ctx in ctxs:
-            users, binding = _users_at(model, d.pools, d.budget, ctx, 0, parallel.replicas)
-            row.append(UsersAt(users, binding.bytes_per_sequence(ctx), d.budget))
+            served = _users_at(model, d.pools, d.budget, ctx, 0, parallel.replicas)
+            row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget))
         out.append(row)
     return out
 
@@ -511,7 +544,10 @@ def _reason(cap: Capacity) -> str:
         return (f"one sequence of {cap.ctx:,} tokens needs {_gib(cap.engine_kv_bytes_per_sequence)} of KV "
                 f"cache{also}; the budget is {_gib(cap.kv_budget_bytes)}")
     verb = "fits" if cap.max_concurrent_users == 1 else "fit"
-    each = f"{_gib(cap.engine_kv_bytes_per_sequence)} each" + (f", {_gib(activations)} activations" if also else "")
+    each = f"{_gib(cap.engine_kv_bytes_per_sequence_decode)} each"
+    if cap.engine_kv_bytes_in_flight:
+        each += f" in steady decode, {_gib(cap.engine_kv_bytes_in_flight)} in flight"
+    each += f", {_gib(activations)} activations" if also else ""
     return f"{users_label(cap.max_concurrent_users)} {verb} at {cap.ctx:,} tokens ({each}); {cap.users:,} asked"
 
 

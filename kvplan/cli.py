@@ -70,6 +70,8 @@ AvgCtx = _flag(str | None, "mean tokens per user, for paged engines")
 SharedPrefix = _flag(str | None, "system-prompt tokens every user shares (prefix caching)")
 BlockSize = _flag(int | None, "KV block size in tokens (vLLM; TensorRT-LLM tokens_per_block)")
 BatchedTokens = _flag(int | None, "vLLM --max-num-batched-tokens")
+AsyncScheduling = _flag(bool | None, "vLLM async scheduling (default on; off on vLLM's CPU backend)",
+                        "--async-scheduling/--no-async-scheduling")
 KvUnified = _flag(bool | None, "llama.cpp unified KV cache", "--kv-unified/--no-kv-unified")
 SwaFull = _flag(bool, "llama.cpp: full-size cache for sliding-window layers", "--swa-full")
 CacheImpl = _flag(str | None, "transformers cache: dynamic (default) or static")
@@ -88,8 +90,8 @@ def estimate(
     engine: Engine = None, engine_version: EngineVersion = None, gpu_memory_utilization: Fraction = None,
     kv_budget: KvBudget = None, overhead: Overhead = None, users: Users = None, avg_ctx: AvgCtx = None,
     shared_prefix: SharedPrefix = None, block_size: BlockSize = None,
-    max_num_batched_tokens: BatchedTokens = None, kv_unified: KvUnified = None, swa_full: SwaFull = False,
-    cache_implementation: CacheImpl = None,
+    max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
+    kv_unified: KvUnified = None, swa_full: SwaFull = False, cache_implementation: CacheImpl = None,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
@@ -108,15 +110,16 @@ def estimate(
     if weights_dtype:
         check_weights(weights_dtype)
     capacity_flags = (gpu, vram, gpus, tp, pp, engine, engine_version, gpu_memory_utilization, kv_budget,
-                      overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens, kv_unified,
-                      cache_implementation)
+                      overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
+                      async_scheduling, kv_unified, cache_implementation)
     spec = load_model(model, revision, token)
     cap = None
     if any(flag is not None for flag in capacity_flags) or swa_full:
         from kvplan import capacity
 
-        options = _engine_options(engine_version, gpu_memory_utilization, block_size, max_num_batched_tokens,
-                                  kv_unified, swa_full, cache_implementation)
+        options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
+                                  batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
+                                  kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation)
         workload = capacity.Workload(
             ctx=tokens, users=users if users is not None else batch,
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
@@ -149,7 +152,8 @@ def estimate(
         raise typer.Exit(DOES_NOT_FIT)
 
 
-def _engine_options(version, fraction, block_size, batched_tokens, kv_unified, swa_full, cache):
+def _engine_options(*, version=None, fraction=None, block_size=None, batched_tokens=None, async_scheduling=None,
+                    kv_unified=None, swa_full=False, cache=None):
     from kvplan.engines import EngineOptions
 
     _counts(block_size=block_size, max_num_batched_tokens=batched_tokens)
@@ -158,7 +162,8 @@ def _engine_options(version, fraction, block_size, batched_tokens, kv_unified, s
     if cache not in (None, "dynamic", "static"):
         raise KvplanError(f"--cache-implementation is dynamic or static, got {cache!r}")
     return EngineOptions(version=version, memory_fraction=fraction, block_size=block_size,
-                         max_num_batched_tokens=batched_tokens, kv_unified=kv_unified,
+                         max_num_batched_tokens=batched_tokens, async_scheduling=async_scheduling,
+                         kv_unified=kv_unified,
                          swa_full=swa_full or None, cache_implementation=cache)
 
 
@@ -208,8 +213,8 @@ def plan(
     token: Token = None,
     gpu: Gpu = None, vram: Vram = None, engine: Engine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None, block_size: BlockSize = None,
-    max_num_batched_tokens: BatchedTokens = None, kv_unified: KvUnified = None, swa_full: SwaFull = False,
-    cache_implementation: CacheImpl = None,
+    max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
+    kv_unified: KvUnified = None, swa_full: SwaFull = False, cache_implementation: CacheImpl = None,
     max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider")] = 64,
     as_json: Json = False,
 ) -> None:
@@ -227,8 +232,9 @@ def plan(
                           "it)")
     if hardware.memory_bytes is None:
         raise KvplanError("plan needs a GPU: give --gpu or --vram")
-    options = _engine_options(engine_version, gpu_memory_utilization, block_size, max_num_batched_tokens,
-                              kv_unified, swa_full, cache_implementation)
+    options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
+                              batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
+                              kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation)
     spec = load_model(model, revision, token)
     result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,
                            engine_name=engine or "vllm", options=options,
@@ -333,7 +339,7 @@ def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engi
     names_out.extend(names)
     ctxs = planning.parse_ctxs(ctx)
     gpus = planning.parse_gpus(gpu, vram)
-    options = _engine_options(engine_version, fraction, None, None, None, False, None)
+    options = _engine_options(version=engine_version, fraction=fraction)
     return planning.build(names, ctxs, batch=batch, gpus=gpus, engine_name=engine, options=options,
                           kv_dtype_name=kv_dtype, weights_dtype_name=weights_dtype,
                           overhead=_size(overhead, "--overhead", allow_zero=True), keep_going=keep_going,

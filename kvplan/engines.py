@@ -71,6 +71,7 @@ class EngineOptions(BaseModel):
     memory_fraction: float | None = None
     block_size: int | None = None
     max_num_batched_tokens: int | None = None
+    async_scheduling: bool | None = None
     kv_unified: bool | None = None
     swa_full: bool | None = None
     cache_implementation: Literal["dynamic", "static"] | None = None
@@ -79,6 +80,7 @@ class EngineOptions(BaseModel):
 FLAG_NAMES = {
     "version": "--engine-version", "memory_fraction": "--gpu-memory-utilization",
     "block_size": "--block-size", "max_num_batched_tokens": "--max-num-batched-tokens",
+    "async_scheduling": "--async-scheduling/--no-async-scheduling",
     "kv_unified": "--kv-unified", "swa_full": "--swa-full", "cache_implementation": "--cache-implementation",
 }
 
@@ -145,9 +147,16 @@ class KVPool(ABC):
         `users` sequences of ctx tokens; 0 where the fixed overhead covers it."""
         return 0
 
-    def peak_bytes(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
-        """What `users` sequences of ctx tokens need at the engine's peak: the cache and the batch's activations."""
-        return self.bytes_for(users, ctx, shared_prefix) + self.activation_bytes(users, ctx)
+    def steady_bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
+        """Memory `users` sequences of ctx tokens hold in steady decode, where the engine frees what a sequence no
+        longer reads; the same as bytes_for where it reserves every sequence's whole context."""
+        return self.bytes_for(users, ctx, shared_prefix)
+
+    def peak_bytes(self, users: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int:
+        """What `users` sequences of ctx tokens need at the engine's peak: the cache (as reserved, or as held in
+        steady decode) and the batch's activations."""
+        cache = self.steady_bytes_for if steady else self.bytes_for
+        return cache(users, ctx, shared_prefix) + self.activation_bytes(users, ctx)
 
     def bytes_per_sequence(self, ctx: int) -> int:
         """What the engine reserves or holds for one sequence at ctx."""
@@ -259,7 +268,7 @@ class VllmPool(KVPool):
     """vLLM's block pool: every block costs `block_bytes` (group size x page), whatever group uses it."""
 
     def __init__(self, groups: list[VllmGroup], block_bytes: int, in_flight: int, encoder_tokens: int | None,
-                 batched_tokens: int, log_formula: str, notes: list[str], state_pages: int = 2):
+                 batched_tokens: int, log_formula: str, notes: list[str], state_pages: int):
         self.groups, self.block_bytes, self.in_flight = groups, block_bytes, in_flight
         self.encoder_tokens, self.batched_tokens = encoder_tokens, batched_tokens
         self.log_formula, self.notes, self.state_pages = log_formula, notes, state_pages
@@ -267,8 +276,7 @@ class VllmPool(KVPool):
     def blocks(self, group: VllmGroup, max_len: int) -> int:
         """Blocks one request reserves in one group (`max_memory_usage_bytes` / page):
         full cdiv(L, B); sliding cdiv(min(W - 1 + I, L), B) + 1; chunked cdiv(min(C + I, L), B);
-        Mamba 2 pages in a hybrid (align mode, the default with prefix caching), 1 in an attention-free model
-        (prefix caching is off for them: mamba_cache_mode none); cross-attention cdiv(max_num_encoder_input_tokens,
+        Mamba `state_pages` (Vllm.state_pages); cross-attention cdiv(max_num_encoder_input_tokens,
         B), which vLLM sets to max_num_batched_tokens (`SchedulerConfig`), at least L for an encoder-decoder, whose
         chunked prefill is off (`EngineArgs`; vLLM refuses a smaller --max-num-batched-tokens)."""
         b, window = group.block_size, group.window
@@ -313,6 +321,22 @@ class VllmPool(KVPool):
     def bytes_per_sequence_decode(self, ctx: int) -> int:
         return sum(g.groups * self.decode_blocks(g, ctx) for g in self.groups) * self.block_bytes
 
+    def surge_blocks(self, ctx: int) -> int:
+        """Blocks the engine's in-flight tokens add to the steady hold, once for the engine: the tokens scheduled
+        but not yet settled (at most I across all requests, `max_in_flight_tokens`) keep the sliding and chunked
+        blocks they were computed against until the step settles."""
+        return sum(g.groups * cdiv(min(self.in_flight, ctx), g.block_size)
+                   for g in self.groups if g.kind in WINDOWED)
+
+    def steady_bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
+        """(users x blocks held in steady decode - (users - 1) x shared prefix blocks + in-flight surge + 1 null
+        block) x block bytes: what `users` requests at ctx hold with no request preempted."""
+        if users == 0:
+            return self.block_bytes
+        held = sum(g.groups * self.decode_blocks(g, ctx) for g in self.groups)
+        shared = self.shared_blocks(shared_prefix)
+        return (users * held - (users - 1) * shared + self.surge_blocks(ctx) + 1) * self.block_bytes
+
     def log(self, available: int, max_len: int) -> VllmLog:
         """num_blocks = available // block bytes; concurrency = num_blocks / blocks per request;
         tokens = int(concurrency x L) (0.21.0 on) or num_blocks // groups x block size (before)."""
@@ -341,7 +365,7 @@ class Vllm(Engine):
     name = "vllm"
     label = "vLLM"
     default_version = "0.33.0"
-    reads = frozenset({"version", "memory_fraction", "block_size", "max_num_batched_tokens"})
+    reads = frozenset({"version", "memory_fraction", "block_size", "max_num_batched_tokens", "async_scheduling"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
     @property
@@ -386,19 +410,51 @@ class Vllm(Engine):
         return 0.92 if self.modern else 0.90
 
     def max_num_batched_tokens(self) -> int:
-        """`vllm serve` default: 8192 on GPUs with >= 70 GiB that are not A100s (H100, H200, MI300X), else
-        2048 (`EngineArgs.get_batch_defaults`); 8192 when no GPU is named."""
+        """`vllm serve` default (`EngineArgs.get_batch_defaults`): 16384 on GPUs with >= 160 GiB (B200, B300,
+        MI300X, MI325X; 0.28.0 on), 8192 on GPUs with >= 70 GiB that are not A100s (H100, H200), else 2048;
+        8192 when no GPU is named."""
         if self.options.max_num_batched_tokens:
             return self.options.max_num_batched_tokens
         if self.gpu_bytes is None:
             return 8192
+        if self.gpu_bytes >= 160 * GiB and version_tuple(self.version) >= (0, 28):
+            return 16384
         large = self.gpu_bytes >= 70 * GiB and "a100" not in (self.gpu_name or "").lower()
         return 8192 if large else 2048
 
+    def async_scheduling(self) -> bool:
+        """On unless --no-async-scheduling (vLLM's default on GPU; the CPU backend turns it off,
+        `platforms/cpu.py`)."""
+        return self.options.async_scheduling is not False
+
+    def in_flight_batches(self) -> int:
+        """Batches scheduled but not yet settled, whose tokens sliding and chunked layers reserve for
+        (`VllmConfig.max_concurrent_batches`, 0.26.0 on): with async scheduling pp + 1 under the V2 model runner
+        (the default for every model from 0.28.0), 2 under the V1 runner at pp = 1 (0.26-0.27), else pp.
+        Before 0.26.0 the reservation took one batch, whatever the scheduling (`SlidingWindowSpec`)."""
+        version = version_tuple(self.version)
+        if version < (0, 26):
+            return 1
+        if not self.async_scheduling():
+            return self.pp
+        if version >= (0, 28):
+            return self.pp + 1
+        return 2 if self.pp == 1 else self.pp
+
     def in_flight_tokens(self) -> int:
-        """I = max_concurrent_batches x max_num_batched_tokens: 2 batches with async scheduling (pp = 1),
-        pp with pipeline parallelism."""
-        return (2 if self.pp == 1 else self.pp) * self.max_num_batched_tokens()
+        """I = in-flight batches x max_num_batched_tokens (`VllmConfig.max_in_flight_tokens`)."""
+        return self.in_flight_batches() * self.max_num_batched_tokens()
+
+    def state_pages(self, model_mixers: set[str], attention: bool) -> int:
+        """Pages a Mamba-style layer reserves per request (`MambaSpec.max_memory_usage_bytes`): 1 without prefix
+        caching (mamba_cache_mode "none": attention-free models, and hybrids before 0.28.0, whose prefix caching
+        was off by default, `EngineArgs._set_default_chunked_prefill_and_prefix_caching_args`); 2 in "align" mode
+        (the running state and the last block-aligned one), plus 1 prefill checkpoint page for Mamba-2 mixers
+        from 0.32.0 (`MambaMixer2.get_kv_cache_spec`, num_prefill_checkpoint_blocks = 1)."""
+        version = version_tuple(self.version)
+        if not attention or version < (0, 28):
+            return 1
+        return 3 if "mamba2" in model_mixers and version >= (0, 32) else 2
 
     def overhead(self) -> Overhead:
         """Activation peak of the profile run: 160 KiB per batched token (vLLM logs 1.26 GiB for Llama-3-8B
@@ -449,6 +505,12 @@ class Vllm(Engine):
             mamba_page = block * max(r.bytes_per_token for r in attention)
         elif recurrent:
             notes = ["attention-free: no prefix caching, so one state page per request (mamba_cache_mode none)"]
+        pages = self.state_pages({r.cache.mixer for r in recurrent}, bool(attention))
+        if attention and recurrent:
+            notes.append(f"{pages} state page{'s' if pages > 1 else ''} per request for recurrent layers"
+                         + (" (prefix caching off for hybrids before vLLM 0.28)" if pages == 1 else
+                            " (prefix caching's align mode" + (", one a Mamba-2 prefill checkpoint)" if pages == 3
+                                                                else ")")))
         # Each distinct layer spec: (kind, window, page bytes, block size).
         specs: dict[tuple[str, int, int], int] = {}
         for r in table:
@@ -467,7 +529,7 @@ class Vllm(Engine):
             block_bytes = sum(page * count for (_, _, page), count in specs.items())
             groups = [VllmGroup(kind=kind, groups=1, block_size=block, window=window)]
             return VllmPool(groups, block_bytes, in_flight, encoder, self.max_num_batched_tokens(), formula, notes,
-                            state_pages=1 if recurrent and not attention else 2)
+                            state_pages=pages)
         # Hybrid: one page size for all (a smaller page that divides the largest gets a proportionally larger
         # block size; one that does not keeps its block size in a page padded to the largest, which MLA pages
         # cannot be: `unify_kv_cache_spec_page_size`), layers bucketed by spec, buckets cut into groups of
@@ -491,7 +553,7 @@ class Vllm(Engine):
             notes.append(f"{padding} padding layers: each KV-cache group has {group_size} layers")
         return VllmPool([VllmGroup(kind=k, groups=cdiv(c, group_size), block_size=s, window=w)
                          for k, w, s, c in groups], group_size * max_page, in_flight, encoder,
-                        self.max_num_batched_tokens(), formula, notes)
+                        self.max_num_batched_tokens(), formula, notes, state_pages=pages)
 
     KERNEL_BLOCK = 16  # the smallest kernel block of FlashAttention and Triton attention on CUDA (MultipleOf(16))
     MLA_HYBRID_BLOCK = 128  # MLA decode kernels' alignment for MLA/Mamba hybrids
@@ -506,9 +568,11 @@ class Vllm(Engine):
         return max(block, self.KERNEL_BLOCK * cdiv(needed, self.KERNEL_BLOCK))
 
     def assumptions(self) -> list[str]:
-        lines = [f"in-flight tokens I = {self.in_flight_tokens():,} "
-                 f"({'2 batches with async scheduling' if self.pp == 1 else f'{self.pp} pipeline batches'} x "
-                 f"max_num_batched_tokens {self.max_num_batched_tokens():,})"]
+        batches = self.in_flight_batches()
+        why = "async scheduling" if self.async_scheduling() and batches > self.pp else \
+            "pipeline stages" if batches > 1 else "one batch"
+        lines = [f"in-flight tokens I = {self.in_flight_tokens():,} ({batches} batch{'es' if batches > 1 else ''}, "
+                 f"{why}, x max_num_batched_tokens {self.max_num_batched_tokens():,})"]
         if self.options.memory_fraction is None:
             lines.append(f"gpu_memory_utilization {self.default_fraction()} (vLLM default "
                          f"{'from' if self.modern else 'before'} 0.21.0)")

@@ -157,10 +157,11 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
             axes.yaxis.set_minor_formatter(gib)
         default_title = f"{what[0].upper()}{what[1:]} for {per} vs context"
     else:
-        axes.set_ylabel("max concurrent users")
+        axes.set_ylabel("max concurrent users in steady decode")
         axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}" if y >= 1 else f"{y:g}"))
         gpus = table.gpus[0].label if len(table.gpus) == 1 else "each GPU"
-        default_title = f"Max concurrent users on {gpus} vs context ({table.engine} {table.engine_version})"
+        default_title = (f"Max concurrent users in steady decode on {gpus} vs context "
+                         f"({table.engine} {table.engine_version})")
     if y_scale == "linear":
         axes.set_ylim(bottom=0)
     axes.set_title(title or default_title)

@@ -229,16 +229,25 @@ def print_capacity(console: Console, cap) -> None:
             if size:
                 table.add_row(styled(f"    {name.replace('_', ' ')}", "dim"), styled(format_bytes(size), "dim"))
         table.add_row(styled("= KV budget per GPU", "bold"), styled(both_units(cap.kv_budget_bytes), "bold"))
-    table.add_row(f"KV the engine needs per user at {cap.ctx:,} tokens ({cap.kv_dtype})",
-                  both_units(cap.engine_kv_bytes_per_sequence))
     decode = cap.engine_kv_bytes_per_sequence_decode
-    if decode != cap.engine_kv_bytes_per_sequence:
-        table.add_row("  held in steady decode (windows freed)", both_units(decode))
+    two_figures = cap.max_users_at_startup != cap.max_concurrent_users
+    if decode == cap.engine_kv_bytes_per_sequence:
+        table.add_row(f"KV the engine needs per user at {cap.ctx:,} tokens ({cap.kv_dtype})", both_units(decode))
+    else:
+        table.add_row(f"KV per user at {cap.ctx:,} tokens ({cap.kv_dtype}), steady decode", both_units(decode))
+        if cap.engine_kv_bytes_in_flight:
+            table.add_row("  + in-flight tokens, once for the engine", both_units(cap.engine_kv_bytes_in_flight))
+        table.add_row("KV per user reserved at start-up", both_units(cap.engine_kv_bytes_per_sequence))
     if cap.engine_activation_bytes_for_users:
         table.add_row(f"prefill activations for {_users(cap.users)} (grow with batch x prompt)",
                       both_units(cap.engine_activation_bytes_for_users))
-    table.add_row(styled(f"max concurrent users at {cap.ctx:,} tokens", "bold"),
-                  styled(f"{cap.max_concurrent_users:,}", "bold"))
+    from kvplan.engines import engine_class  # capacity has imported it already
+
+    label = engine_class(cap.engine).label
+    headline = f"max users at {cap.ctx:,} tokens" + (", steady decode" if two_figures else "")
+    table.add_row(styled(headline, "bold"), styled(f"{cap.max_concurrent_users:,}", "bold"))
+    if two_figures:
+        table.add_row(f"max users {label}'s start-up check admits", f"{cap.max_users_at_startup:,}")
     if cap.max_users_at_avg_ctx is not None:
         table.add_row(f"max concurrent users at the mean {cap.avg_ctx:,} tokens",
                       f"{cap.max_users_at_avg_ctx:,}")
@@ -247,6 +256,11 @@ def print_capacity(console: Console, cap) -> None:
     if cap.max_ctx_for_users:
         table.add_row(f"longest context for {_users(cap.users)}", f"{cap.max_ctx_for_users:,} tokens")
     print_table(console, table, whole=())
+    if two_figures:
+        console.print(plain(
+            f"Steady decode frees what sliding layers no longer read and counts the in-flight tokens once: "
+            f"{_users(cap.max_concurrent_users)} served without preemption. {label}'s start-up check reserves "
+            f"each request's window plus all in-flight tokens: {_users(cap.max_users_at_startup)}, as it logs."))
     if cap.vllm_log:
         _print_vllm_log(console, cap)
     for note in [*cap.engine_assumptions, *cap.notes]:
@@ -324,7 +338,10 @@ class ProfileProgress:
         self.console = console(stderr=True)
 
     def notice(self, text: str) -> None:
-        """Something to know before a long run starts."""
+        """Something to know before a long run starts: one unwrapped line when stderr is a pipe or a file."""
+        if not self.console.is_terminal:
+            print(f"note: {plain(text)}", file=sys.stderr, flush=True)
+            return
         self.console.print(styled(f"note: {text}", "yellow"))
 
     def phase(self, description: str, total: int | None = None):

@@ -299,8 +299,13 @@ def total_header(batch: int) -> str:
     return f"total, {batch:,} user{'' if batch == 1 else 's'} (GiB)"
 
 
+# The users figure tables and plots show: what `capacity` reports as max_concurrent_users, the users served in
+# steady decode without preemption (the start-up reservation admits fewer where sliding windows are freed).
+USERS_FIGURE = "max users in steady decode"
+
+
 def users_header(gpu: Gpu) -> str:
-    return f"max users, {gpu.label}"
+    return f"{USERS_FIGURE}, {gpu.label}"
 
 
 def text_columns(table: Table, mark: str = "*") -> list[Column]:
@@ -338,7 +343,7 @@ def pivot_grid(table: Table, metric: str | None, mark: str = "*") -> tuple[list[
     for row in table.rows:
         by_model.setdefault(row.estimate.model, []).append(row)
     what = {"kv": "KV / seq", "total": total_header(table.batch).rsplit(" (", 1)[0],
-            "users": "max users"}[metric]
+            "users": USERS_FIGURE}[metric]
     if metric == "users" and len(table.gpus) == 1:
         what += f", {table.gpus[0].label}"
     unit = "" if metric == "users" else " (GiB)"
@@ -482,7 +487,7 @@ def to_csv(table: Table, *, pivot: bool = False, metric: str | None = None) -> s
 def title(table: Table) -> str:
     text = "KV cache and weights by model and context"
     if table.gpus:
-        text += f"; max concurrent users per GPU with {table.engine} {table.engine_version}"
+        text += f"; {USERS_FIGURE} per GPU with {table.engine} {table.engine_version}"
     return text
 
 

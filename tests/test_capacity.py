@@ -287,7 +287,11 @@ def test_fp8_never_fewer_users_than_bf16(model, engine, ctx, budget):
 def test_users_fit_the_budget(model, engine, ctx, budget):
     cap = capacity(model, Workload(ctx=ctx), engine_name=engine, kv_budget=budget)
     if engine in PAGED:
-        assert cap.max_concurrent_users * cap.engine_kv_bytes_per_sequence <= budget
+        assert cap.max_users_at_startup * cap.engine_kv_bytes_per_sequence <= budget
+        steady = cap.max_concurrent_users * cap.engine_kv_bytes_per_sequence_decode + cap.engine_kv_bytes_in_flight
+        assert steady <= budget or cap.max_concurrent_users == 0
+    assert cap.max_concurrent_users >= cap.max_users_at_startup
+    assert (cap.max_users_at_startup == 0) == (cap.max_concurrent_users == 0)
     workload = Workload(ctx=ctx, users=max(cap.max_concurrent_users, 1))
     served = capacity(model, workload, engine_name=engine, kv_budget=budget)
     assert served.fits == (cap.max_concurrent_users >= 1)

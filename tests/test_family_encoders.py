@@ -280,7 +280,8 @@ def measured_seq2seq_cache(model_type: str, data: dict, encoder_tokens: int, pro
         encoded = model.get_encoder()(**inputs)
         tokens = torch.randint(3, 100, (batch, prompt))
         for _ in range(steps + 1):
-            out = model(encoder_outputs=encoded, decoder_input_ids=tokens, past_key_values=cache, use_cache=True)
+            out = model(encoder_outputs=encoded, decoder_input_ids=tokens, use_cache=True,
+                        **{runtime.cache_argument(transformers, model): cache})
             tokens = out.logits[:, -1:].argmax(-1)
     return sum(layer.kv_storage for part in (cache.self_attention_cache, cache.cross_attention_cache)
                for layer in runtime.cache_layers(part))
@@ -353,8 +354,10 @@ def test_vllm_whisper_reserves_max_num_encoder_input_tokens():
     assert cap.engine_kv_bytes_per_sequence == 540 * 2_621_440
     # at runtime the scheduler allocates cdiv(1,500 encoder tokens, 16) = 94 cross blocks: 122 held
     assert cap.engine_kv_bytes_per_sequence_decode == (28 + 94) * 2_621_440
-    # 8 GiB / 2.5 MiB = 3,276 blocks; one null block: (3,276 - 1) // 540 = 6 users
-    assert cap.max_concurrent_users == 6
+    # 8 GiB / 2.5 MiB = 3,276 blocks; one null block: (3,276 - 1) // 540 = 6 users pass the start-up check, and
+    # (3,276 - 1) // 122 = 26 are served, each holding its 122 blocks (no windowed layer: nothing in flight)
+    assert cap.max_users_at_startup == 6
+    assert cap.max_concurrent_users == 26
 
 
 def test_vllm_whisper_max_num_batched_tokens_sets_the_cross_reservation():

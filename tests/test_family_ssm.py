@@ -37,8 +37,8 @@ def read(config: dict):
     return model_from_config(config, "test/model", "test")
 
 
-def vllm_pool(model, tp: int = 1, kv: str = "bf16"):
-    engine = engines.engine("vllm", EngineOptions(), tp=tp)
+def vllm_pool(model, tp: int = 1, kv: str = "bf16", version: str | None = None):
+    engine = engines.engine("vllm", EngineOptions(version=version), tp=tp)
     (layers,) = gpu_layers(engine.cached_layers(model), model.num_layers, tp, 1)
     return engine.pool(layers, model, kv_dtype(kv))
 
@@ -93,22 +93,42 @@ def test_vllm_nemotron_3_nano_at_8k_on_an_h100():
     # = 2,097,152 B: page 2,134,016 B. Attention 2 x 2 x 128 x 2 = 1,024 B per token:
     # block = 16 x cdiv(2,134,016, 16 x 1,024) = 2,096 tokens, page 2,146,304 B (the Mamba page padded to it).
     # Groups of 6 layers: 1 attention group, cdiv(23, 6) = 4 Mamba groups (1 padding layer); block = 6 pages.
-    # At L = 8,192: attention cdiv(8,192, 2,096) = 4 blocks + 4 Mamba groups x 2 pages = 12 blocks per request.
+    # At L = 8,192 under 0.33.0: attention cdiv(8,192, 2,096) = 4 blocks; each Mamba group 3 pages in align mode
+    # (MambaSpec.max_memory_usage_bytes: 2 + num_prefill_checkpoint_blocks, 1 for MambaMixer2 from 0.32.0):
+    # 4 + 4 x 3 = 16 blocks per request.
     model = load_model(NANO)
     state = model.caches[0]
     assert state.state_bytes(kv_dtype("bf16")) == (4096 + 2 * 8 * 128) * 3 * BF16 + 64 * 64 * 128 * FP32
     pool = vllm_pool(model)
     assert {g.kind: g.block_size for g in pool.groups}["full"] == 2096
     assert pool.block_bytes == 6 * 2096 * 1024 == 12_877_824
-    assert pool.blocks_per_request(8192) == 4 + 4 * 2
+    assert pool.blocks_per_request(8192) == 4 + 4 * 3
     cap = capacity(model, Workload(ctx=8192), hardware=H100)
     assert cap.vllm_block_bytes == 12_877_824
-    assert cap.vllm_blocks_per_sequence == 12
-    assert cap.engine_kv_bytes_per_sequence == 12 * 12_877_824
+    assert cap.vllm_blocks_per_sequence == 16
+    assert cap.engine_kv_bytes_per_sequence == 16 * 12_877_824
     assert any("1 padding layers" in note for note in cap.notes)
-    # A 10 GiB budget: 10,737,418,240 // 12,877,824 = 833 blocks, one the null block: (833 - 1) // 12 = 69 users
+    # A 10 GiB budget: 10,737,418,240 // 12,877,824 = 833 blocks, one the null block: (833 - 1) // 16 = 52 users
     budget = capacity(model, Workload(ctx=8192), kv_budget=10 * GiB)
-    assert budget.vllm_num_blocks == 833 and budget.max_concurrent_users == 69
+    assert budget.vllm_num_blocks == 833 and budget.max_concurrent_users == 52
+
+
+@pytest.mark.parametrize(("version", "pages"), [("0.33.0", 3), ("0.32.0", 3), ("0.31.0", 2), ("0.28.0", 2),
+                                                ("0.27.1", 1), ("0.19.0", 1)])
+def test_vllm_mamba2_state_pages_per_request_by_release(version, pages):
+    """Pages a Mamba-2 layer group reserves per request, Nemotron 3 Nano at 8k (4 attention blocks + 4 Mamba
+    groups): before 0.28.0 hybrids run without prefix caching (`_set_default_chunked_prefill_and_prefix_caching_args`
+    keeps it opt-in for them: 0.26-0.27; `is_prefix_caching_supported` is False for hybrids before 0.26), so
+    mamba_cache_mode is "none" and a state takes 1 page; from 0.28.0 prefix caching is on and "align" mode holds 2
+    (the running state and the last block-aligned one); from 0.32.0 MambaMixer2 adds a prefill checkpoint page."""
+    pool = vllm_pool(load_model(NANO), version=version)
+    assert pool.blocks_per_request(8192) == 4 + 4 * pages
+
+
+def test_vllm_gated_deltanet_keeps_two_pages_in_align_mode():
+    """The prefill checkpoint page is MambaMixer2's: Gated DeltaNet (Qwen3.5) holds 2 pages under 0.33.0."""
+    pool = vllm_pool(load_model("Qwen/Qwen3.5-27B"))
+    assert pool.state_pages == 2
 
 
 def test_vllm_nemotron_3_nano_tp2_splits_heads_and_groups():

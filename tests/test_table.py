@@ -51,7 +51,7 @@ def test_hand_values_markdown(monkeypatch, capsys):
     assert code == 0, err
     head, rule, rows = parse_markdown(out)
     assert head == ["model", "ctx", "dtype (W / KV)", "KV / token (KiB)", "KV / seq (GiB)", "weights (GiB)",
-                    "total, 1 user (GiB)", "max users, NVIDIA H100 SXM"]
+                    "total, 1 user (GiB)", "max users in steady decode, NVIDIA H100 SXM"]
     # numbers right-aligned, text left
     assert [r.endswith(":") for r in rule] == [False, True, False, True, True, True, True, True]
     assert all(set(r.rstrip(":")) == {"-"} for r in rule)
@@ -176,7 +176,7 @@ def test_pivot(monkeypatch, capsys):
                               "--gpu", "h100,l40s", "--pivot", "-f", "md")
     assert code == 0, err
     head, rule, rows = parse_markdown(out)
-    assert head == ["model (max users)", "GPU", "4k", "8k", "32k"]
+    assert head == ["model (max users in steady decode)", "GPU", "4k", "8k", "32k"]
     assert rows[0] == [LLAMA31, "NVIDIA H100 SXM", "112", "56", "14"]
     assert len(rows) == 4 and rows[3][4] == "6\\*"  # Llama-3-8B at 32k: starred
     code, out, err = run_main(monkeypatch, capsys, "table", "-m", LLAMA31, "--ctx", "4k,8k", "--pivot",

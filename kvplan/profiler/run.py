@@ -184,12 +184,8 @@ class Prediction(BaseModel):
 
 def transformers_engine(version: str, cache: str) -> engines.Engine:
     """The `transformers` engine at the installed release (its numeric part: 5.24.0.dev0 -> 5.24.0)."""
-    numeric = []
-    for part in version.split("."):
-        if not part.isdigit():
-            break
-        numeric.append(part)
-    options = engines.EngineOptions(version=".".join(numeric) or None,
+    numeric = runtime.release(version)
+    options = engines.EngineOptions(version=".".join(map(str, numeric)) or None,
                                     cache_implementation="static" if cache == "static" else None)
     return engines.engine("transformers", options)
 
@@ -222,7 +218,7 @@ class Session:
         self.device, self.vocab, self.cache, self.ctx = device, vocab, cache, ctx
         parameters = inspect.signature(model.forward).parameters
         self.logits_to_keep = "logits_to_keep" in parameters
-        self.cache_name = runtime.cache_argument(model)
+        self.cache_name = runtime.cache_argument(transformers, model)
         self.generator = torch.Generator(device=device).manual_seed(1)
 
     def new_cache(self):

@@ -315,16 +315,31 @@ def cache_layers(cache, model=None) -> list[LayerBytes]:
     return out
 
 
-# The forward argument (and output field) that carries the cache: `cache` from transformers 5.24 (which keeps
-# past_key_values and cache_params as deprecated aliases some models drop), past_key_values before it (cache_params
-# for Mamba), `state` for RWKV-style models.
-CACHE_ARGUMENTS = ("cache", "past_key_values", "cache_params", "state")
+# The forward argument (and output field) that carries the cache: past_key_values (cache_params for Mamba, `state`
+# for RWKV-style models), and from transformers 5.24 `cache`, which 5.24 keeps the others as deprecated aliases of
+# and some models take alone. (Before 5.24 XLM's `cache` is its own legacy dict: not for a Cache object.)
+CACHE_ARGUMENTS = ("past_key_values", "cache_params", "state")
+CACHE_ARGUMENT_524 = "cache"
 
 
-def cache_argument(model) -> str:
-    """The first of CACHE_ARGUMENTS this model's forward takes."""
+def cache_argument(transformers, model) -> str:
+    """The cache argument this model's forward takes, past_key_values when it names none (a model that keeps no
+    cache of its own takes it in **kwargs and ignores it)."""
+    names = CACHE_ARGUMENTS
+    if release(transformers.__version__) >= (5, 24):
+        names = (CACHE_ARGUMENT_524, *names)
     arguments = inspect.signature(model.forward).parameters
-    return next(name for name in CACHE_ARGUMENTS if name in arguments)
+    return next((name for name in names if name in arguments), "past_key_values")
+
+
+def release(version: str) -> tuple[int, ...]:
+    """The numeric part of a package version: '5.24.0.dev0' -> (5, 24, 0)."""
+    numeric = []
+    for part in version.split("."):
+        if not part.isdigit():
+            break
+        numeric.append(int(part))
+    return tuple(numeric)
 
 
 def new_cache(transformers, model, static_len: int | None = None):
@@ -334,7 +349,7 @@ def new_cache(transformers, model, static_len: int | None = None):
     from transformers import DynamicCache, StaticCache
 
     if not model._supports_default_dynamic_cache():
-        return ModelCache(cache_argument(model))
+        return ModelCache(cache_argument(transformers, model))
     config = model.config.get_text_config(decoder=True)
     if static_len:
         return StaticCache(config=config, max_cache_len=static_len)
