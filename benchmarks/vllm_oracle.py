@@ -84,9 +84,9 @@ CASES = [
     Case("nemotron-3-nano block 64", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 4, 8192, 64,
          edits={"hybrid_override_pattern": "M-M*"}),
     Case("granite-4.0-h block 32", "transformers:granitemoehybrid", 4, 8192, 32,
-         edits={"layer_types": ["mamba", "mamba", "mamba", "attention"]}),
+         edits={"layer_types": ["mamba", "mamba", "mamba", "attention"], "max_position_embeddings": 131072}),
     Case("granite-4.0-h block 64", "transformers:granitemoehybrid", 4, 8192, 64,
-         edits={"layer_types": ["mamba", "mamba", "mamba", "attention"]}),
+         edits={"layer_types": ["mamba", "mamba", "mamba", "attention"], "max_position_embeddings": 131072}),
     Case("falcon-h1 block 32", "transformers:falcon_h1", 2, 8192, 32),
     Case("falcon-h1 block 64", "transformers:falcon_h1", 2, 8192, 64),
 ]
@@ -146,7 +146,7 @@ args = json.loads(sys.argv[1])
 from vllm import LLM, SamplingParams
 llm = LLM(model=args["dir"], load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
           max_model_len=args["ctx"], block_size=args["block_size"], max_num_batched_tokens=args["batched_tokens"],
-          kv_cache_dtype=args["kv_dtype"], max_num_seqs=256, seed=0)
+          kv_cache_dtype=args["kv_dtype"], max_num_seqs=256, seed=0, disable_log_stats="load" not in args)
 vllm_config = llm.llm_engine.vllm_config
 cache, sched = vllm_config.cache_config, vllm_config.scheduler_config
 plan = {"num_blocks": cache.num_gpu_blocks, "kv_tokens": cache.kv_cache_size_tokens,
@@ -178,7 +178,7 @@ def run_vllm(python: str, directory: Path, case: Case, kv_space_gib: int, load: 
     args = {"dir": str(directory), "ctx": case.ctx, "block_size": case.block_size,
             "batched_tokens": case.batched_tokens, "kv_dtype": case.kv_dtype, **(load or {})}
     env = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib),
-           "VLLM_LOGGING_LEVEL": "WARNING", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"}
+           "VLLM_LOGGING_LEVEL": "INFO", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([python, "-c", CHILD, json.dumps(args)], capture_output=True, text=True, env=env,
                           timeout=1800)
     for line in done.stdout.splitlines():
@@ -190,8 +190,9 @@ def run_vllm(python: str, directory: Path, case: Case, kv_space_gib: int, load: 
                 "max_concurrency": float(logged[2]), "async_scheduling": False,
                 "max_num_batched_tokens": case.batched_tokens, "model_dtype": "bfloat16",
                 "cache_dtype": case.kv_dtype, "from_log": True}
-    last = [line for line in done.stderr.splitlines() if line.strip()][-1:]
-    raise RuntimeError("vLLM did not start: " + " | ".join(last))
+    errors = [line for line in done.stderr.splitlines() if "rror" in line and "errors.pydantic" not in line]
+    errors = errors or done.stderr.splitlines()[-1:]
+    raise RuntimeError("vLLM did not start: " + errors[-1].strip())
 
 
 LOGGED = re.compile(r"KV cache size: ([\d,]+) tokens, Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")
