@@ -1,8 +1,10 @@
 """Shared fixtures. Expected numbers in the tests come from published architecture facts and hand arithmetic
 written out in each test, never from kvplan itself."""
 
+import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +97,20 @@ def write_json(tmp_path):
         return path
 
     return write
+
+
+# Tests that build models with torch or transformers: marked `torch`, so that `pytest -m "not torch"` runs the rest
+# (the planner's) in well under a minute.
+MODULE_NEEDS_TORCH = re.compile(r'^(\w+ = )?pytest\.importorskip\("(torch|transformers)"\)', re.MULTILINE)
+TEST_NEEDS_TORCH = re.compile(r'importorskip\("(torch|transformers)"\)')
+
+
+def pytest_collection_modifyitems(items):
+    sources: dict[str, bool] = {}
+    for item in items:
+        module = item.module.__name__
+        if module not in sources:
+            sources[module] = bool(MODULE_NEEDS_TORCH.search(inspect.getsource(item.module)))
+        if sources[module] or TEST_NEEDS_TORCH.search(inspect.getsource(item.function)):
+            item.add_marker(pytest.mark.torch)
+
