@@ -1,14 +1,15 @@
-"""The bundled model library: `model_specs/library.yaml` indexes config.json copies kept as data.
+"""The bundled model library: `model_specs/library.json` indexes config.json copies kept as data (JSON, which the
+standard library reads at once, rather than YAML: the index is read on every planning command).
 
 Names resolve case-insensitively through each entry's id and aliases; an unknown name gets the closest ones.
 Only the index is read to resolve a name, and only the one config file of the model asked for.
 """
 
 import difflib
+import json
 from functools import cache
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kvplan.errors import KvplanError
@@ -30,19 +31,18 @@ def library_dir() -> Path:
     """model_specs/ inside the installed package (wheel), or beside it in a source checkout."""
     here = Path(__file__).resolve().parent.parent
     for candidate in (here / "model_specs", here.parent / "model_specs"):
-        if (candidate / "library.yaml").is_file():
+        if (candidate / "library.json").is_file():
             return candidate
-    raise KvplanError("the bundled model library (model_specs/library.yaml) is missing from this install")
+    raise KvplanError("the bundled model library (model_specs/library.json) is missing from this install")
 
 
 @cache
 def entries() -> tuple[LibraryEntry, ...]:
-    path = library_dir() / "library.yaml"
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    path = library_dir() / "library.json"
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+        data = json.loads(path.read_text(encoding="utf-8"))
         return tuple(LibraryEntry(**item) for item in data["models"])
-    except (yaml.YAMLError, ValidationError, KeyError, TypeError) as err:
+    except (ValueError, ValidationError, KeyError, TypeError) as err:
         raise KvplanError(f"{path}: the bundled library index is broken: {err}".splitlines()[0]) from None
 
 
