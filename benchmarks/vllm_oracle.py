@@ -180,7 +180,7 @@ def run_vllm(python: str, directory: Path, case: Case, kv_space_gib: int, load: 
     env = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib),
            "VLLM_LOGGING_LEVEL": "INFO", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"}
     done = subprocess.run([python, "-c", CHILD, json.dumps(args)], capture_output=True, text=True, env=env,
-                          timeout=1800)
+                          timeout=7200 if load else 1800)  # generation under load takes minutes per request count
     for line in done.stdout.splitlines():
         if line.startswith("ORACLE "):
             return json.loads(line.removeprefix("ORACLE "))
