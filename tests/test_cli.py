@@ -334,6 +334,8 @@ def test_a_bundled_config_the_reader_does_not_know_is_refused_in_one_line(monkey
 ENGINE_RUNS = {
     # 10 full-attention layers of 40 (full_attention_interval 4) x 2 (K, V) x 2 KV heads x head_dim 256 x 2 bytes
     "Qwen/Qwen3.6-35B-A3B": (2 * 10 * 2 * 256 * 2, "h100"),
+    # 16 full-attention layers of 64 x 2 x 4 KV heads x head_dim 256 x 2 bytes
+    "Qwen/Qwen3.6-27B": (2 * 16 * 4 * 256 * 2, "h100"),
     # 7 MLA layers (full_attn_layers) x one latent row of kv_lora_rank 512 + qk_rope_head_dim 64 x 2 bytes
     # (98 GB of bf16 weights: an H200, not an H100)
     "moonshotai/Kimi-Linear-48B-A3B-Instruct": (7 * (512 + 64) * 2, "h200"),

@@ -98,6 +98,8 @@ LATER_KV_PER_TOKEN_BF16 = {
     "MiniMaxAI__MiniMax-M2.7.json": 2 * 62 * 8 * 128 * BF16,  # 253,952
     # Qwen3.6-35B-A3B: full attention on every 4th of 40 layers (10), 2 KV heads x head_dim 256
     "Qwen__Qwen3.6-35B-A3B.json": 2 * 10 * 2 * 256 * BF16,  # 20,480
+    # Qwen3.6-27B: full attention on every 4th of 64 layers (16), 4 KV heads x head_dim 256
+    "Qwen__Qwen3.6-27B.json": 2 * 16 * 4 * 256 * BF16,  # 65,536
     # Kimi Linear: MLA on the 7 full_attn_layers, one latent row of 512 + rope 64
     "moonshotai__Kimi-Linear-48B-A3B-Instruct.json": 7 * (512 + 64) * BF16,  # 8,064
     # LFM2-1.2B: attention on the 6 full_attn_idxs, 8 KV heads x head_dim 2048 / 32 = 64
@@ -119,6 +121,13 @@ def test_qwen36_35b_state_by_hand():
     result = estimate(load("Qwen__Qwen3.6-35B-A3B.json"), ctx=32768, kv_dtype_name="bf16")
     assert result.state_bytes_per_sequence == 30 * (24_576 * 2 + 524_288 * 4)  # 64,389,120
     assert result.kv_bytes_per_sequence == 10 * 2 * 2 * 256 * 2 * 32768 + 64_389_120
+
+
+def test_qwen36_27b_state_by_hand():
+    # 48 Gated DeltaNet layers: conv (2 x 16 x 128 keys + 48 x 128 values) x 3 = 30,720 bf16 elements and an fp32
+    # state of 48 heads x 128 x 128 = 786,432 elements
+    result = estimate(load("Qwen__Qwen3.6-27B.json"), ctx=32768, kv_dtype_name="bf16")
+    assert result.state_bytes_per_sequence == 48 * (30_720 * 2 + 786_432 * 4)  # 153,944,064
 
 
 # ---------------------------------------------------------------------------------------------- windows
