@@ -91,6 +91,45 @@ def test_one_token_sequence_costs_one_token_of_every_layer(filename, expected):
     assert result.kv_bytes_per_sequence == expected
 
 
+# Library additions after SOURCES.tsv, each found and checked as model_specs/library.json says. Hybrids count
+# their attention layers only: a recurrent layer's state is per sequence, not per token.
+LATER_KV_PER_TOKEN_BF16 = {
+    # MiniMax-M2.7: 62 layers, 8 KV heads, head_dim 128
+    "MiniMaxAI__MiniMax-M2.7.json": 2 * 62 * 8 * 128 * BF16,  # 253,952
+    # Qwen3.6-35B-A3B: full attention on every 4th of 40 layers (10), 2 KV heads x head_dim 256
+    "Qwen__Qwen3.6-35B-A3B.json": 2 * 10 * 2 * 256 * BF16,  # 20,480
+    # Qwen3.6-27B: full attention on every 4th of 64 layers (16), 4 KV heads x head_dim 256
+    "Qwen__Qwen3.6-27B.json": 2 * 16 * 4 * 256 * BF16,  # 65,536
+    # Kimi Linear: MLA on the 7 full_attn_layers, one latent row of 512 + rope 64
+    "moonshotai__Kimi-Linear-48B-A3B-Instruct.json": 7 * (512 + 64) * BF16,  # 8,064
+    # LFM2-1.2B: attention on the 6 full_attn_idxs, 8 KV heads x head_dim 2048 / 32 = 64
+    "LiquidAI__LFM2-1.2B.json": 2 * 6 * 8 * 64 * BF16,  # 12,288
+}
+
+
+@pytest.mark.parametrize("filename, expected", sorted(LATER_KV_PER_TOKEN_BF16.items()))
+def test_later_library_kv_bytes_per_token_bf16(filename, expected):
+    result = estimate(load(filename), ctx=1, kv_dtype_name="bf16")
+    assert result.kv_bytes_per_token == expected
+    # one token of every attention layer plus the recurrent state of the others
+    assert result.kv_bytes_per_sequence == expected + result.state_bytes_per_sequence
+
+
+def test_qwen36_35b_state_by_hand():
+    # 30 Gated DeltaNet layers: conv (2 x 16 x 128 keys + 32 x 128 values) x (4 - 1) = 24,576 bf16 elements and
+    # an fp32 (mamba_ssm_dtype) state of 32 heads x 128 x 128 = 524,288 elements
+    result = estimate(load("Qwen__Qwen3.6-35B-A3B.json"), ctx=32768, kv_dtype_name="bf16")
+    assert result.state_bytes_per_sequence == 30 * (24_576 * 2 + 524_288 * 4)  # 64,389,120
+    assert result.kv_bytes_per_sequence == 10 * 2 * 2 * 256 * 2 * 32768 + 64_389_120
+
+
+def test_qwen36_27b_state_by_hand():
+    # 48 Gated DeltaNet layers: conv (2 x 16 x 128 keys + 48 x 128 values) x 3 = 30,720 bf16 elements and an fp32
+    # state of 48 heads x 128 x 128 = 786,432 elements
+    result = estimate(load("Qwen__Qwen3.6-27B.json"), ctx=32768, kv_dtype_name="bf16")
+    assert result.state_bytes_per_sequence == 48 * (30_720 * 2 + 786_432 * 4)  # 153,944,064
+
+
 # ---------------------------------------------------------------------------------------------- windows
 
 
@@ -282,6 +321,8 @@ PUBLISHED_TOTAL = {
     "google__gemma-3-27b-it.json": 27.4e9,
     "meta-llama__Llama-4-Scout-17B-16E-Instruct.json": 109e9,
     "meta-llama__Llama-4-Maverick-17B-128E-Instruct.json": 400e9,
+    "LiquidAI__LFM2-1.2B.json": 1.17e9,  # LFM2 model card: 1.17B
+    "MiniMaxAI__MiniMax-M2.7.json": 230e9,  # MiniMax-M2 model cards: 230B total, 10B active
 }
 
 
@@ -304,6 +345,9 @@ PUBLISHED_EXACT = {
     "google__gemma-3-27b-it.json": 27_432_406_640,
     "meta-llama__Llama-4-Scout-17B-16E-Instruct.json": 108_641_793_536,
     "meta-llama__Llama-4-Maverick-17B-128E-Instruct.json": 401_583_781_376,
+    # the checkpoint's tensors, summed from its safetensors headers (the model card rounds to "48B total, 3B
+    # activated"); the routers' e_score_correction_bias is among them
+    "moonshotai__Kimi-Linear-48B-A3B-Instruct.json": 49_122_681_728,
 }
 
 
@@ -328,6 +372,14 @@ def test_llama31_8b_parameters_by_hand():
     # gate/up/down 3 x 4096 x 14336, 2 RMSNorms; final RMSNorm
     per_layer = 4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096 + 3 * 4096 * 14336 + 2 * 4096
     assert load("meta-llama__Llama-3.1-8B.json").params.total == 2 * 128256 * 4096 + 32 * per_layer + 4096
+
+
+def test_minimax_m27_parameters_are_its_checkpoint_less_fp8_scales():
+    # The checkpoint's safetensors hold 228,703,644,928 elements, fp8 block scales (weight_scale_inv, one per
+    # 128 x 128 block) among them: per layer 256 experts x (w1 12 x 24 + w2 24 x 12 + w3 12 x 24) and attention
+    # q 48 x 24 + k 8 x 24 + v 8 x 24 + o 24 x 48, over 62 layers
+    scales = 62 * (256 * 3 * 12 * 24 + 48 * 24 + 8 * 24 + 8 * 24 + 24 * 48)
+    assert load("MiniMaxAI__MiniMax-M2.7.json").params.total == 228_703_644_928 - scales
 
 
 def test_mixtral_active_parameters():
