@@ -96,6 +96,11 @@ def version_tuple(text: str) -> tuple[int, ...]:
 WINDOWED = ("sliding", "chunked")
 
 
+def windowed(cache: LayerCache) -> bool:
+    """A cache that keeps only its window: sliding, chunked, or an MLA latent with a sliding window."""
+    return cache.kind in WINDOWED or (cache.kind == "mla" and cache.window is not None)
+
+
 class Row(BaseModel):
     """`count` identical layers of one GPU, as an engine treats them: `kind` is the cache kind, with MLA and
     cross-attention counted as full, and windowed layers too where the engine ignores their window."""
@@ -117,15 +122,22 @@ class Row(BaseModel):
 
     def tokens(self, ctx: int) -> int:
         """Tokens the layer needs for a ctx-token sequence, before any engine rounding."""
-        return ctx if self.kind == "full" and self.cache.kind in WINDOWED else self.cache.tokens_held(ctx)
+        return ctx if self.kind == "full" and windowed(self.cache) else self.cache.tokens_held(ctx)
+
+
+def engine_kind(cache: LayerCache, sliding_as_full: bool = False) -> str:
+    """The kind an engine allocates a cache as: MLA latents, indexer keys and cross-attention as full attention,
+    a sliding MLA latent as sliding, and windowed caches as full where the engine ignores their window."""
+    if windowed(cache):
+        return "full" if sliding_as_full else ("sliding" if cache.kind == "mla" else cache.kind)
+    return "full" if cache.kind in ("mla", "indexer", "cross") else cache.kind
 
 
 def rows(layers: Layers, kv: DType, state_dtype: DType, sliding_as_full: bool = False) -> list[Row]:
     """A GPU's caches as rows; layers that store nothing of their own (no cache, KV shared) are dropped."""
     out = []
     for cache, count in layers:
-        kind = "full" if cache.kind in ("mla", "indexer", "cross") or (sliding_as_full and cache.kind in WINDOWED) \
-            else cache.kind
+        kind = engine_kind(cache, sliding_as_full)
         if kind not in EMPTY_KINDS:
             out.append(Row(cache=cache, kind=kind, count=count, bytes_per_token=cache.bytes_per_token(kv),
                            state_bytes=cache.state_bytes(state_dtype)))
@@ -659,7 +671,7 @@ class Sglang(Engine):
         if hybrid and windowed:
             notes.append(f"separate sliding-window pool, {SGLANG_SWA_FULL_TOKENS_RATIO} x the full pool's "
                          "tokens")
-        elif any(cache.kind in WINDOWED for cache, _ in layers):
+        elif any(windowed(cache) for cache, _ in layers):
             notes.append(f"{model.architecture} is not on SGLang's hybrid-SWA list: every layer sized full")
         return SglangPool(full_cell=sum(r.count * r.bytes_per_token for r in table if r.kind == "full"),
                           swa_cell=sum(r.count * r.bytes_per_token for r in windowed),
@@ -851,7 +863,7 @@ class PrefillActivations:
         self.heads = model.num_attention_heads
         self.gate_tensors = self.GATE_TENSORS.get(model.architecture, 4)
         self.residuals = 4 if model.num_layers > 1 else 3  # the first layer's input is the embedding output
-        self.masked = model.architecture in self.MASK_ALWAYS or any(c.kind in WINDOWED for c in model.caches)
+        self.masked = model.architecture in self.MASK_ALWAYS or any(windowed(c) for c in model.caches)
         mamba = [c for c in model.caches if c.kind == "recurrent" and c.mixer == "mamba" and c.conv_kernel]
         # (SSM elements, d_inner) of the widest Mamba mixer: d_inner channels, each conv_kernel - 1 conv inputs
         self.scan = max(((c.ssm_elements, c.conv_elements // (c.conv_kernel - 1)) for c in mamba), default=None)
