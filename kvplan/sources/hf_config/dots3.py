@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kvplan.errors import KvplanError
-from kvplan.model import IndexerKeys, LayerCache, MLALatent, ParamCounts
+from kvplan.model import IndexerKeys, LayerCache, MLALatent, ParamCounts, Widths
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.layout import FAMILY_LAYOUTS, Layout
-from kvplan.sources.hf_config.params import FAMILY_PARAMS
+from kvplan.sources.hf_config.params import FAMILY_PARAMS, FAMILY_WIDTHS
 
 DOTS3 = "dots3_note_text"
 DOTS3_LAYER_TYPES = ("indexed_attention", "full_attention", "sliding_attention")
@@ -111,7 +111,17 @@ def dots3_layers(cfg: Fields, n: int) -> list[Dots3Layer]:
             raise KvplanError(f"{fields.where}: missing field q_lora_rank: dots3's attention projects its queries "
                               "through a latent")
         layers.append(Dots3Layer(layer_type, fields))
+    first_of_type: dict[str, int] = {}
+    for i, layer in enumerate(layers):  # transformers reads one config per type (rotary tables, validation)
+        first = first_of_type.setdefault(layer.type, i)
+        if _shape(layer) != _shape(layers[first]):
+            raise KvplanError(f"{cfg.where}: field per_layer_config gives layer {i} another attention shape than "
+                              f"layer {first}, though both are {layer.type}: dots3 layers of one type share one")
     return layers
+
+
+def _shape(layer: Dots3Layer) -> tuple:
+    return tuple(layer.fields.data.get(name) for name in DOTS3_PER_LAYER_FIELDS)
 
 
 def dots3_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str]) -> Layout:
@@ -199,5 +209,19 @@ def dots3_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamC
     return ParamCounts(embedding=vocab * hidden, lm_head=0 if tied else vocab * hidden, **totals)
 
 
+def dots3_widths(cfg: Fields, hidden: int, layout: Layout) -> Widths:
+    """The dense MLP's width where a layer has one, else the shared experts'; the routed experts'."""
+    dense = dots3_dense_layers(cfg, len(layout.types))
+    shared = cfg.int("n_shared_experts") * cfg.int("moe_shared_expert_intermediate_size",
+                                                   "shared_experts_intermediate_size")
+    sparse = len(dense) < len(layout.types)
+    return Widths(hidden=hidden, mlp_intermediate=max(cfg.int("intermediate_size") if dense else 0,
+                                                      shared if sparse else 0),
+                  mlp_activation=str(cfg.get("hidden_act", default="silu")),
+                  experts_per_token=cfg.int("num_experts_per_tok") if sparse else 0,
+                  expert_intermediate=cfg.int("moe_intermediate_size") if sparse else 0)
+
+
 FAMILY_LAYOUTS[DOTS3] = dots3_layout
 FAMILY_PARAMS[DOTS3] = dots3_params
+FAMILY_WIDTHS[DOTS3] = dots3_widths
