@@ -114,6 +114,27 @@ def test_qwen4_exp_ngram_tables_of_a_second_ple_layer_equal_transformers():
     assert model.params.total == archkit.meta_parameters("qwen4_exp_text", fields)
 
 
+@pytest.mark.torch
+@pytest.mark.parametrize("model_type, text_fields", [
+    # the released checkpoint's indexer, and one PLE layer: its prime tables from 20,000,000 (41B parameters)
+    ("qwen4_exp", {"indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 128, "indexer_budget": 2048,
+                   "indexer_compress_ratio": 4, "ple_layer_ids": [2], "eos_token_id": 248046,
+                   "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                                       "mrope_section": [11, 11, 10]}}),
+    ("dots3_note", {}),
+])
+def test_whole_default_models_equal_transformers_meta_builds(model_type, text_fields):
+    import archkit
+
+    pytest.importorskip("transformers")
+    from transformers import CONFIG_MAPPING
+
+    data = CONFIG_MAPPING[model_type](text_config=text_fields).to_dict()
+    text = {k: v for k, v in data["text_config"].items() if k != "model_type"}
+    expected = archkit.meta_parameters(data["text_config"]["model_type"], text)
+    assert model_from_config(data, model_type, "test").params.total == expected
+
+
 # ------------------------------------------------------------------------------------------ layouts by hand
 
 
