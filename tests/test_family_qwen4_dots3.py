@@ -182,6 +182,16 @@ def test_dots3_released_format_defaults_by_hand():
     assert {(c.latent_dim, c.rope_dim, c.window) for c in sliding} == {(1024, 64, 512)}
 
 
+def test_profile_cut_drops_ple_layers_past_it(write_json):
+    # ple_layer_ids count from 1: cut to 1 layer, layer 2's PLE goes with it (transformers refuses ids past the layers)
+    from kvplan.profiler import config as profile_config
+
+    source = profile_config.resolve(str(write_json({**SMALL_QWEN4, "ple_layer_ids": [1, 2]})))
+    data, spec = profile_config.first_layers(source, 1)
+    assert data["ple_layer_ids"] == [1]
+    assert [c.mixer for c in spec.caches] == ["gated_deltanet", "ple"]
+
+
 # --------------------------------------------------------------------------------------------------- engines
 
 
