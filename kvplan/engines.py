@@ -96,6 +96,11 @@ def version_tuple(text: str) -> tuple[int, ...]:
 WINDOWED = ("sliding", "chunked")
 
 
+def is_windowed(cache: LayerCache) -> bool:
+    """A cache that keeps only its window: sliding, chunked, or an MLA latent with a sliding window."""
+    return cache.kind in WINDOWED or (cache.kind == "mla" and cache.window is not None)
+
+
 class Row(BaseModel):
     """`count` identical layers of one GPU, as an engine treats them: `kind` is the cache kind, with MLA and
     cross-attention counted as full, and windowed layers too where the engine ignores their window."""
@@ -117,15 +122,22 @@ class Row(BaseModel):
 
     def tokens(self, ctx: int) -> int:
         """Tokens the layer needs for a ctx-token sequence, before any engine rounding."""
-        return ctx if self.kind == "full" and self.cache.kind in WINDOWED else self.cache.tokens_held(ctx)
+        return ctx if self.kind == "full" and is_windowed(self.cache) else self.cache.tokens_held(ctx)
+
+
+def engine_kind(cache: LayerCache, sliding_as_full: bool = False) -> str:
+    """The kind an engine allocates a cache as: MLA latents, indexer keys and cross-attention as full attention,
+    a sliding MLA latent as sliding, and windowed caches as full where the engine ignores their window."""
+    if is_windowed(cache):
+        return "full" if sliding_as_full else ("sliding" if cache.kind == "mla" else cache.kind)
+    return "full" if cache.kind in ("mla", "indexer", "cross") else cache.kind
 
 
 def rows(layers: Layers, kv: DType, state_dtype: DType, sliding_as_full: bool = False) -> list[Row]:
     """A GPU's caches as rows; layers that store nothing of their own (no cache, KV shared) are dropped."""
     out = []
     for cache, count in layers:
-        kind = "full" if cache.kind in ("mla", "indexer", "cross") or (sliding_as_full and cache.kind in WINDOWED) \
-            else cache.kind
+        kind = engine_kind(cache, sliding_as_full)
         if kind not in EMPTY_KINDS:
             out.append(Row(cache=cache, kind=kind, count=count, bytes_per_token=cache.bytes_per_token(kv),
                            state_bytes=cache.state_bytes(state_dtype)))
@@ -480,10 +492,24 @@ class Vllm(Engine):
                "persimmon": "0.25.0", "plamo2": "0.26.0", "ouro": "0.26.0", "arctic": "0.28.0", "mpt": "0.28.0",
                "chameleon": "0.28.0", "stablelm_epoch": "0.28.0"}
 
+    # Model types vLLM runs with cache layouts kvplan's vLLM rules do not model, with what they keep, as of 0.33.0
+    # (vllm/models/qwen4_exp: `QSAKeyStateCache` a CircularBufferSpec, `QSACompressedKeyCache` an MLAAttentionSpec
+    # of tokens_per_state indexer_compress_ratio; vllm/models/dots3_note: `Dots3NotePaddedMLAAttention`).
+    UNMODELLED_LAYOUTS = {
+        "qwen4_exp_text": "beside each attention layer's K and V it keeps QSA caches of its own (a ring buffer of "
+                          "raw indexer keys and one compressed key per indexer_compress_ratio tokens)",
+        "dots3_note_text": "it pads its DSA layers' latent rows to its sliding layers' width (swa_kv_lora_rank + "
+                           "swa_qk_rope_head_dim) and pages them beside the indexer keys and sliding MLA layers",
+    }
+
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> VllmPool:
         if model.architecture in self.NO_MODEL:
             raise KvplanError(f"vLLM has no {model.architecture} model (none as of vLLM 0.32): choose another "
                               "--engine")
+        if model.architecture in self.UNMODELLED_LAYOUTS:
+            raise KvplanError(f"vLLM 0.33.0 runs {model.architecture} ({model.name}) with a cache layout kvplan "
+                              f"does not model: {self.UNMODELLED_LAYOUTS[model.architecture]}; use --engine "
+                              "transformers or --engine ideal")
         last = self.DROPPED.get(model.architecture)
         if last and version_tuple(self.version) > version_tuple(last):
             raise KvplanError(f"vLLM {self.version} does not run {model.architecture} models ({model.name}): its "
@@ -659,7 +685,7 @@ class Sglang(Engine):
         if hybrid and windowed:
             notes.append(f"separate sliding-window pool, {SGLANG_SWA_FULL_TOKENS_RATIO} x the full pool's "
                          "tokens")
-        elif any(cache.kind in WINDOWED for cache, _ in layers):
+        elif any(is_windowed(cache) for cache, _ in layers):
             notes.append(f"{model.architecture} is not on SGLang's hybrid-SWA list: every layer sized full")
         return SglangPool(full_cell=sum(r.count * r.bytes_per_token for r in table if r.kind == "full"),
                           swa_cell=sum(r.count * r.bytes_per_token for r in windowed),
@@ -851,7 +877,7 @@ class PrefillActivations:
         self.heads = model.num_attention_heads
         self.gate_tensors = self.GATE_TENSORS.get(model.architecture, 4)
         self.residuals = 4 if model.num_layers > 1 else 3  # the first layer's input is the embedding output
-        self.masked = model.architecture in self.MASK_ALWAYS or any(c.kind in WINDOWED for c in model.caches)
+        self.masked = model.architecture in self.MASK_ALWAYS or any(is_windowed(c) for c in model.caches)
         mamba = [c for c in model.caches if c.kind == "recurrent" and c.mixer == "mamba" and c.conv_kernel]
         # (SSM elements, d_inner) of the widest Mamba mixer: d_inner channels, each conv_kernel - 1 conv inputs
         self.scan = max(((c.ssm_elements, c.conv_elements // (c.conv_kernel - 1)) for c in mamba), default=None)

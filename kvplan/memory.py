@@ -107,7 +107,9 @@ def kind_label(cache) -> str:
         return f"chunked {cache.chunk:,}"
     if cache.kind == "recurrent":
         return f"recurrent ({cache.mixer})"
-    return {"full": "full attention", "mla": "MLA latent", "indexer": "DSA indexer keys", "cross": "cross-attention",
+    if cache.kind == "mla" and cache.window:
+        return f"MLA latent, sliding window {cache.window:,}"
+    return {"full": "full attention", "mla": "MLA latent", "indexer": "indexer keys", "cross": "cross-attention",
             "shared": "KV shared with an earlier layer", "none": "no cache"}[cache.kind]
 
 

@@ -77,18 +77,21 @@ class ChunkedAttention(_Attention):
 
 class MLALatent(_Cache):
     """Multi-head latent attention (DeepSeek V2/V3): one compressed row of kv_lora_rank + qk_rope_head_dim
-    elements per token, shared by all heads, so tensor parallelism cannot split it (vLLM `MLAAttentionSpec`)."""
+    elements per token, shared by all heads, so tensor parallelism cannot split it (vLLM `MLAAttentionSpec`).
+    With a `window` it is local attention over the last `window` tokens, keeping min(ctx, window) (dots3's
+    sliding layers; vLLM `SlidingWindowMLASpec`)."""
 
     kind: Literal["mla"] = "mla"
     split_by_tensor_parallel: bool = False
     latent_dim: PositiveInt
     rope_dim: int = Field(ge=0)
+    window: PositiveInt | None = Field(None, description="sliding window in tokens; None: every token")
 
     def bytes_per_token(self, dtype: DType) -> int:
         return dtype.bytes_for(self.latent_dim + self.rope_dim)
 
     def tokens_held(self, ctx: int) -> int:
-        return ctx
+        return min(ctx, self.window) if self.window else ctx
 
 
 class IndexerKeys(_Cache):
@@ -143,11 +146,13 @@ class RecurrentState(_Cache):
     groups: int | None = Field(None, ge=1, description="Mamba-2 n_groups: heads share B and C (state_size channels "
                                "each) by group; vLLM replicates them to tp groups when tp does not divide them")
     state_size: int | None = Field(None, ge=1, description="Mamba-2 d_state, the width of B and C per group")
+    token_ids: int = Field(0, ge=0, description="token ids it keeps as int64, 8 bytes each (Qwen4-Exp's n-gram "
+                                                "embedding keeps the last ngram_size - 1)")
 
     def state_bytes(self, model_dtype: DType) -> int:
         ssm_dtype = kv_dtype(self.ssm_dtype) if self.ssm_dtype else model_dtype
         conv_dtype = kv_dtype(self.conv_dtype) if self.conv_dtype else model_dtype
-        return conv_dtype.bytes_for(self.conv_elements) + ssm_dtype.bytes_for(self.ssm_elements)
+        return conv_dtype.bytes_for(self.conv_elements) + ssm_dtype.bytes_for(self.ssm_elements) + 8 * self.token_ids
 
 
 class CrossAttention(_Attention):

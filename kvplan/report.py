@@ -195,6 +195,8 @@ def _shape(cache) -> str:
         return f"K,V: {cache.kv_heads} heads x {dims}"
     if cache.kind == "mla":
         return f"latent {cache.latent_dim} + rope {cache.rope_dim}, 1 head"
+    if cache.kind == "recurrent" and cache.token_ids:
+        return f"state: conv {cache.conv_elements:,} elements + {cache.token_ids} token ids (int64)"
     if cache.kind == "indexer":
         return f"indexer key {cache.head_dim}, 1 head"
     if cache.kind == "recurrent":

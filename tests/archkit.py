@@ -111,9 +111,10 @@ def meta_parameters(model_type: str, fields: dict) -> int:
     return sum(p.numel() for p in model.parameters()) + buffers
 
 
-def check(tmp_path: Path, model_type: str, data: dict | None = None, layers: int | None = 0) -> Check:
-    """Profile the shrunk model (or `data`) on the CPU, in fp32, and count its parameters on the meta device.
-    layers=0: the representative cut; None: every layer."""
+def check(tmp_path: Path, model_type: str, data: dict | None = None, layers: int | None = 0,
+          ctx: int = CTX) -> Check:
+    """Profile the shrunk model (or `data`) on the CPU, in fp32, at ctx tokens, and count its parameters on the
+    meta device. layers=0: the representative cut; None: every layer."""
     from kvplan.profiler import run as profile_run
 
     data = data if data is not None else shrunk(model_type)
@@ -122,7 +123,7 @@ def check(tmp_path: Path, model_type: str, data: dict | None = None, layers: int
     spec = model_from_config(data, model_type, "test")
     if layers == 0:
         layers = profile_config.representative_layers(spec, MIN_LAYERS)
-    result = profile_run.run_profile(str(path), CTX, BATCH, device="cpu", dtype="fp32", layers=layers,
+    result = profile_run.run_profile(str(path), ctx, BATCH, device="cpu", dtype="fp32", layers=layers,
                                      decode_steps=DECODE_STEPS)
     source = profile_config.resolve(str(path))
     cut, cut_spec = profile_config.first_layers(source, layers)

@@ -14,6 +14,10 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_N
 
 from kvplan.errors import KvplanError  # noqa: E402
 
+QWEN4_EXP_QSA = {"indexer_n_heads": 4, "indexer_kv_heads": 1, "indexer_head_dim": 128, "indexer_budget": 2048,
+                 "indexer_compress_ratio": 4,
+                 "rope_parameters": {"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
+                                     "mrope_section": [11, 11, 10]}}
 # Decoder fields set before building, where transformers' default config cannot be built or run as it stands but
 # every published checkpoint sets the field: model_type -> (fields, why).
 EDITS: dict[str, tuple[dict, str]] = {
@@ -56,6 +60,12 @@ EDITS: dict[str, tuple[dict, str]] = {
                     "the causal-LM class is the decoder alone, as it sets on its own config")
        for model_type in ("bart", "bigbird_pegasus", "blenderbot", "blenderbot-small", "marian", "mbart", "mvp",
                           "pegasus", "plbart", "prophetnet", "whisper")},
+    # Qwen4ExpTextConfig leaves the QSA indexer's fields None, which its attention layers cannot be built from; and
+    # its default RoPE (every head_dim channel) does not fit that indexer's head. The released checkpoint (its
+    # config.json, as vLLM's and other ports' tests quote it): 4 indexer heads of 128, one key head, a budget of
+    # 2,048 tokens in blocks of 4; RoPE on 64 of the 256 channels, mrope_section [11, 11, 10].
+    **{model_type: (QWEN4_EXP_QSA, "every Qwen4-Exp checkpoint sets its QSA indexer and partial RoPE")
+       for model_type in ("qwen4_exp", "qwen4_exp_text")},
     "dbrx": ({"attn_config": {"kv_n_heads": 1, "clip_qkv": 8, "rope_theta": 500_000}},
              "DbrxAttention reads attn_config.rope_theta, which DbrxAttentionConfig does not define, and clamps "
              "q, k, v to clip_qkv even when it is None (the default), which torch refuses; DBRX's published "
@@ -93,7 +103,7 @@ TRANSFORMERS_CANNOT: dict[str, str] = {
 # Not yet exact: strict xfails, so a family that becomes exact fails here until it leaves this list.
 NOT_YET = {
     # MLA, DSA indexers, compressed attention, and MoE field dialects
-    **dict.fromkeys(["deepseek_v4", "dots3_note", "dots3_note_text", "qwen4_exp", "qwen4_exp_text"], "mla-dsa"),
+    "deepseek_v4": "mla-dsa",
     # transformers allocates gate_up_proj rows for the zero-compute experts too (`LongcatFlashExperts`), which no
     # checkpoint holds: kvplan counts the checkpoint's (LongCat-Flash 560B), the cache is exact
     "longcat_flash": "mla-dsa",

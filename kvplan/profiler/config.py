@@ -28,6 +28,8 @@ PER_LAYER_FIELDS = ("layer_types", "no_rope_layers", "block_configs", "hybrid_ov
 # Fields listing layer indices: indices past the cut are dropped.
 LAYER_INDEX_FIELDS = ("mlp_only_layers", "attn_layer_indices", "hybrid_layer_ids", "full_attn_idxs",
                       "cross_attention_layers")
+# Fields listing layers counted from 1 (Qwen4-Exp's ple_layer_ids): ids past the cut are dropped.
+LAYER_ID_FIELDS = ("ple_layer_ids",)
 # Counts of leading layers, which cannot exceed the layers kept (DeepSeek's dense layers before the MoE ones).
 LAYER_COUNT_BOUNDS = ("first_k_dense_replace",)
 # Counts of trailing layers (Gemma 3n and Gemma 4's KV-shared layers): a cut keeps those among the layers kept.
@@ -126,6 +128,8 @@ def _cut_per_layer_fields(decoder: dict, total: int, layers: int) -> None:
             decoder[field] = max(0, value - (total - layers))
         elif field in LAYER_INDEX_FIELDS and isinstance(value, list):
             decoder[field] = [i for i in value if isinstance(i, int) and i < layers]
+        elif field in LAYER_ID_FIELDS and isinstance(value, list):
+            decoder[field] = [i for i in value if isinstance(i, int) and i <= layers]
         elif field in PER_LAYER_FIELDS and isinstance(value, (list, str)) or (
                 isinstance(value, list) and len(value) == total and ("layer" in field or field.endswith("types"))):
             decoder[field] = value[:layers]

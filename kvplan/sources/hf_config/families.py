@@ -86,6 +86,16 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "zamba2": {"tie_word_embeddings": True},
     "zaya": {"tie_word_embeddings": True},
     "olmo_hybrid": {"tie_word_embeddings": False},
+    # Qwen4ExpTextConfig's defaults for the fields that shape its cache and weights
+    "qwen4_exp_text": {"tie_word_embeddings": False, "head_dim": 256, "num_key_value_heads": 2,
+                       "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                       "linear_num_key_heads": 16, "linear_num_value_heads": 32, "hc_count": 4, "hc_lowrank": 320,
+                       "ple_conv_kernel_size": 4, "ngram_size": 3, "heads_per_ngram": 8,
+                       "ngram_vocab_size_base": 20_000_000, "make_ngram_vocab_size_divisible_by": 128},
+    # Dots3NoteTextConfig's defaults for the fields that shape its cache and weights
+    "dots3_note_text": {"tie_word_embeddings": False, "kv_lora_rank": 512, "q_lora_rank": 1024,
+                        "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128, "index_head_dim": 128,
+                        "index_n_heads": 64, "n_shared_experts": 1, "shared_experts_intermediate_size": 1536},
     "qwen3_5_text": {"tie_word_embeddings": False},
     "qwen3_5_moe_text": {"tie_word_embeddings": False},
     "nemotron-nas": {"tie_word_embeddings": False},
@@ -172,7 +182,8 @@ HEAD_DIM_ROUNDED_DOWN = {"glm4_moe"}
 MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma3n": "gemma3n_text",
                       "gemma4": "gemma4_text", "gemma4_unified": "gemma4_unified_text",
                       "llama4": "llama4_text", "deci": "nemotron-nas", "mt5": "t5",
-                      "minimax_m1": "minimax"}  # MiniMax-M1's remote-code config: transformers' minimax
+                      "minimax_m1": "minimax",  # MiniMax-M1's remote-code config: transformers' minimax
+                      "dots3_note": "dots3_note_text"}  # dots3's released config: the decoder's fields at the top
 
 
 # Model types kvplan refuses whole, with the reason.
