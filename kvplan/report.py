@@ -199,6 +199,11 @@ def _shape(cache) -> str:
         return f"indexer key {cache.head_dim}, 1 head"
     if cache.kind == "recurrent":
         return f"state: conv {cache.conv_elements:,} + ssm {cache.ssm_elements:,} elements"
+    if cache.kind == "sliding_kv":
+        return f"K=V {cache.head_dim}, 1 head"
+    if cache.kind == "compressed":
+        overlap = ", overlapping windows" if cache.overlap else ""
+        return f"entry {cache.head_dim}, 1 head; compressor state{overlap}"
     if cache.kind == "shared":
         return f"reads layer {cache.source}'s K,V"
     return cache.reason

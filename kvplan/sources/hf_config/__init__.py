@@ -11,6 +11,8 @@ All per-architecture knowledge of kvplan lives in this package, split by concern
                      FAMILY_LAYOUTS and params.py's FAMILY_PARAMS and FAMILY_WIDTHS)
     recurrent.py     layouts and counts of families with their own recurrent mixers (short convolutions,
                      lightning attention, Kimi Delta Attention, RWKV, xLSTM) or stacks run in cycles (HRM)
+    deepseek_v4.py   DeepSeek V4: shared-KV sliding windows, compressed attention (CSA, HCA), hash routing,
+                     hyper-connections (its own layout, parameter and width rules)
     quantization.py  float dtype, weight quantisation, KV dtype, max context
     vision.py        vision towers of multimodal checkpoints
     encoders.py      encoders (the BERT family, also run as decoders) and encoder-decoders (T5, BART, Whisper, ...)
@@ -20,7 +22,7 @@ Rules follow transformers' configuration and modeling files and vLLM's config re
 The config is data: nothing it names (`auto_map`, remote code) is imported or run.
 """
 
-from kvplan.sources.hf_config import recurrent  # noqa: F401  (registers its families' rules)
+from kvplan.sources.hf_config import deepseek_v4, recurrent  # noqa: F401  (register their families' rules)
 from kvplan.sources.hf_config.families import ENCODER_ONLY
 from kvplan.sources.hf_config.fields import MAX_LAYERS, parse_json, read_text
 from kvplan.sources.hf_config.reader import model_from_config, read_config_file
