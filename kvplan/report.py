@@ -122,7 +122,8 @@ def print_estimate(console: Console, model: ModelSpec, est: Estimate) -> None:
     summary.add_row("KV per token (all attention layers)", f"{est.kv_bytes_per_token:,} B")
     summary.add_row(f"KV per sequence ({est.ctx:,} tokens)", both_units(est.kv_bytes_per_sequence))
     if est.state_bytes_per_sequence:
-        summary.add_row("  of which recurrent state", both_units(est.state_bytes_per_sequence))
+        state = "compressor" if any(c.kind == "compressed" for c in model.caches) else "recurrent"
+        summary.add_row(f"  of which {state} state", both_units(est.state_bytes_per_sequence))
     summary.add_row(f"KV for batch {est.batch:,}", both_units(est.kv_bytes_total))
     exact = ", exact from safetensors" if est.weights_source == "checkpoint" else ""
     summary.add_row(f"weights ({est.weights_dtype}{exact})", both_units(est.weights_bytes))

@@ -77,11 +77,12 @@ def compress_rates(cfg: Fields, types: list[str]) -> dict[str, int]:
         legacy = LEGACY_RATE_FIELDS[layer_type]
         if cfg.has(legacy):
             out[layer_type] = cfg.int(legacy)
+        elif rates.has(layer_type):
+            out[layer_type] = rates.int(layer_type)
         elif cfg.has("compress_rates"):  # stated: no defaults fill it in
-            if layer_type in types and not rates.has(layer_type):
+            if layer_type in types:
                 raise KvplanError(f"{rates.where}: no rate for {layer_type}, which layer {types.index(layer_type)} "
                                   "is")
-            out[layer_type] = rates.int(layer_type, default=0)
         else:
             out[layer_type] = DEFAULT_COMPRESS_RATES[layer_type]
     return out
