@@ -889,8 +889,9 @@ class PrefillActivations:
         peak = batch x (2 P^2 b + max(P x per token + h P C b, P x 4 x hidden x b + h P C s))
     Without widths (a YAML spec without them, NAS blocks) a flat 1 GiB."""
 
-    # `_supports_sdpa = False`: architecture -> (sink columns, score tensors in the model dtype, fp32 softmax)
-    EAGER_ATTENTION = {"gpt_oss": (1, 3, False), "gemma2": (0, 1, True)}
+    # `_supports_sdpa = False`: architecture -> (sink columns, score tensors in the model dtype, fp32 softmax);
+    # DeepSeek V4's eager_attention_forward is gpt-oss's
+    EAGER_ATTENTION = {"gpt_oss": (1, 3, False), "gemma2": (0, 1, True), "deepseek_v4": (1, 3, False)}
     GATE_TENSORS = {"gpt_oss": 10}  # expert-intermediate-wide tensors of a routed token's gating, default 4
     PYTHON_GELU = frozenset({"gelu_new"})  # NewGELUActivation
     MODELLED_MIXERS = frozenset({"mamba"})  # others' scans (Gated DeltaNet's chunked fp32 one) are not
@@ -1030,6 +1031,9 @@ class Transformers(Engine):
             notes.append("DeepSeek V4 compressors also hold the prompt's kv and gate projections until the first "
                          "decode step, then up to m tokens' (CSA overlap gates in fp32, as from_pretrained loads "
                          "position_bias)")
+            notes.append("DeepSeek V4's prefill activations are under-counted: its hyper-connection streams and "
+                         "wide query and output rows are not modelled (kvplan profile measured 1.45x the figure at "
+                         "a 1,022-token prompt)")
         activations = PrefillActivations(model, kv)
         short = model.architecture in self.PREFILL_CONV_SHORT
         prefill_states = [r.state_bytes - kv.bytes_for(r.cache.conv_elements // r.cache.conv_kernel)
