@@ -196,6 +196,21 @@ def test_cache_equals_transformers_after_prefill_and_decode(tmp_path, ctx, steps
     assert result.kv_exact
 
 
+def test_flash_config_cut_by_the_profiler_and_measured(tmp_path):
+    """Flash's own config.json fields (compress_ratios one longer than the layers, num_hash_layers), widths
+    shrunk: `kvplan profile` cuts it to its first layers holding every kind (two sliding, a CSA, an HCA) and
+    transformers' cache and meta build equal kvplan's."""
+    pytest.importorskip("torch")
+    import archkit
+
+    small = {"vocab_size": 512, "hidden_size": 256, "moe_intermediate_size": 32, "n_routed_experts": 4,
+             "num_experts_per_tok": 2, "num_attention_heads": 4, "head_dim": 64, "qk_rope_head_dim": 16,
+             "q_lora_rank": 32, "o_groups": 2, "o_lora_rank": 16, "index_n_heads": 2, "index_head_dim": 32,
+             "sliding_window": 16}
+    result = archkit.check(tmp_path, "deepseek_v4", {**FLASH, **small})
+    assert result.layers == 4 and result.exact, result
+
+
 def test_bf16_from_pretrained_keeps_overlap_gates_in_fp32(tmp_path):
     """A checkpoint loaded in bf16 keeps position_bias in fp32 (`_keep_in_fp32_modules_strict`), so CSA's saved
     overlap gates are fp32 while everything else is bf16: the transformers engine's figure for this model."""
