@@ -24,6 +24,7 @@ from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype
 from kvplan.model import (
     EMPTY_KINDS,
+    CompressedKV,
     FullAttention,
     IndexerKeys,
     LayerCache,
@@ -94,6 +95,7 @@ def version_tuple(text: str) -> tuple[int, ...]:
 
 
 WINDOWED = ("sliding", "chunked")
+COMPRESSED_KINDS = ("sliding_kv", "compressed")  # DeepSeek V4's shared-KV windows and compressors
 
 
 def is_windowed(cache: LayerCache) -> bool:
@@ -232,6 +234,16 @@ class Engine(ABC):
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
         """The caches as this engine stores them (before tensor and pipeline parallelism)."""
         return model.caches
+
+    # Where this engine lays out DeepSeek V4's compressed attention (cache kinds COMPRESSED_KINDS) in a way kvplan
+    # does not model: such a model is refused, naming it. None: the engine's rules size it.
+    compressed_attention: ClassVar[str | None] = None
+
+    def refuse_compressed_attention(self, model: ModelSpec) -> None:
+        if self.compressed_attention and any(c.kind in COMPRESSED_KINDS for c in model.caches):
+            raise KvplanError(f"kvplan does not model {self.label}'s cache for DeepSeek V4's compressed attention "
+                              f"({self.compressed_attention}), so it cannot size {model.name} there: use --engine "
+                              "transformers or ideal")
 
     def memory_fraction(self) -> float:
         given = self.options.memory_fraction
@@ -501,8 +513,12 @@ class Vllm(Engine):
         "dots3_note_text": "it pads its DSA layers' latent rows to its sliding layers' width (swa_kv_lora_rank + "
                            "swa_qk_rope_head_dim) and pages them beside the indexer keys and sliding MLA layers",
     }
+    compressed_attention = ("vLLM 0.33.0 lays it out in vllm/models/deepseek_v4/: fp8_ds_mla pages for the windows "
+                            "and compressed entries, fp8 indexer keys, fp32 compressor-state pages, packed block by "
+                            "block")
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> VllmPool:
+        self.refuse_compressed_attention(model)
         if model.architecture in self.NO_MODEL:
             raise KvplanError(f"vLLM has no {model.architecture} model (none as of vLLM 0.32): choose another "
                               "--engine")
@@ -677,7 +693,10 @@ class Sglang(Engine):
         pool is sized (CUDA context, NCCL) counts against it: 0.5 GiB."""
         return Overhead(cuda_context=GiB // 2)
 
+    compressed_attention = "SGLang 0.5.23 keeps it in its own pools, sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
+
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> SglangPool:
+        self.refuse_compressed_attention(model)
         hybrid = model.architecture in SGLANG_HYBRID_SWA
         table = rows(layers, kv, kv_dtype(model.dtype), sliding_as_full=not hybrid)
         windowed = [r for r in table if r.kind in WINDOWED]
@@ -750,7 +769,10 @@ class LlamaCpp(Engine):
         context 0.5 GiB."""
         return Overhead(activations=GiB // 2, cuda_context=GiB // 2)
 
+    compressed_attention = "llama.cpp 0c1e57098b keeps it in a cache of its own, src/llama-kv-cache-dsv4.cpp"
+
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> LlamaCppPool:
+        self.refuse_compressed_attention(model)
         ignores_swa = model.architecture in LLAMA_CPP_NO_SWA
         swa_full = bool(self.options.swa_full)
         table = rows(layers, kv, kv_dtype("fp32"), sliding_as_full=ignores_swa)
@@ -783,12 +805,13 @@ class TransformersPool(KVPool):
     larger, for a prompt of up to ctx - 1 tokens (`bytes_for`).
     StaticCache: max_cache_len = ctx preallocated, min(W, ctx) on sliding layers, from the first token.
     Recurrent layers: the state `Transformers.cached_layers` describes (conv of `kernel` inputs, fp32 SSM);
-    `prefill_states`, one per row, what each holds right after prefill where that is less."""
+    `prefill_states`, one per row, what each holds right after prefill where that is less. DeepSeek V4's
+    compressors: `compressor_bytes`."""
 
     def __init__(self, table: list[Row], static: bool, activations: "PrefillActivations", notes: list[str],
-                 prefill_states: list[int]):
+                 prefill_states: list[int], dtype: DType):
         self.table, self.static, self.activations, self.notes = table, static, activations, notes
-        self.prefill_states = prefill_states
+        self.prefill_states, self.dtype = prefill_states, dtype
 
     def activation_bytes(self, users: int, ctx: int) -> int:
         """generate() prefills the batch's prompts (up to ctx - 1 tokens) in one forward pass."""
@@ -803,7 +826,12 @@ class TransformersPool(KVPool):
 
     def bytes_held(self, users: int, ctx: int) -> int:
         """What the cache holds for `users` sequences that decoded their way to ctx tokens."""
-        return users * sum(r.count * (r.bytes_per_token * r.tokens(ctx) + r.state_bytes) for r in self.table)
+        return users * sum(r.count * self._row_held(r, ctx) for r in self.table)
+
+    def _row_held(self, r: Row, ctx: int) -> int:
+        if r.kind == "compressed":
+            return compressor_bytes(r.cache, self.dtype, ctx, prefill=False)
+        return r.bytes_per_token * r.tokens(ctx) + r.state_bytes
 
     def bytes_per_sequence_decode(self, ctx: int) -> int:
         return self.bytes_held(1, ctx)
@@ -814,8 +842,30 @@ class TransformersPool(KVPool):
         step), and a cross-attention layer its encoder's tokens; a StaticCache is already at its full size."""
         if self.static:
             return self.bytes_held(users, ctx)
-        return users * sum(r.count * (r.bytes_per_token * (r.tokens(ctx) if r.cache.kind == "cross" else prompt)
-                                      + state) for r, state in zip(self.table, self.prefill_states, strict=True))
+        return users * sum(r.count * self._row_after_prefill(r, state, prompt, ctx)
+                           for r, state in zip(self.table, self.prefill_states, strict=True))
+
+    def _row_after_prefill(self, r: Row, state: int, prompt: int, ctx: int) -> int:
+        if r.kind == "compressed":
+            return compressor_bytes(r.cache, self.dtype, prompt, prefill=True)
+        return r.bytes_per_token * (r.tokens(ctx) if r.cache.kind == "cross" else prompt) + state
+
+
+FP32 = kv_dtype("fp32")
+
+
+def compressor_bytes(cache: CompressedKV, dtype: DType, tokens: int, prefill: bool) -> int:
+    """What transformers' `DeepseekV4CSACache` / `DeepseekV4HCACache` hold for one compressor of a sequence that
+    has seen `tokens` tokens: tokens // m entries; the buffered tokens' kv and gate projections, which
+    `store_compression_weights` keeps as a view into the tensor it last made, so right after prefill the whole
+    prompt's (`prefill`: its kv_proj output) and once decoding has begun the last step's concatenation of the
+    buffer and the new token, (tokens - 1) % m + 1 rows; with overlapping windows, once one has closed, the last
+    window's first half (`update_overlap_state`), its gate in fp32: gate + position_bias, a parameter
+    `_keep_in_fp32_modules_strict` loads in fp32 (a model made by from_config, as `kvplan profile` makes it,
+    keeps it in the model dtype)."""
+    buffered = tokens if prefill else (tokens - 1) % cache.ratio + 1
+    overlap = cache.overlap_bytes(dtype, FP32) if tokens >= cache.ratio else 0
+    return cache.bytes_per_token(dtype) * cache.tokens_held(tokens) + cache.buffer_bytes(dtype, buffered) + overlap
 
 
 # Recurrent states transformers computes in the model dtype, not fp32: MiniMax's lightning attention sums k^T v in
@@ -864,8 +914,9 @@ class PrefillActivations:
         peak = batch x (2 P^2 b + max(P x per token + h P C b, P x 4 x hidden x b + h P C s))
     Without widths (a YAML spec without them, NAS blocks) a flat 1 GiB."""
 
-    # `_supports_sdpa = False`: architecture -> (sink columns, score tensors in the model dtype, fp32 softmax)
-    EAGER_ATTENTION = {"gpt_oss": (1, 3, False), "gemma2": (0, 1, True)}
+    # `_supports_sdpa = False`: architecture -> (sink columns, score tensors in the model dtype, fp32 softmax);
+    # DeepSeek V4's eager_attention_forward is gpt-oss's
+    EAGER_ATTENTION = {"gpt_oss": (1, 3, False), "gemma2": (0, 1, True), "deepseek_v4": (1, 3, False)}
     GATE_TENSORS = {"gpt_oss": 10}  # expert-intermediate-wide tensors of a routed token's gating, default 4
     PYTHON_GELU = frozenset({"gelu_new"})  # NewGELUActivation
     MODELLED_MIXERS = frozenset({"mamba"})  # others' scans (Gated DeltaNet's chunked fp32 one) are not
@@ -954,7 +1005,9 @@ class Transformers(Engine):
         query head before caching; it is the only Falcon layout with 1 < kv_heads < num_attention_heads
         (multi_query has 1, plain MHA all). GPT-Neo's local layers keep every token: its config has no
         sliding_window, so DynamicCache makes plain layers, and the model masks the window itself. Recurrent
-        states: `transformers_state`. Families in RECOMPUTES keep nothing."""
+        states: `transformers_state`. Families in RECOMPUTES keep nothing. DeepSeek V4's sliding_attention
+        layers (a K=V window and no compressor) get a plain `DynamicSlidingWindowLayer`, which keeps the row twice,
+        as keys and as values; its compressed layers' caches store it once (`DeepseekV4HCACache.update`)."""
         if model.architecture in self.RECOMPUTES:
             return tuple(NoCache(layer=c.layer, reason=self.RECOMPUTES[model.architecture]) for c in model.caches)
         if any(c.kind == "mla" for c in model.caches) and version_tuple(self.version) < (5, 15):
@@ -962,9 +1015,13 @@ class Transformers(Engine):
                               "which kvplan does not model: use --engine-version 5.15 or later")
         heads = model.num_attention_heads
         broadcast = model.architecture == "falcon"
+        compressed = {c.layer for c in model.caches if c.kind == "compressed"}
         out = []
         for c in model.caches:
-            if broadcast and c.kind in ("full", *WINDOWED) and 1 < c.kv_heads < heads:
+            if c.kind == "sliding_kv" and c.layer not in compressed:
+                c = SlidingWindow(layer=c.layer, kv_heads=1, head_dim=c.head_dim, head_dim_v=c.head_dim,
+                                  window=c.window, split_by_tensor_parallel=False)
+            elif broadcast and c.kind in ("full", *WINDOWED) and 1 < c.kv_heads < heads:
                 c = c.model_copy(update={"kv_heads": heads})
             elif c.kind == "sliding" and model.architecture in self.WINDOWS_KEPT_WHOLE:
                 c = FullAttention(**c.model_dump(exclude={"kind", "window"}))
@@ -983,19 +1040,30 @@ class Transformers(Engine):
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> TransformersPool:
         """The cache is in the dtype the model runs in (no separate KV dtype), conv states included."""
         static = self.options.cache_implementation == "static"
+        if static and any(c.kind in COMPRESSED_KINDS for c, _ in layers):
+            raise KvplanError(f"transformers' StaticCache cannot hold {model.name}'s compressor state (DeepSeek V4 "
+                              "runs on its own dynamic cache layers, modeling_deepseek_v4.py): use "
+                              "--cache-implementation dynamic")
         table = rows(layers, kv, kv)
         notes = ["StaticCache" if static else "DynamicCache"]
         if model.architecture in self.RECOMPUTES:
             notes[0] = (f"no cache: {self.RECOMPUTES[model.architecture]}, so generate() runs the whole sequence "
                         "again for every token")
-        if not static and any(r.kind in WINDOWED for r in table):
+        if not static and any(r.kind in (*WINDOWED, *COMPRESSED_KINDS) for r in table):
             notes[0] = ("DynamicCache: sliding layers hold the whole prompt until the first decode step, then "
                         "min(ctx, W) tokens; sized for the peak, a prompt of up to ctx - 1 tokens")
+        if any(r.kind == "compressed" for r in table):
+            notes.append("DeepSeek V4 compressors also hold the prompt's kv and gate projections until the first "
+                         "decode step, then up to m tokens' (CSA overlap gates in fp32, as from_pretrained loads "
+                         "position_bias)")
+            notes.append("DeepSeek V4's prefill activations are under-counted: its hyper-connection streams and "
+                         "wide query and output rows are not modelled (kvplan profile measured 1.45x the figure at "
+                         "a 1,022-token prompt)")
         activations = PrefillActivations(model, kv)
         short = model.architecture in self.PREFILL_CONV_SHORT
         prefill_states = [r.state_bytes - kv.bytes_for(r.cache.conv_elements // r.cache.conv_kernel)
                           if short and r.kind == "recurrent" and r.cache.conv_kernel else r.state_bytes for r in table]
-        return TransformersPool(table, static, activations, notes + activations.notes(), prefill_states)
+        return TransformersPool(table, static, activations, notes + activations.notes(), prefill_states, kv)
 
 
 # --------------------------------------------------------------------------------------------- TensorRT-LLM
@@ -1040,7 +1108,10 @@ class TensorRtLlm(Engine):
         """KV budget = free_gpu_memory_fraction x (GPU memory - weights - overhead)."""
         return math.floor(fraction * (gpu_bytes - weights - overhead))
 
+    compressed_attention = "the KvCacheConfig documentation kvplan follows describes no compressed caches"
+
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> BlockPool:
+        self.refuse_compressed_attention(model)
         block = self.options.block_size or 32
         return BlockPool(rows(layers, kv, kv_dtype(model.dtype)), block, [f"tokens_per_block {block}"])
 

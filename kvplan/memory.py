@@ -4,7 +4,8 @@ For each cache layer (see `kvplan.model`):
     bytes per token    = K row + V row = bytes(kv_heads x head_dim) + bytes(kv_heads x head_dim_v)
                          (MLA: bytes(kv_lora_rank + qk_rope_head_dim), one row shared by all heads)
     bytes per sequence = bytes per token x tokens held at ctx + recurrent state
-    tokens held        = ctx (full, MLA), min(ctx, W) (sliding), min(ctx, C) (chunked), encoder length (cross)
+    tokens held        = ctx (full, MLA), min(ctx, W) (sliding), min(ctx, C) (chunked), encoder length (cross),
+                         ctx // m entries of a compressed cache (DeepSeek V4: bytes per token are per entry)
 and for the model: the sum over layers, times the batch. For plain attention this is the familiar
 2 x layers x kv_heads x head_dim x bytes x tokens x batch (e.g. vLLM's `AttentionSpec.page_size_bytes` per token).
 Weights, when the checkpoint's safetensors headers were read and no --weights-dtype is given, are exact:
@@ -109,6 +110,11 @@ def kind_label(cache) -> str:
         return f"recurrent ({cache.mixer})"
     if cache.kind == "mla" and cache.window:
         return f"MLA latent, sliding window {cache.window:,}"
+    if cache.kind == "sliding_kv":
+        return f"sliding window {cache.window:,}, K=V"
+    if cache.kind == "compressed":
+        what = "indexer keys" if cache.indexer else "KV"
+        return f"compressed {what}, 1 per {cache.ratio:,} tokens"
     return {"full": "full attention", "mla": "MLA latent", "indexer": "indexer keys", "cross": "cross-attention",
             "shared": "KV shared with an earlier layer", "none": "no cache"}[cache.kind]
 

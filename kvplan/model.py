@@ -114,6 +114,70 @@ class IndexerKeys(_Cache):
         return ctx
 
 
+class SlidingKV(_Cache):
+    """Shared-KV multi-query attention over the last `window` tokens (DeepSeek V4, paper §2.3; transformers
+    `DeepseekV4Attention`): one `head_dim`-wide row per token is both key and value for every query head, so
+    min(ctx, window) rows are held, and tensor parallelism cannot split the one head (vLLM `max_tp_shards=1`)."""
+
+    kind: Literal["sliding_kv"] = "sliding_kv"
+    split_by_tensor_parallel: bool = False
+    head_dim: PositiveInt
+    window: PositiveInt
+
+    def bytes_per_token(self, dtype: DType) -> int:
+        return dtype.bytes_for(self.head_dim)
+
+    def tokens_held(self, ctx: int) -> int:
+        return min(ctx, self.window)
+
+
+class CompressedKV(_Cache):
+    """A compressor's cache (DeepSeek V4's Compressed Sparse and Heavily Compressed Attention, paper §2.3.1-2.3.2;
+    transformers `DeepseekV4CSACache` / `DeepseekV4HCACache`): every `ratio` tokens are folded into one
+    `head_dim`-wide entry that serves as key and value, kept for the whole sequence, so ctx // ratio entries are
+    held (`bytes_per_token` and `tokens_held` count entries). `indexer`: the lightning indexer's compressed keys,
+    which CSA keeps beside its entries (index_head_dim wide, the same ratio). One head: not split by tensor
+    parallelism.
+
+    Until its window fills, the compressor keeps each token's kv and gate projections, `projection_width`
+    elements each: 2 x head_dim with `overlap` (CSA: an entry mixes two consecutive windows, so every token
+    feeds two entries), head_dim without. With `overlap` it also keeps the last closed window's first half,
+    ratio x head_dim kv and gate elements, once a window has closed. `state_bytes` is that state at its largest
+    between windows: ratio - 1 buffered tokens and the overlap."""
+
+    kind: Literal["compressed"] = "compressed"
+    split_by_tensor_parallel: bool = False
+    head_dim: PositiveInt
+    ratio: PositiveInt
+    overlap: bool
+    indexer: bool = False
+
+    @property
+    def projection_width(self) -> int:
+        """kv (and gate) elements a buffered token keeps."""
+        return (2 if self.overlap else 1) * self.head_dim
+
+    def bytes_per_token(self, dtype: DType) -> int:
+        return dtype.bytes_for(self.head_dim)
+
+    def tokens_held(self, ctx: int) -> int:
+        return ctx // self.ratio
+
+    def buffer_bytes(self, dtype: DType, tokens: int) -> int:
+        """The kv and gate projections of `tokens` buffered tokens."""
+        return 2 * tokens * dtype.bytes_for(self.projection_width)
+
+    def overlap_bytes(self, dtype: DType, gate_dtype: DType | None = None) -> int:
+        """The last closed window's first half, kv and gate (the gate in `gate_dtype` where an engine keeps it
+        apart); 0 without overlap."""
+        if not self.overlap:
+            return 0
+        return self.ratio * (dtype.bytes_for(self.head_dim) + (gate_dtype or dtype).bytes_for(self.head_dim))
+
+    def state_bytes(self, model_dtype: DType) -> int:
+        return self.buffer_bytes(model_dtype, self.ratio - 1) + self.overlap_bytes(model_dtype)
+
+
 class SharedKV(_Cache):
     """Attention that reads the keys and values an earlier layer cached (Gemma 3n and Gemma 4
     `num_kv_shared_layers`: the last layers reuse the last unshared layer of their type): it stores nothing of its
@@ -174,11 +238,12 @@ class NoCache(_Cache):
 
 
 LayerCache = Annotated[
-    FullAttention | SlidingWindow | ChunkedAttention | MLALatent | IndexerKeys | SharedKV | RecurrentState
-    | CrossAttention | NoCache,
+    FullAttention | SlidingWindow | ChunkedAttention | MLALatent | IndexerKeys | SlidingKV | CompressedKV | SharedKV
+    | RecurrentState | CrossAttention | NoCache,
     Field(discriminator="kind"),
 ]
-KV_KINDS = ("full", "sliding", "chunked", "mla", "indexer", "cross")  # caches that grow with the tokens held
+# caches that grow with the tokens held (a compressed cache by entries, one per `ratio` tokens)
+KV_KINDS = ("full", "sliding", "chunked", "mla", "indexer", "sliding_kv", "compressed", "cross")
 EMPTY_KINDS = ("shared", "none")  # layers that store nothing of their own
 
 

@@ -122,7 +122,8 @@ def print_estimate(console: Console, model: ModelSpec, est: Estimate) -> None:
     summary.add_row("KV per token (all attention layers)", f"{est.kv_bytes_per_token:,} B")
     summary.add_row(f"KV per sequence ({est.ctx:,} tokens)", both_units(est.kv_bytes_per_sequence))
     if est.state_bytes_per_sequence:
-        summary.add_row("  of which recurrent state", both_units(est.state_bytes_per_sequence))
+        state = "compressor" if any(c.kind == "compressed" for c in model.caches) else "recurrent"
+        summary.add_row(f"  of which {state} state", both_units(est.state_bytes_per_sequence))
     summary.add_row(f"KV for batch {est.batch:,}", both_units(est.kv_bytes_total))
     exact = ", exact from safetensors" if est.weights_source == "checkpoint" else ""
     summary.add_row(f"weights ({est.weights_dtype}{exact})", both_units(est.weights_bytes))
@@ -201,6 +202,11 @@ def _shape(cache) -> str:
         return f"indexer key {cache.head_dim}, 1 head"
     if cache.kind == "recurrent":
         return f"state: conv {cache.conv_elements:,} + ssm {cache.ssm_elements:,} elements"
+    if cache.kind == "sliding_kv":
+        return f"K=V {cache.head_dim}, 1 head"
+    if cache.kind == "compressed":
+        overlap = ", overlapping windows" if cache.overlap else ""
+        return f"entry {cache.head_dim}, 1 head; compressor state{overlap}"
     if cache.kind == "shared":
         return f"reads layer {cache.source}'s K,V"
     return cache.reason

@@ -24,8 +24,9 @@ CTX, BATCH, DECODE_STEPS = 40, 2, 2
 MIN_LAYERS = 4  # DeepSeek's first dense layers, then an MoE one
 # Tensors a checkpoint stores and transformers registers as buffers, not parameters: DeepSeek-V3's router keeps its
 # load-balancing bias (`mlp.gate.e_score_correction_bias`, one per routed expert) as a buffer, LFM2-MoE its
-# `feed_forward.expert_bias` (vLLM loads it as the router's e_score_correction_bias).
-CHECKPOINT_BUFFERS = ("e_score_correction_bias", "expert_bias")
+# `feed_forward.expert_bias` (vLLM loads it as the router's e_score_correction_bias), DeepSeek V4's hash router its
+# token-to-expert table (`mlp.gate.tid2eid`, vocab x top-k ids; the checkpoint's `ffn.gate.tid2eid`).
+CHECKPOINT_BUFFERS = ("e_score_correction_bias", "expert_bias", "tid2eid")
 
 
 def default_config(model_type: str, **edits) -> dict:

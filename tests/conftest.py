@@ -20,10 +20,6 @@ ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "model_specs"
 SHARED_CONFIGS = ROOT.parent / "shared" / "hf_configs"
 
-# Bundled configs of a family the reader does not know yet (DeepSeek-V4: compressed attention with an indexer).
-# The tests that read every library model leave them out; test_cli.py checks that they are refused in one line.
-UNREADABLE_LIBRARY_IDS = frozenset({"deepseek-ai/DeepSeek-V4-Flash", "deepseek-ai/DeepSeek-V4-Pro"})
-
 GB = 10**9
 MiB = 2**20
 GiB = 2**30

@@ -103,7 +103,6 @@ TRANSFORMERS_CANNOT: dict[str, str] = {
 # Not yet exact: strict xfails, so a family that becomes exact fails here until it leaves this list.
 NOT_YET = {
     # MLA, DSA indexers, compressed attention, and MoE field dialects
-    "deepseek_v4": "mla-dsa",
     # transformers allocates gate_up_proj rows for the zero-compute experts too (`LongcatFlashExperts`), which no
     # checkpoint holds: kvplan counts the checkpoint's (LongCat-Flash 560B), the cache is exact
     "longcat_flash": "mla-dsa",

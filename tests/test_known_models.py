@@ -298,6 +298,7 @@ PUBLISHED_TOTAL = {
     "meta-llama__Llama-3.1-405B.json": 405.85e9,
     "mistralai__Mixtral-8x7B-v0.1.json": 46.7e9,
     "deepseek-ai__DeepSeek-V3.json": 671e9,  # without the 14B multi-token-prediction module
+    "deepseek-ai__DeepSeek-V4-Flash.json": 284e9,  # model card: 284B total, 13B activated
     "Qwen__Qwen3-30B-A3B.json": 30.5e9,
     "openai__gpt-oss-120b.json": 116.83e9,  # gpt-oss model card
     "openai__gpt-oss-20b.json": 20.91e9,

@@ -8,7 +8,7 @@ decoder; their vision towers are checked against transformers in test_profile.py
 """
 
 import pytest
-from conftest import UNREADABLE_LIBRARY_IDS
+from archkit import CHECKPOINT_BUFFERS
 
 from kvplan.profiler import config as profile_config
 from kvplan.sources import library
@@ -16,12 +16,6 @@ from kvplan.sources.hf_config import ENCODER_ONLY
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-
-# Tensors a checkpoint stores and transformers registers as buffers, not parameters: DeepSeek-V3's router keeps its
-# load-balancing bias (`mlp.gate.e_score_correction_bias`, one per routed expert) as a buffer, LFM2-MoE its
-# `feed_forward.expert_bias` (vLLM loads it as the router's e_score_correction_bias).
-CHECKPOINT_BUFFERS = ("e_score_correction_bias", "expert_bias")
-
 
 def transformers_count(model_type: str, fields: dict, spec=None) -> int:
     """The model class the spec describes: an encoder's base model, an encoder-decoder's seq2seq class (the
@@ -49,7 +43,7 @@ def transformers_count(model_type: str, fields: dict, spec=None) -> int:
     return sum(p.numel() for p in model.parameters()) + buffers  # parameters(): tied ones once
 
 
-@pytest.mark.parametrize("model_id", [e.id for e in library.entries() if e.id not in UNREADABLE_LIBRARY_IDS])
+@pytest.mark.parametrize("model_id", [e.id for e in library.entries()])
 def test_parameters_equal_transformers_modules(model_id):
     source = profile_config.resolve(model_id)
     data, spec = profile_config.first_layers(source, None)

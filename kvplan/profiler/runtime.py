@@ -20,7 +20,10 @@ INSTALL_HINT = ("pip install 'kvplan[profile]' (without an NVIDIA GPU, first the
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # Attributes of a transformers cache layer, by what they hold.
 ROLES = {"keys": "kv", "values": "kv", "indexer_keys": "kv", "idx_keys": "kv", "conv_states": "conv",
-         "conv1d_state": "conv", "recurrent_states": "recurrent"}
+         "conv1d_state": "conv", "recurrent_states": "recurrent",
+         # DeepSeek V4's compressors (`DeepseekV4HCACache`, `DeepseekV4CSACache`): entries, buffered tokens, overlap
+         "compressed_kv": "kv", "buffer_kv": "compressor", "buffer_gate": "compressor", "overlap_kv": "compressor",
+         "overlap_gate": "compressor"}
 INIT_STD = 0.02  # random weights: normal(0, 0.02), as transformers' initializer_range
 RANDOM_BLOCK = 1_000_003
 

@@ -13,6 +13,8 @@ All per-architecture knowledge of kvplan lives in this package, split by concern
                      lightning attention, Kimi Delta Attention, RWKV, xLSTM) or stacks run in cycles (HRM)
     dots3.py         dots3: MLA with DSA indexers and sliding layers of their own shape (per_layer_config)
     qwen4_exp.py     Qwen4-Exp: Gated DeltaNet, attention with a QSA indexer, hyper-connections, n-gram embeddings
+    deepseek_v4.py   DeepSeek V4: shared-KV sliding windows, compressed attention (CSA, HCA), hash routing,
+                     hyper-connections (its own layout, parameter and width rules)
     quantization.py  float dtype, weight quantisation, KV dtype, max context
     vision.py        vision towers of multimodal checkpoints
     encoders.py      encoders (the BERT family, also run as decoders) and encoder-decoders (T5, BART, Whisper, ...)
@@ -22,7 +24,7 @@ Rules follow transformers' configuration and modeling files and vLLM's config re
 The config is data: nothing it names (`auto_map`, remote code) is imported or run.
 """
 
-from kvplan.sources.hf_config import dots3, qwen4_exp, recurrent  # noqa: F401  (register their families' rules)
+from kvplan.sources.hf_config import deepseek_v4, dots3, qwen4_exp, recurrent  # noqa: F401  (register their rules)
 from kvplan.sources.hf_config.families import ENCODER_ONLY
 from kvplan.sources.hf_config.fields import MAX_LAYERS, parse_json, read_text
 from kvplan.sources.hf_config.reader import model_from_config, read_config_file
