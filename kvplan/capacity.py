@@ -375,6 +375,7 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
                           "--gpu-memory-utilization or --overhead")
     kv = kv_dtype(kv_dtype_name or engine.default_kv_dtype(model))
     engine.check_kv_dtype(kv)
+    engine.check_model_kv(model, kv)
     notes = []
     if weights_dtype_name is None and engine.default_weights_dtype(model):
         weights_dtype_name = engine.default_weights_dtype(model)
@@ -608,9 +609,18 @@ def _suggestions(model: ModelSpec, workload: Workload, cap: Capacity, engine: En
 
 
 def kv_options(engine: Engine, model: ModelSpec) -> list[str]:
-    """KV dtypes worth trying, the engine's default first: its 8-bit cache (and llama.cpp's q4_0)."""
+    """KV dtypes worth trying, the engine's default first: its 8-bit cache (and llama.cpp's q4_0), where the engine
+    lets the model have it (llama.cpp: a quantised V cache needs flash attention)."""
     smaller = {"llama.cpp": ["q8_0", "q4_0"], "transformers": []}.get(engine.name, ["fp8"])
-    return [engine.default_kv_dtype(model), *smaller]
+    return [engine.default_kv_dtype(model), *(name for name in smaller if _offered(engine, model, name))]
+
+
+def _offered(engine: Engine, model: ModelSpec, name: str) -> bool:
+    try:
+        engine.check_model_kv(model, kv_dtype(name))
+    except KvplanError:
+        return False
+    return True
 
 
 def layouts(model: ModelSpec, gpus: int, splits_heads: bool) -> list[Parallelism]:

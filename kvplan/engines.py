@@ -229,6 +229,10 @@ class Engine(ABC):
         """The dtypes of the keys and of the values for KV dtype `kv`: both `kv` (llama.cpp sets them apart)."""
         return kv, kv
 
+    def check_model_kv(self, model: ModelSpec, kv: DType) -> None:
+        """Refuse, as the engine does, a KV dtype this model cannot have (nothing by default)."""
+        return None
+
     def check_kv_dtype(self, dtype: DType) -> None:
         if self.kv_dtypes is not None and dtype.name not in self.kv_dtypes:
             offered = ", ".join(self.kv_dtypes)
@@ -703,7 +707,6 @@ LLAMA_CPP_RS_ROLLBACK = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qw
 # Head sizes CUDA's flash-attention kernels take with K and V of one size (`ggml_cuda_get_best_fattn_kernel`,
 # ggml/src/ggml-cuda/fattn.cu); DeepSeek's MLA (576 / 512) too. --flash-attn auto turns it off for the others.
 CUDA_FLASH_ATTN_HEADS = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
-FLASH_ATTN_MODES = ("on", "off", "auto")
 
 
 class LlamaCppFrontend(BaseModel):
@@ -764,7 +767,9 @@ class LlamaCppGraph:
                 V is written transposed, T x the V row's elements)
         layer   4 T x the largest of
                   attention: 4 E + h x Dv (MLA: h x (Dk + Dv), its queries absorbed into the latent), and without
-                             flash attention the scores, h x n_kv
+                             flash attention the scores, h x n_kv; where --flash-attn auto turned it off after the
+                             cache was made untransposed, a transposed copy of V, n_kv x its row (derived: the CPU
+                             backend never turns it off)
                   MLP: 3 F + 3 E (gate, up, their product; routed experts: top_k x F_e for F)
                   recurrent: Mamba E + 6 C, Gated DeltaNet 5 C, with C the channels of its convolution
         output  4 T x (V + 2 E) (the logits and the normed hidden state; 3 E without flash attention), after the
@@ -796,22 +801,24 @@ class LlamaCppGraph:
                 width = sum(heads) if r.cache.kind == "mla" else heads[1]
                 self.attention.append((width, getattr(r.cache, "kv_heads", 1) * heads[1], r.kind in WINDOWED))
 
-    def bytes(self, context: LlamaCppContext, flash_attn: bool, cells: list[int]) -> int:
-        """`cells`: the cells per stream of each attention row's cache."""
+    def bytes(self, context: LlamaCppContext, flash_attn: bool, cells: list[int], v_copy: int = 0) -> int:
+        """`cells`: the cells per stream of each attention row's cache; `v_copy`: the bytes per element of a
+        transposed copy of V each layer makes (0: none)."""
         tokens = cdiv(min(context.n_ctx, context.n_ubatch), context.n_seq) * context.n_seq
         caches: dict[bool, tuple[int, int]] = {}  # sliding? -> (n_kv, widest V row)
-        layer = self.layer
+        layer = 4 * tokens * self.layer
         for row, n_kv in zip(self.attention, cells, strict=True):
             if row is None:
                 continue
             width, v_row, sliding = row
             caches[sliding] = (n_kv, max(v_row, caches.get(sliding, (0, 0))[1]))
-            layer = max(layer, 4 * self.hidden + self.heads * (width + (0 if flash_attn else n_kv)))
+            attention = 4 * self.hidden + self.heads * (width + (0 if flash_attn else n_kv))
+            layer = max(layer, 4 * tokens * attention + n_kv * v_row * v_copy)
         inputs = 3 * tokens * 4 + sum(n_kv * tokens * (2 if flash_attn else 4) + tokens * 8 * (2 if flash_attn else
                                                                                             1 + v_row)
                                       for n_kv, v_row in caches.values())
         output = self.vocab + (2 if flash_attn else 3) * self.hidden
-        return max(inputs + 4 * tokens * layer, 4 * tokens * output)
+        return max(inputs + layer, 4 * tokens * output)
 
 
 class LlamaCppPool(KVPool):
@@ -822,9 +829,9 @@ class LlamaCppPool(KVPool):
     (`LlamaCppGraph`), which grows with n_ctx."""
 
     def __init__(self, engine: "LlamaCpp", table: list[Row], state: int, state_rows: int, flash_attn: bool,
-                 graph: LlamaCppGraph | None, notes: list[str]):
+                 v_copy: int, graph: LlamaCppGraph | None, notes: list[str]):
         self.engine, self.state, self.state_rows, self.flash_attn = engine, state, state_rows, flash_attn
-        self.graph, self.notes = graph, notes
+        self.v_copy, self.graph, self.notes = v_copy, graph, notes
         self.table = [r for r in table if r.kind != "recurrent"]
         self.max_sequences = engine.frontend.max_sequences
 
@@ -851,7 +858,7 @@ class LlamaCppPool(KVPool):
         if self.graph is None:
             return GiB // 2
         context = self.engine.context(users, ctx)
-        return self.graph.bytes(context, self.flash_attn, self.cells(context))
+        return self.graph.bytes(context, self.flash_attn, self.cells(context), self.v_copy)
 
 
 class LlamaCpp(Engine):
@@ -928,8 +935,10 @@ class LlamaCpp(Engine):
                 return False
         return True
 
-    def check(self, model: ModelSpec, k: DType, v: DType, flash_attn: bool) -> None:
+    def check_model_kv(self, model: ModelSpec, kv: DType) -> None:
         """llama_init_from_model's refusals (src/llama-context.cpp), in its words."""
+        k, v = self.cache_types(kv)
+        flash_attn = self.resolve_flash_attn(model, v)
         mla = any(c.kind == "mla" for c in model.caches)
         if mla and k != v:
             raise KvplanError(f"llama.cpp: model does not support different K ({ggml_name(k)}) and V "
@@ -947,13 +956,14 @@ class LlamaCpp(Engine):
                                       f"({model.name})")
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> LlamaCppPool:
+        self.check_model_kv(model, kv)
         k, v = self.cache_types(kv)
         flash_attn = self.resolve_flash_attn(model, v)
-        self.check(model, k, v, flash_attn)
         ignores_swa = model.architecture not in LLAMA_CPP_SWA
-        # Without flash attention V is stored transposed, each layer's row as wide as the widest layer's
-        # (n_embd_v_gqa_max, [TAG_V_CACHE_VARIABLE] in src/llama-kv-cache.cpp).
-        v_width = None if flash_attn else max(
+        # With flash attention off (-fa off, not auto: the cache is made before auto is resolved) V is stored
+        # transposed, each layer's row as wide as the widest layer's (n_embd_v_gqa_max, [TAG_V_CACHE_VARIABLE] in
+        # src/llama-kv-cache.cpp).
+        v_width = None if self.flash_attn != "off" else max(
             (c.kv_heads * c.head_dim_v for c in model.caches if c.kind in ("full", *WINDOWED)), default=None)
         table = llama_cpp_rows(layers, k, v, v_width, ignores_swa)
         rollback = model.architecture in LLAMA_CPP_RS_ROLLBACK
@@ -973,8 +983,10 @@ class LlamaCpp(Engine):
         graph = LlamaCppGraph(model, table) if model.widths else None
         if graph is None:
             notes.append("compute buffer: a flat 0.5 GiB (the model spec gives no forward widths)")
+        # auto resolved off: the untransposed V is copied transposed for each layer's attention (llama-graph.cpp)
+        v_copy = v.block_bytes if self.flash_attn == "auto" and not flash_attn else 0
         return LlamaCppPool(self, table, sum(r.count * r.state_bytes for r in recurrent), 1 + n_rs_seq, flash_attn,
-                            graph, notes)
+                            v_copy, graph, notes)
 
     def assumptions(self) -> list[str]:
         if self.frontend.max_sequences == 1:
