@@ -704,9 +704,10 @@ LLAMA_CPP_SWA = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3
 # others (Jamba, Qwen3-Next, Mamba).
 LLAMA_CPP_RS_ROLLBACK = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h",
                                    "lfm2", "lfm2_moe"})
-# Head sizes CUDA's flash-attention kernels take with K and V of one size (`ggml_cuda_get_best_fattn_kernel`,
-# ggml/src/ggml-cuda/fattn.cu); DeepSeek's MLA (576 / 512) too. --flash-attn auto turns it off for the others.
+# Head sizes CUDA's flash-attention kernels take (`ggml_cuda_get_best_fattn_kernel`, ggml/src/ggml-cuda/fattn.cu):
+# K and V of one of these sizes, or (K, V) with at least 2 query heads per KV head, a multiple of the number given.
 CUDA_FLASH_ATTN_HEADS = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
+CUDA_FLASH_ATTN_GQA = {(512, 512): 1, (576, 512): 1, (192, 128): 8, (320, 256): 32}
 
 
 class LlamaCppFrontend(BaseModel):
@@ -931,7 +932,11 @@ class LlamaCpp(Engine):
             return True
         for c in model.caches:
             heads = head_sizes(c)
-            if heads and heads != (576, 512) and not (heads[0] == heads[1] and heads[0] in CUDA_FLASH_ATTN_HEADS):
+            if heads is None or (heads[0] == heads[1] and heads[0] in CUDA_FLASH_ATTN_HEADS):
+                continue
+            gqa = model.num_attention_heads // getattr(c, "kv_heads", 1)
+            multiple = CUDA_FLASH_ATTN_GQA.get(heads)
+            if multiple is None or gqa < 2 or gqa % multiple:
                 return False
         return True
 
@@ -1018,7 +1023,8 @@ def ggml_name(dtype: DType) -> str:
 
 def llama_cpp_rows(layers: Layers, k: DType, v: DType, v_width: int | None, ignores_swa: bool) -> list[Row]:
     """A GPU's caches as llama.cpp stores them: keys in `k`, values in `v`, each value row `v_width` elements wide
-    where given; recurrent state in f32."""
+    where given; recurrent state, convolution and SSM alike, in f32 whatever the config says (GGML_TYPE_F32 in
+    `llama_model::create_memory`)."""
     out = []
     for row in rows(layers, k, kv_dtype("fp32"), sliding_as_full=ignores_swa):
         cache = row.cache
@@ -1026,6 +1032,8 @@ def llama_cpp_rows(layers: Layers, k: DType, v: DType, v_width: int | None, igno
             per_token = k.bytes_for(cache.kv_heads * cache.head_dim) + v.bytes_for(
                 v_width or cache.kv_heads * cache.head_dim_v)
             row = row.model_copy(update={"bytes_per_token": per_token})
+        elif cache.kind == "recurrent":
+            row = row.model_copy(update={"state_bytes": 4 * (cache.conv_elements + cache.ssm_elements)})
         out.append(row)
     return out
 
