@@ -92,6 +92,8 @@ class Capacity(BaseModel):
     data_parallel_replicas: int
     ctx: int
     kv_dtype: str
+    v_dtype: str | None = Field(None, description="the V cache's dtype where it differs from kv_dtype, the K "
+                                "cache's (llama.cpp --cache-type-v)")
     weights_dtype: str
     weights_dtype_override: str | None = Field(None, exclude=True, description="dtype weights were cast to")
     memory_fraction: float | None
@@ -110,6 +112,8 @@ class Capacity(BaseModel):
     max_concurrent_users: int = Field(description="users served at ctx in steady decode without preemption")
     max_users_at_startup: int = Field(description="users the engine's start-up reservation admits (vLLM's "
                                       "start-up check and logged maximum concurrency)")
+    sequence_limit: int | None = Field(None, description="the most sequences one engine instance holds (llama.cpp: "
+                                       "256, LLAMA_MAX_SEQ), where the engine has a limit")
     max_ctx_for_users: int | None
     avg_ctx: int | None
     max_users_at_avg_ctx: int | None
@@ -299,6 +303,8 @@ def max_ctx(pool: KVPool, budget: int, users: int, limit: int, prefix: int = 0) 
     def fits(ctx: int) -> bool:
         return pool.peak_bytes(1, ctx, prefix) <= budget and pool.peak_bytes(users, ctx, prefix, True) <= budget
 
+    if _capped(pool, users) < users:
+        return 0
     low = max(1, prefix)
     if not fits(low):
         return 0
@@ -369,6 +375,7 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
                           "--gpu-memory-utilization or --overhead")
     kv = kv_dtype(kv_dtype_name or engine.default_kv_dtype(model))
     engine.check_kv_dtype(kv)
+    engine.check_model_kv(model, kv)
     notes = []
     if weights_dtype_name is None and engine.default_weights_dtype(model):
         weights_dtype_name = engine.default_weights_dtype(model)
@@ -414,10 +421,15 @@ def _users_at(model: ModelSpec, pools: list[KVPool], budget: int, ctx: int, pref
     start-up figure (what the engine admits it holds)."""
     if max(p.peak_bytes(1, ctx) - p.peak_bytes(0, ctx) for p in pools) == 0:
         raise KvplanError(f"{model.name} keeps no per-sequence cache: memory does not bound its concurrency")
-    at_startup = min(max_users(p, budget, ctx, prefix) for p in pools)
-    per_stage = [max_users(p, budget, ctx, prefix, steady=True) if at_startup else 0 for p in pools]
+    at_startup = min(_capped(p, max_users(p, budget, ctx, prefix)) for p in pools)
+    per_stage = [_capped(p, max_users(p, budget, ctx, prefix, steady=True)) if at_startup else 0 for p in pools]
     steady = max(min(per_stage), at_startup)
     return UsersServed(steady * replicas, at_startup * replicas, pools[per_stage.index(min(per_stage))])
+
+
+def _capped(pool: KVPool, users: int) -> int:
+    """Users one engine instance serves: those that fit, at most its sequence limit."""
+    return min(users, pool.max_sequences) if pool.max_sequences else users
 
 
 def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
@@ -435,6 +447,7 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     ctx, prefix = workload.ctx, workload.shared_prefix
     served = _users_at(model, pools, budget, ctx, prefix, parallel.replicas)
     users, binding = served.steady, served.binding
+    keys, values = engine.cache_types(d.kv)
     need = math.ceil(workload.target / parallel.replicas)
     limit = model.max_context or SEARCH_LIMIT
     longest = min(max_ctx(p, budget, need, limit, prefix) for p in pools) if workload.users else None
@@ -445,7 +458,8 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         engine=engine.name, engine_version=engine.version, engine_version_given=engine.version_given,
         engine_assumptions=engine.assumptions(), gpu=hardware.name, gpu_memory_bytes=hardware.memory_bytes,
         gpus=parallel.gpus, tensor_parallel_size=parallel.tp, pipeline_parallel_size=parallel.pp,
-        data_parallel_replicas=parallel.replicas, ctx=ctx, kv_dtype=d.kv.name,
+        data_parallel_replicas=parallel.replicas, ctx=ctx, kv_dtype=keys.name,
+        v_dtype=values.name if values != keys else None,
         weights_dtype=d.weights_label, weights_dtype_override=d.weights_dtype_name,
         memory_fraction=d.fraction, weights_bytes_per_gpu=d.weights_per_gpu,
         overhead_bytes=d.overhead_bytes, overhead=d.breakdown, kv_budget_bytes=budget,
@@ -457,7 +471,8 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         engine_kv_bytes_for_users=max(p.steady_bytes_for(need, ctx, prefix) for p in pools),
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),
         engine_activation_bytes_per_sequence=binding.activation_bytes(1, ctx),
-        max_concurrent_users=users, max_users_at_startup=served.at_startup, max_ctx_for_users=longest,
+        max_concurrent_users=users, max_users_at_startup=served.at_startup, sequence_limit=binding.max_sequences,
+        max_ctx_for_users=longest,
         avg_ctx=workload.avg_ctx, max_users_at_avg_ctx=at_avg, shared_prefix=prefix, fits=users >= workload.target,
         reasons=[], suggestions=[], notes=notes,
         **(_vllm_numbers(binding, budget, ctx) if isinstance(binding, VllmPool) else {}),
@@ -539,15 +554,20 @@ def _reason(cap: Capacity) -> str:
         return (f"weights ({_gib(cap.weights_bytes_per_gpu)} per GPU) and overhead "
                 f"({_gib(cap.overhead_bytes)}) leave no KV memory in the {_gib(usable)} the engine may use")
     activations = cap.engine_activation_bytes_per_sequence
-    also = f" and {_gib(activations)} of prefill activations" if activations else ""
+    label = engines.engine_class(cap.engine).activations_label
+    also = f" and {_gib(activations)} of {label}" if activations else ""
     if cap.max_concurrent_users == 0:
         return (f"one sequence of {cap.ctx:,} tokens needs {_gib(cap.engine_kv_bytes_per_sequence)} of KV "
                 f"cache{also}; the budget is {_gib(cap.kv_budget_bytes)}")
     verb = "fits" if cap.max_concurrent_users == 1 else "fit"
+    if cap.sequence_limit and cap.users > cap.sequence_limit * cap.data_parallel_replicas:
+        limit = cap.sequence_limit
+        return (f"one {engines.engine_class(cap.engine).label} instance holds at most {users_label(limit)} "
+                f"(n_seq_max must be <= {limit:,}); {cap.users:,} asked")
     each = f"{_gib(cap.engine_kv_bytes_per_sequence_decode)} each"
     if cap.engine_kv_bytes_in_flight:
         each += f" in steady decode, {_gib(cap.engine_kv_bytes_in_flight)} in flight"
-    each += f", {_gib(activations)} activations" if also else ""
+    each += f", {_gib(activations)} {label}" if also else ""
     return f"{users_label(cap.max_concurrent_users)} {verb} at {cap.ctx:,} tokens ({each}); {cap.users:,} asked"
 
 
@@ -589,9 +609,18 @@ def _suggestions(model: ModelSpec, workload: Workload, cap: Capacity, engine: En
 
 
 def kv_options(engine: Engine, model: ModelSpec) -> list[str]:
-    """KV dtypes worth trying, the engine's default first: its 8-bit cache (and llama.cpp's q4_0)."""
+    """KV dtypes worth trying, the engine's default first: its 8-bit cache (and llama.cpp's q4_0), where the engine
+    lets the model have it (llama.cpp: a quantised V cache needs flash attention)."""
     smaller = {"llama.cpp": ["q8_0", "q4_0"], "transformers": []}.get(engine.name, ["fp8"])
-    return [engine.default_kv_dtype(model), *smaller]
+    return [engine.default_kv_dtype(model), *(name for name in smaller if _offered(engine, model, name))]
+
+
+def _offered(engine: Engine, model: ModelSpec, name: str) -> bool:
+    try:
+        engine.check_model_kv(model, kv_dtype(name))
+    except KvplanError:
+        return False
+    return True
 
 
 def layouts(model: ModelSpec, gpus: int, splits_heads: bool) -> list[Parallelism]:

@@ -73,8 +73,19 @@ BatchedTokens = _flag(int | None, "vLLM --max-num-batched-tokens")
 AsyncScheduling = _flag(bool | None, "vLLM async scheduling (default on; off on vLLM's CPU backend)",
                         "--async-scheduling/--no-async-scheduling")
 KvUnified = _flag(bool | None, "llama.cpp unified KV cache", "--kv-unified/--no-kv-unified")
-SwaFull = _flag(bool, "llama.cpp: full-size cache for sliding-window layers", "--swa-full")
+SwaFull = _flag(bool | None, "llama.cpp: full-size cache for sliding-window layers", "--swa-full/--no-swa-full")
 CacheImpl = _flag(str | None, "transformers cache: dynamic (default) or static")
+# llama.cpp's own flags (llama-server's names), docs/engines.md
+UbatchSize = _flag(int | None, "llama.cpp -ub: physical batch (default 512)", "--ubatch-size", "-ub")
+BatchSize = _flag(int | None, "llama.cpp -b: logical batch (default 2048, llama-cpp-python 512)", "--batch-size")
+CacheTypeK = _flag(str | None, "llama.cpp K cache type (default --kv-dtype, else f16)", "--cache-type-k", "-ctk")
+CacheTypeV = _flag(str | None, "llama.cpp V cache type (default --kv-dtype, else f16)", "--cache-type-v", "-ctv")
+FlashAttn = _flag(str | None, "llama.cpp -fa: on, off or auto (default auto; llama-cpp-python off)",
+                  "--flash-attn", "-fa")
+SpeculativeTokens = _flag(int | None, "draft tokens per step of speculative decoding (llama.cpp: recurrent "
+                          "states kept for rollback)", "--speculative-tokens")
+Frontend = _flag(str | None, "llama.cpp front end: server (llama-server, default) or python (llama-cpp-python "
+                 "Llama())")
 
 
 @app.command()
@@ -91,7 +102,10 @@ def estimate(
     kv_budget: KvBudget = None, overhead: Overhead = None, users: Users = None, avg_ctx: AvgCtx = None,
     shared_prefix: SharedPrefix = None, block_size: BlockSize = None,
     max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
-    kv_unified: KvUnified = None, swa_full: SwaFull = False, cache_implementation: CacheImpl = None,
+    kv_unified: KvUnified = None, swa_full: SwaFull = None, cache_implementation: CacheImpl = None,
+    ubatch_size: UbatchSize = None, batch_size: BatchSize = None, cache_type_k: CacheTypeK = None,
+    cache_type_v: CacheTypeV = None, flash_attn: FlashAttn = None, speculative_tokens: SpeculativeTokens = None,
+    frontend: Frontend = None,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
@@ -109,17 +123,20 @@ def estimate(
         check_kv(kv_dtype)
     if weights_dtype:
         check_weights(weights_dtype)
+    llama_cpp = dict(ubatch_size=ubatch_size, batch_size=batch_size, cache_type_k=cache_type_k,
+                     cache_type_v=cache_type_v, flash_attn=flash_attn, speculative_tokens=speculative_tokens,
+                     frontend=frontend)
     capacity_flags = (gpu, vram, gpus, tp, pp, engine, engine_version, gpu_memory_utilization, kv_budget,
                       overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
-                      async_scheduling, kv_unified, cache_implementation)
+                      async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values())
     spec = load_model(model, revision, token)
     cap = None
-    if any(flag is not None for flag in capacity_flags) or swa_full:
+    if any(flag is not None for flag in capacity_flags):
         from kvplan import capacity
 
         options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
                                   batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                                  kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation)
+                                  kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation, **llama_cpp)
         workload = capacity.Workload(
             ctx=tokens, users=users if users is not None else batch,
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
@@ -132,12 +149,14 @@ def estimate(
             weights_dtype_name=weights_dtype, kv_budget=_size(kv_budget, "--kv-budget"),
             overhead=_size(overhead, "--overhead", allow_zero=True))
         kv_dtype, weights_dtype = cap.kv_dtype, cap.weights_dtype_override
-    result = run_estimate(spec, tokens, batch, kv_dtype, weights_dtype)
+    v_dtype = cap.v_dtype if cap is not None else None
+    result = run_estimate(spec, tokens, batch, kv_dtype, weights_dtype, v_dtype)
     if as_json:
-        data = result.model_dump()
+        data = result.model_dump(exclude=set() if v_dtype else {"v_dtype"})
         if cap is not None:
-            data |= cap.model_dump(exclude=set() if cap.engine == "vllm" else
-                                   {k for k in type(cap).model_fields if k.startswith("vllm_")})
+            unset = {"sequence_limit", "v_dtype"} - {k for k in ("sequence_limit", "v_dtype") if getattr(cap, k)}
+            data |= cap.model_dump(exclude=unset | (set() if cap.engine == "vllm" else
+                                                    {k for k in type(cap).model_fields if k.startswith("vllm_")}))
         print(json.dumps(data, indent=2))
         for warning in result.warnings:
             print(f"warning: {warning}", file=sys.stderr)
@@ -153,18 +172,27 @@ def estimate(
 
 
 def _engine_options(*, version=None, fraction=None, block_size=None, batched_tokens=None, async_scheduling=None,
-                    kv_unified=None, swa_full=False, cache=None):
+                    kv_unified=None, swa_full=None, cache=None, ubatch_size=None, batch_size=None,
+                    cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None):
     from kvplan.engines import EngineOptions
 
-    _counts(block_size=block_size, max_num_batched_tokens=batched_tokens)
+    _counts(block_size=block_size, max_num_batched_tokens=batched_tokens, ubatch_size=ubatch_size,
+            batch_size=batch_size)
     if fraction is not None and not 0 < fraction <= 1:
         raise KvplanError(f"--gpu-memory-utilization must be in (0, 1], got {fraction}")
-    if cache not in (None, "dynamic", "static"):
-        raise KvplanError(f"--cache-implementation is dynamic or static, got {cache!r}")
+    for flag, value, choices in (("--cache-implementation", cache, ("dynamic", "static")),
+                                 ("--flash-attn", flash_attn, ("on", "off", "auto")),
+                                 ("--frontend", frontend, ("server", "python"))):
+        if value not in (None, *choices):
+            raise KvplanError(f"{flag} is {' or '.join(choices)}, got {brief(value)}")
+    if speculative_tokens is not None and not 0 <= speculative_tokens <= MAX_COUNT:
+        raise KvplanError(f"--speculative-tokens must be between 0 and {MAX_COUNT:,}, got {speculative_tokens}")
     return EngineOptions(version=version, memory_fraction=fraction, block_size=block_size,
                          max_num_batched_tokens=batched_tokens, async_scheduling=async_scheduling,
-                         kv_unified=kv_unified,
-                         swa_full=swa_full or None, cache_implementation=cache)
+                         kv_unified=kv_unified, swa_full=swa_full, cache_implementation=cache,
+                         ubatch_size=ubatch_size, batch_size=batch_size, cache_type_k=cache_type_k,
+                         cache_type_v=cache_type_v, flash_attn=flash_attn, speculative_tokens=speculative_tokens,
+                         frontend=frontend)
 
 
 def _hardware(gpu: str | None, vram: str | None, gpus: int | None = None):
@@ -214,7 +242,9 @@ def plan(
     gpu: Gpu = None, vram: Vram = None, engine: Engine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None, block_size: BlockSize = None,
     max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
-    kv_unified: KvUnified = None, swa_full: SwaFull = False, cache_implementation: CacheImpl = None,
+    kv_unified: KvUnified = None, swa_full: SwaFull = None, cache_implementation: CacheImpl = None,
+    ubatch_size: UbatchSize = None, batch_size: BatchSize = None, flash_attn: FlashAttn = None,
+    speculative_tokens: SpeculativeTokens = None, frontend: Frontend = None,
     max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider")] = 64,
     as_json: Json = False,
 ) -> None:
@@ -234,7 +264,9 @@ def plan(
         raise KvplanError("plan needs a GPU: give --gpu or --vram")
     options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
                               batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                              kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation)
+                              kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation,
+                              ubatch_size=ubatch_size, batch_size=batch_size, flash_attn=flash_attn,
+                              speculative_tokens=speculative_tokens, frontend=frontend)
     spec = load_model(model, revision, token)
     result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,
                            engine_name=engine or "vllm", options=options,

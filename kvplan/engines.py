@@ -76,6 +76,13 @@ class EngineOptions(BaseModel):
     kv_unified: bool | None = None
     swa_full: bool | None = None
     cache_implementation: Literal["dynamic", "static"] | None = None
+    ubatch_size: int | None = None
+    batch_size: int | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    flash_attn: Literal["on", "off", "auto"] | None = None
+    speculative_tokens: int | None = None
+    frontend: Literal["server", "python"] | None = None
 
 
 FLAG_NAMES = {
@@ -83,6 +90,9 @@ FLAG_NAMES = {
     "block_size": "--block-size", "max_num_batched_tokens": "--max-num-batched-tokens",
     "async_scheduling": "--async-scheduling/--no-async-scheduling",
     "kv_unified": "--kv-unified", "swa_full": "--swa-full", "cache_implementation": "--cache-implementation",
+    "ubatch_size": "--ubatch-size", "batch_size": "--batch-size", "cache_type_k": "--cache-type-k",
+    "cache_type_v": "--cache-type-v", "flash_attn": "--flash-attn", "speculative_tokens": "--speculative-tokens",
+    "frontend": "--frontend",
 }
 
 
@@ -150,6 +160,7 @@ class KVPool(ABC):
     """One GPU's KV pool as an engine builds it."""
 
     notes: list[str]
+    max_sequences: int | None = None  # the most sequences one engine instance holds, where it has a limit
 
     @abstractmethod
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
@@ -193,6 +204,8 @@ class Engine(ABC):
     fraction_flag: ClassVar[str] = "--gpu-memory-utilization"
     splits_heads: ClassVar[bool] = True  # supports tensor parallelism
     downcasts_fp32: ClassVar[bool] = True  # loads fp32 checkpoints in bf16 (vLLM dtype "auto", since 0.10.1)
+    # what the pool's activation_bytes are, in the report: memory that grows with the batch beside the cache
+    activations_label: ClassVar[str] = "prefill activations"
 
     def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int):
         for field, value in options.model_dump().items():
@@ -225,6 +238,14 @@ class Engine(ABC):
     def default_weights_dtype(self, model: ModelSpec) -> str | None:
         """None: the weights as stored; bf16 for an fp32 checkpoint the engine loads in bf16."""
         return "bf16" if self.loads_in_bf16(model) else None
+
+    def cache_types(self, kv: DType) -> tuple[DType, DType]:
+        """The dtypes of the keys and of the values for KV dtype `kv`: both `kv` (llama.cpp sets them apart)."""
+        return kv, kv
+
+    def check_model_kv(self, model: ModelSpec, kv: DType) -> None:
+        """Refuse, as the engine does, a KV dtype this model cannot have (nothing by default)."""
+        return None
 
     def check_kv_dtype(self, dtype: DType) -> None:
         if self.kv_dtypes is not None and dtype.name not in self.kv_dtypes:
@@ -714,83 +735,355 @@ class Sglang(Engine):
 
 # ------------------------------------------------------------------------------------------------ llama.cpp
 
-LLAMA_CPP_PAD = 256
-LLAMA_CPP_UBATCH = 512
-# Architectures llama.cpp converts to its plain `llama` graph, which has no sliding window
-# (convert_hf_to_gguf).
-LLAMA_CPP_NO_SWA = frozenset({"llama", "mistral", "mixtral"})
+LLAMA_CPP_PAD = 256  # n_ctx, per-slot and SWA cells are padded to 256 (llama-context.cpp, llama-kv-cache-iswa.cpp)
+LLAMA_MAX_SEQ = 256  # the most sequences one context holds (src/llama-cparams.h; llama_context refuses more)
+# Model types whose llama.cpp graph keeps its sliding (or chunked) window: an iSWA cache (src/models/gemma2.cpp,
+# gemma3.cpp, gemma3n.cpp, gemma4.cpp, cohere2.cpp, openai-moe.cpp, llama4.cpp, exaone4.cpp, olmo2.cpp for Olmo 3).
+# Every other model gets a full cache on every layer: Mistral and Mixtral run as the plain `llama` graph, Phi-3's
+# window is switched off (src/models/phi3.cpp), Qwen2 and Starcoder2 read no window.
+LLAMA_CPP_SWA = frozenset({"gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text",
+                           "cohere2", "gpt_oss", "llama4", "llama4_text", "exaone4", "olmo3"})
+# Architectures whose recurrent state keeps n_rs_seq rows more per sequence, so that a rejected speculative draft
+# can be rolled back (`llm_arch_supports_rs_rollback`, src/llama-arch.cpp: QWEN35, QWEN35MOE, NEMOTRON_H,
+# NEMOTRON_H_MOE, LFM2, LFM2MOE, ...), by the config's model_type; llama_context clamps n_rs_seq to 0 for the
+# others (Jamba, Qwen3-Next, Mamba).
+LLAMA_CPP_RS_ROLLBACK = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text", "nemotron_h",
+                                   "lfm2", "lfm2_moe"})
+# Head sizes CUDA's flash-attention kernels take (`ggml_cuda_get_best_fattn_kernel`, ggml/src/ggml-cuda/fattn.cu):
+# K and V of one of these sizes, or (K, V) with at least 2 query heads per KV head, a multiple of the number given.
+CUDA_FLASH_ATTN_HEADS = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
+CUDA_FLASH_ATTN_GQA = {(512, 512): 1, (576, 512): 1, (192, 128): 8, (320, 256): 32}
+
+
+class LlamaCppFrontend(BaseModel):
+    """The llama_context_params a front end sets when the user sets nothing."""
+
+    model_config = ConfigDict(frozen=True)
+
+    label: str
+    n_batch: int
+    n_ubatch: int
+    flash_attn: Literal["on", "off", "auto"]
+    swa_full: bool
+    kv_unified: bool
+    max_sequences: int
+
+
+LLAMA_CPP_FRONTENDS = {
+    # llama-server (common/common.h, tools/server/server.cpp): -b 2048, -ub 512, -fa auto, no --swa-full; with -np
+    # auto it runs 4 slots in one unified cache (-kvu), which kvplan keeps for -np N users.
+    "server": LlamaCppFrontend(label="llama-server", n_batch=2048, n_ubatch=512, flash_attn="auto", swa_full=False,
+                               kv_unified=True, max_sequences=LLAMA_MAX_SEQ),
+    # llama-cpp-python's Llama() (llama_cpp/llama.py): n_batch 512, n_ubatch 512, flash_attn=False; the rest the
+    # C API's llama_context_default_params (src/llama-context.cpp): swa_full true, kv_unified false, n_seq_max 1.
+    "python": LlamaCppFrontend(label="llama-cpp-python Llama()", n_batch=512, n_ubatch=512, flash_attn="off",
+                               swa_full=True, kv_unified=False, max_sequences=1),
+}
+
+
+class LlamaCppContext(BaseModel):
+    """What llama_context makes of -c users x ctx and -np users (src/llama-context.cpp):
+        n_ctx     = PAD(users x ctx, 256); per-slot cache: n_ctx_seq = PAD(n_ctx / users, 256), n_ctx = that x users
+        n_batch   = min(users x ctx, -b)            n_ubatch = min(n_batch, -ub)
+        streams   = 1 unified, else one per slot, each of n_ctx_seq cells (kv_size)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    n_seq: int
+    n_ctx: int
+    kv_size: int
+    streams: int
+    n_batch: int
+    n_ubatch: int
+
+    def swa_size(self, window: int) -> int:
+        """SWA cells per stream (src/llama-kv-cache-iswa.cpp):
+        PAD(min(kv_size, n_swa x (unified ? n_seq_max : 1) + n_ubatch), 256)."""
+        unified = self.streams == 1
+        return pad(min(self.kv_size, window * (self.n_seq if unified else 1) + self.n_ubatch), LLAMA_CPP_PAD)
+
+
+class LlamaCppGraph:
+    """The compute buffer llama.cpp reserves (`llama_context::sched_reserve`, src/llama-context.cpp): the graph of
+    one micro-batch of T = min(n_ctx, n_ubatch) tokens (rounded up to a multiple of n_seq_max), every token an
+    output, attending to the whole cache; ggml-alloc keeps each tensor until its last reader and reuses the memory.
+    Its peak, in bytes, with E the hidden size, F the MLP's width, V the vocabulary, h the query heads:
+        inputs  per cache (the full one, the sliding-window one): a mask of n_kv x T, f16 with flash attention
+                (f32 without), and the cell indices its K and V are written to (8 B each; without flash attention
+                V is written transposed, T x the V row's elements)
+        layer   4 T x the largest of
+                  attention: 4 E + h x Dv (MLA: h x (Dk + Dv), its queries absorbed into the latent), and without
+                             flash attention the scores, h x n_kv; where --flash-attn auto turned it off after the
+                             cache was made untransposed, a transposed copy of V, n_kv x its row (derived: the CPU
+                             backend never turns it off)
+                  MLP: 3 F + 3 E (gate, up, their product; routed experts: top_k x F_e for F)
+                  recurrent: Mamba E + 6 C, Gated DeltaNet 5 C, with C the channels of its convolution
+        output  4 T x (V + 2 E) (the logits and the normed hidden state; 3 E without flash attention), after the
+                inputs are freed
+    n_kv is the cells per stream of the layer's cache: a unified cache's scores span all n_ctx cells, a per-slot
+    cache's only n_ctx_seq. The terms are what the graph holds live; their coefficients were read off the CPU
+    backend's "compute buffer size" log, which kvplan matches within the errors docs/accuracy.md shows. CUDA
+    builds the same graph (and keeps the inputs in a host buffer), so its figure is derived, not measured."""
+
+    RECURRENT = {"mamba": (1, 6), "mamba2": (1, 6), "gated_deltanet": (0, 5)}  # mixer -> (x E, x C)
+
+    def __init__(self, model: ModelSpec, table: list[Row]):
+        w = model.widths
+        self.hidden = w.hidden
+        self.vocab = max(model.params.lm_head, model.params.embedding) // w.hidden
+        self.heads = model.num_attention_heads
+        self.layer = 3 * w.hidden + 3 * max(w.mlp_intermediate, w.experts_per_token * w.expert_intermediate)
+        # per attention row: (per-head width of its attention moment, V row elements, sliding?); None: indexer keys
+        self.attention = []
+        for r in table:
+            heads = head_sizes(r.cache)
+            if r.kind == "recurrent":
+                hidden, channels = self.RECURRENT.get(r.cache.mixer, (1, 6))
+                conv = r.cache.conv_elements // (r.cache.conv_kernel - 1) if r.cache.conv_kernel else 0
+                self.layer = max(self.layer, hidden * w.hidden + channels * conv)
+            elif heads is None:
+                self.attention.append(None)
+            else:
+                width = sum(heads) if r.cache.kind == "mla" else heads[1]
+                self.attention.append((width, getattr(r.cache, "kv_heads", 1) * heads[1], r.kind in WINDOWED))
+
+    def bytes(self, context: LlamaCppContext, flash_attn: bool, cells: list[int], v_copy: int = 0) -> int:
+        """`cells`: the cells per stream of each attention row's cache; `v_copy`: the bytes per element of a
+        transposed copy of V each layer makes (0: none)."""
+        tokens = cdiv(min(context.n_ctx, context.n_ubatch), context.n_seq) * context.n_seq
+        caches: dict[bool, tuple[int, int]] = {}  # sliding? -> (n_kv, widest V row)
+        layer = 4 * tokens * self.layer
+        for row, n_kv in zip(self.attention, cells, strict=True):
+            if row is None:
+                continue
+            width, v_row, sliding = row
+            caches[sliding] = (n_kv, max(v_row, caches.get(sliding, (0, 0))[1]))
+            attention = 4 * self.hidden + self.heads * (width + (0 if flash_attn else n_kv))
+            layer = max(layer, 4 * tokens * attention + n_kv * v_row * v_copy)
+        inputs = 3 * tokens * 4 + sum(n_kv * tokens * (2 if flash_attn else 4) + tokens * 8 * (2 if flash_attn else
+                                                                                            1 + v_row)
+                                      for n_kv, v_row in caches.values())
+        output = self.vocab + (2 if flash_attn else 3) * self.hidden
+        return max(inputs + layer, 4 * tokens * output)
 
 
 class LlamaCppPool(KVPool):
-    """`llama_kv_cache`: -c n_ctx cells (padded to 256) for -np n_seq_max slots; a unified cache is one stream
-    of n_ctx cells shared by all slots, otherwise each slot gets PAD(n_ctx / n_seq_max, 256) cells.
-    SWA layers: PAD(min(n_ctx_seq, n_swa x (unified ? n_seq_max : 1) + n_ubatch), 256) cells.
-    Recurrent state: fp32, one per slot."""
+    """`llama_kv_cache` (src/llama-kv-cache.cpp): per attention layer a K tensor [n_embd_k_gqa, kv_size, streams]
+    and a V tensor alike (none for MLA), rows of ggml_row_size(type, n_embd) bytes; SWA layers hold
+    `LlamaCppContext.swa_size` cells, all of kv_size with --swa-full. Recurrent state (src/llama-memory-recurrent.cpp):
+    f32, max(1, n_seq_max) x (1 + n_rs_seq) rows per recurrent layer. Beside the cache, the compute buffer
+    (`LlamaCppGraph`), which grows with n_ctx."""
 
-    def __init__(self, table: list[Row], unified: bool, swa_full: bool, state: int, notes: list[str]):
-        self.table, self.unified, self.swa_full = table, unified, swa_full
-        self.state, self.notes = state, notes
+    def __init__(self, engine: "LlamaCpp", table: list[Row], state: int, state_rows: int, flash_attn: bool,
+                 v_copy: int, graph: LlamaCppGraph | None, notes: list[str]):
+        self.engine, self.state, self.state_rows, self.flash_attn = engine, state, state_rows, flash_attn
+        self.v_copy, self.graph, self.notes = v_copy, graph, notes
+        self.table = [r for r in table if r.kind != "recurrent"]
+        self.max_sequences = engine.frontend.max_sequences
+
+    def cells(self, context: LlamaCppContext) -> list[int]:
+        """Cells per stream of each attention row."""
+        swa_full = self.engine.swa_full
+        return [context.swa_size(r.window) if r.kind in WINDOWED and not swa_full else context.kv_size
+                for r in self.table]
 
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
         if users == 0:
             return 0
-        n_ctx = pad(users * ctx, LLAMA_CPP_PAD)
-        streams = 1 if self.unified else users
-        cells_seq = n_ctx if self.unified else pad(n_ctx // users, LLAMA_CPP_PAD)
-        total = users * self.state
-        for r in self.table:
-            cells = cells_seq
-            if r.kind in WINDOWED and not self.swa_full:
-                cells = pad(min(cells_seq, r.window * (users if self.unified else 1) + LLAMA_CPP_UBATCH),
-                            LLAMA_CPP_PAD)
-            total += r.count * r.bytes_per_token * cells * streams
+        context = self.engine.context(users, ctx)
+        total = users * self.state_rows * self.state
+        for r, cells in zip(self.table, self.cells(context), strict=True):
+            total += r.count * r.bytes_per_token * cells * context.streams
         return total
+
+    def activation_bytes(self, users: int, ctx: int) -> int:
+        """The compute buffer of a context for `users` sequences of ctx tokens (flat 0.5 GiB where the model spec
+        gives no widths)."""
+        if users == 0:
+            return 0
+        if self.graph is None:
+            return GiB // 2
+        context = self.engine.context(users, ctx)
+        return self.graph.bytes(context, self.flash_attn, self.cells(context), self.v_copy)
 
 
 class LlamaCpp(Engine):
-    """llama.cpp (`llama-kv-cache.cpp`, `llama-context.cpp`) as vendored in llama-cpp-python 0.3.36."""
+    """llama.cpp (`src/llama-context.cpp`, `src/llama-kv-cache.cpp`, `src/llama-kv-cache-iswa.cpp`,
+    `src/llama-memory-recurrent.cpp`) as vendored in llama-cpp-python 0.3.36, behind llama-server or
+    llama-cpp-python's `Llama()` (`--frontend`)."""
 
     name = "llama.cpp"
     label = "llama.cpp"
     default_version = "0c1e57098b"
     paged = False
     splits_heads = False
-    reads = frozenset({"memory_fraction", "kv_unified", "swa_full"})
+    activations_label = "compute buffer"
+    reads = frozenset({"memory_fraction", "kv_unified", "swa_full", "ubatch_size", "batch_size", "cache_type_k",
+                       "cache_type_v", "flash_attn", "speculative_tokens", "frontend"})
     kv_dtypes = ("fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
+
+    def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int):
+        super().__init__(options, gpu_name, gpu_bytes, tp, pp)
+        self.frontend = LLAMA_CPP_FRONTENDS[options.frontend or "server"]
+        self.unified = options.kv_unified if options.kv_unified is not None else self.frontend.kv_unified
+        self.swa_full = options.swa_full if options.swa_full is not None else self.frontend.swa_full
+        self.n_batch = options.batch_size or self.frontend.n_batch
+        self.n_ubatch = options.ubatch_size or self.frontend.n_ubatch
+        self.flash_attn = options.flash_attn or self.frontend.flash_attn
+        for flag, name in (("--cache-type-k", options.cache_type_k), ("--cache-type-v", options.cache_type_v)):
+            if name is not None:
+                try:
+                    dtype = kv_dtype(name)
+                except KvplanError as err:
+                    raise KvplanError(f"{flag}: {err}") from None
+                self.check_kv_dtype(dtype, flag)
+
+    def check_kv_dtype(self, dtype: DType, flag: str = "--kv-dtype") -> None:
+        if dtype.name not in self.kv_dtypes:
+            raise KvplanError(f"llama.cpp has no {dtype.name} KV cache ({flag}): it offers f32, f16, bf16, q8_0, "
+                              "q4_0, q4_1, q5_0, q5_1, iq4_nl")
 
     def default_kv_dtype(self, model: ModelSpec) -> str:
         return "fp16"  # --cache-type-k/-v default f16, whatever the weights
+
+    def cache_types(self, kv: DType) -> tuple[DType, DType]:
+        """(K, V) cache types: --cache-type-k and --cache-type-v, each defaulting to --kv-dtype (else f16)."""
+        k, v = self.options.cache_type_k, self.options.cache_type_v
+        return (kv_dtype(k) if k else kv), (kv_dtype(v) if v else kv)
 
     def default_fraction(self) -> float:
         return 1.0
 
     def overhead(self) -> Overhead:
-        """Compute buffer 0.5 GiB (llama.cpp logs a few hundred MiB at n_ubatch 512 for 7-30B models) and CUDA
-        context 0.5 GiB."""
-        return Overhead(activations=GiB // 2, cuda_context=GiB // 2)
+        """CUDA context 0.5 GiB; the compute buffer grows with the context and is the pool's (`LlamaCppGraph`)."""
+        return Overhead(cuda_context=GiB // 2)
+
+    def context(self, users: int, ctx: int) -> LlamaCppContext:
+        requested = users * ctx
+        n_ctx = pad(requested, LLAMA_CPP_PAD)
+        kv_size = n_ctx if self.unified else pad(n_ctx // users, LLAMA_CPP_PAD)
+        n_batch = min(requested, self.n_batch)
+        return LlamaCppContext(n_seq=users, n_ctx=n_ctx if self.unified else kv_size * users, kv_size=kv_size,
+                               streams=1 if self.unified else users, n_batch=n_batch,
+                               n_ubatch=min(n_batch, self.n_ubatch))
+
+    def resolve_flash_attn(self, model: ModelSpec, v: DType) -> bool:
+        """-fa on/off as given; auto (llama_init_from_model, `llama_context::resolve_fused_ops`): on for a quantised
+        V cache, else on where the backend runs flash attention for every layer; kvplan assumes CUDA's kernels
+        (`CUDA_FLASH_ATTN_HEADS`; the CPU backend runs every head size)."""
+        if self.flash_attn != "auto":
+            return self.flash_attn == "on"
+        if v.block_elements > 1:
+            return True
+        for c in model.caches:
+            heads = head_sizes(c)
+            if heads is None or (heads[0] == heads[1] and heads[0] in CUDA_FLASH_ATTN_HEADS):
+                continue
+            gqa = model.num_attention_heads // getattr(c, "kv_heads", 1)
+            multiple = CUDA_FLASH_ATTN_GQA.get(heads)
+            if multiple is None or gqa < 2 or gqa % multiple:
+                return False
+        return True
+
+    def check_model_kv(self, model: ModelSpec, kv: DType) -> None:
+        """llama_init_from_model's refusals (src/llama-context.cpp), in its words."""
+        k, v = self.cache_types(kv)
+        flash_attn = self.resolve_flash_attn(model, v)
+        mla = any(c.kind == "mla" for c in model.caches)
+        if mla and k != v:
+            raise KvplanError(f"llama.cpp: model does not support different K ({ggml_name(k)}) and V "
+                              f"({ggml_name(v)}) cache types: {model.name} caches an MLA latent, K only")
+        if v.block_elements > 1 and not flash_attn:
+            raise KvplanError(f"llama.cpp: quantized V cache requires flash_attn to be enabled (V cache "
+                              f"{ggml_name(v)}, --flash-attn {self.flash_attn}): give --flash-attn on or auto")
+        if self.flash_attn == "off":
+            return
+        for i, (name, dtype) in enumerate((("K", k), ("V", v))):
+            for head in sorted({head_sizes(c)[i] for c in model.caches if head_sizes(c)}):
+                if head % dtype.block_elements:
+                    raise KvplanError(f"llama.cpp: {name} cache type {ggml_name(dtype)} with block size "
+                                      f"{dtype.block_elements} does not divide n_embd_head_{name.lower()}={head} "
+                                      f"({model.name})")
 
     compressed_attention = "llama.cpp 0c1e57098b keeps it in a cache of its own, src/llama-kv-cache-dsv4.cpp"
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> LlamaCppPool:
         self.refuse_compressed_attention(model)
-        ignores_swa = model.architecture in LLAMA_CPP_NO_SWA
-        swa_full = bool(self.options.swa_full)
-        table = rows(layers, kv, kv_dtype("fp32"), sliding_as_full=ignores_swa)
-        notes = [f"{'unified' if self.unified else 'per-slot'} cache, n_ctx padded to {LLAMA_CPP_PAD}, "
-                 f"n_ubatch {LLAMA_CPP_UBATCH}"]
-        if ignores_swa and any(cache.kind == "sliding" for cache, _ in layers):
-            notes.append(f"{model.architecture} runs as llama.cpp's plain llama graph: no sliding window")
-        if kv.block_elements > 1:
-            notes.append("a quantised V cache needs flash attention (-fa)")
-        return LlamaCppPool([r for r in table if r.kind != "recurrent"], self.unified, swa_full,
-                            sum(r.count * r.state_bytes for r in table), notes)
-
-    @property
-    def unified(self) -> bool:
-        return self.options.kv_unified if self.options.kv_unified is not None else True
+        self.check_model_kv(model, kv)
+        k, v = self.cache_types(kv)
+        flash_attn = self.resolve_flash_attn(model, v)
+        ignores_swa = model.architecture not in LLAMA_CPP_SWA
+        # With flash attention off (-fa off, not auto: the cache is made before auto is resolved) V is stored
+        # transposed, each layer's row as wide as the widest layer's (n_embd_v_gqa_max, [TAG_V_CACHE_VARIABLE] in
+        # src/llama-kv-cache.cpp).
+        v_width = None if self.flash_attn != "off" else max(
+            (c.kv_heads * c.head_dim_v for c in model.caches if c.kind in ("full", *WINDOWED)), default=None)
+        table = llama_cpp_rows(layers, k, v, v_width, ignores_swa)
+        rollback = model.architecture in LLAMA_CPP_RS_ROLLBACK
+        n_rs_seq = (self.options.speculative_tokens or 0) if rollback else 0
+        notes = [f"{self.frontend.label}: {'unified' if self.unified else 'per-slot'} cache, n_ctx padded to "
+                 f"{LLAMA_CPP_PAD}, n_ubatch {self.n_ubatch}, flash attention {'on' if flash_attn else 'off'}"
+                 + (" (auto)" if self.flash_attn == "auto" else "")]
+        if k != v:
+            notes.append(f"K cache {ggml_name(k)}, V cache {ggml_name(v)}")
+        if ignores_swa and any(cache.kind in WINDOWED for cache, _ in layers):
+            notes.append(f"llama.cpp's {model.architecture} graph keeps no sliding window: every layer's cache is "
+                         "full")
+        recurrent = [r for r in table if r.kind == "recurrent"]
+        if recurrent and self.options.speculative_tokens:
+            notes.append(f"recurrent state: {1 + n_rs_seq} rows per sequence (n_rs_seq {n_rs_seq})" if rollback else
+                         f"llama.cpp keeps no rollback states for {model.architecture} (n_rs_seq clamped to 0)")
+        graph = LlamaCppGraph(model, table) if model.widths else None
+        if graph is None:
+            notes.append("compute buffer: a flat 0.5 GiB (the model spec gives no forward widths)")
+        # auto resolved off: the untransposed V is copied transposed for each layer's attention (llama-graph.cpp)
+        v_copy = v.block_bytes if self.flash_attn == "auto" and not flash_attn else 0
+        return LlamaCppPool(self, table, sum(r.count * r.state_bytes for r in recurrent), 1 + n_rs_seq, flash_attn,
+                            v_copy, graph, notes)
 
     def assumptions(self) -> list[str]:
-        return ["llama-server slots share one unified cache (-kvu, its default with -np auto)"]
+        if self.frontend.max_sequences == 1:
+            lines = [f"front end {self.frontend.label}: one sequence per instance (n_seq_max 1)"]
+        else:
+            lines = [f"front end {self.frontend.label}, -np = users, at most {LLAMA_MAX_SEQ} per server "
+                     "(LLAMA_MAX_SEQ, src/llama-cparams.h)"]
+        if self.options.frontend in (None, "server") and self.options.kv_unified is None:
+            lines.append("slots share one unified cache (-kvu; llama-server's default with -np auto, else give -kvu)")
+        if self.flash_attn == "auto":
+            lines.append("--flash-attn auto resolved as CUDA does (on where its kernels take the head size)")
+        return lines
+
+
+def head_sizes(cache: LayerCache) -> tuple[int, int] | None:
+    """(n_embd_head_k, n_embd_head_v) of an attention layer as llama.cpp sees it (MLA: the latent and its RoPE
+    part as K, the latent as V); None for a layer without attention."""
+    if cache.kind in ("full", *WINDOWED, "cross"):
+        return cache.head_dim, cache.head_dim_v
+    if cache.kind == "mla":
+        return cache.latent_dim + cache.rope_dim, cache.latent_dim
+    return None
+
+
+def ggml_name(dtype: DType) -> str:
+    """The name llama.cpp gives a cache type (f16, not fp16)."""
+    return {"fp32": "f32", "fp16": "f16"}.get(dtype.name, dtype.name)
+
+
+def llama_cpp_rows(layers: Layers, k: DType, v: DType, v_width: int | None, ignores_swa: bool) -> list[Row]:
+    """A GPU's caches as llama.cpp stores them: keys in `k`, values in `v`, each value row `v_width` elements wide
+    where given; recurrent state, convolution and SSM alike, in f32 whatever the config says (GGML_TYPE_F32 in
+    `llama_model::create_memory`)."""
+    out = []
+    for row in rows(layers, k, kv_dtype("fp32"), sliding_as_full=ignores_swa):
+        cache = row.cache
+        if cache.kind in ("full", "sliding", "chunked", "cross"):
+            per_token = k.bytes_for(cache.kv_heads * cache.head_dim) + v.bytes_for(
+                v_width or cache.kv_heads * cache.head_dim_v)
+            row = row.model_copy(update={"bytes_per_token": per_token})
+        elif cache.kind == "recurrent":
+            row = row.model_copy(update={"state_bytes": 4 * (cache.conv_elements + cache.ssm_elements)})
+        out.append(row)
+    return out
 
 
 # --------------------------------------------------------------------------------------------- transformers

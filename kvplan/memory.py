@@ -37,6 +37,7 @@ class Estimate(BaseModel):
     ctx: int
     batch: int
     kv_dtype: str
+    v_dtype: str | None = None  # the values' dtype where it differs from the keys' (llama.cpp --cache-type-v)
     weights_dtype: str
     kv_bytes_per_token: int
     kv_bytes_per_sequence: int
@@ -119,14 +120,14 @@ def kind_label(cache) -> str:
             "shared": "KV shared with an earlier layer", "none": "no cache"}[cache.kind]
 
 
-def breakdown(model: ModelSpec, ctx: int, kv: DType) -> list[KindTotals]:
-    """Per-kind totals for one sequence at ctx, in first-seen layer order."""
+def breakdown(model: ModelSpec, ctx: int, kv: DType, v: DType | None = None) -> list[KindTotals]:
+    """Per-kind totals for one sequence at ctx, in first-seen layer order (values in `v` where given)."""
     model_dtype = kv_dtype(model.dtype)
     rows: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for cache in model.caches:
         row = rows[kind_label(cache)]
         row["layers"] += 1
-        per_token = cache.bytes_per_token(kv)
+        per_token = cache.bytes_per_token(kv, v)
         row["bytes_per_token"] += per_token
         row["tokens_held"] = cache.tokens_held(ctx)
         row["bytes_per_sequence"] += per_token * cache.tokens_held(ctx) + cache.state_bytes(model_dtype)
@@ -134,12 +135,14 @@ def breakdown(model: ModelSpec, ctx: int, kv: DType) -> list[KindTotals]:
 
 
 def estimate(model: ModelSpec, ctx: int, batch: int = 1, kv_dtype_name: str | None = None,
-             weights_dtype_name: str | None = None) -> Estimate:
-    """Analytic memory for `batch` sequences each holding `ctx` tokens (prompt plus generated)."""
+             weights_dtype_name: str | None = None, v_dtype_name: str | None = None) -> Estimate:
+    """Analytic memory for `batch` sequences each holding `ctx` tokens (prompt plus generated); the values in
+    `v_dtype_name` where given (keys and values in different dtypes)."""
     kv = kv_dtype(kv_dtype_name or default_kv_dtype(model))
+    v = kv_dtype(v_dtype_name) if v_dtype_name else None
     model_dtype = kv_dtype(model.dtype)
-    rows = breakdown(model, ctx, kv)
-    per_token = sum(c.bytes_per_token(kv) for c in model.caches if c.kind in KV_KINDS)
+    rows = breakdown(model, ctx, kv, v)
+    per_token = sum(c.bytes_per_token(kv, v) for c in model.caches if c.kind in KV_KINDS)
     state = sum(c.state_bytes(model_dtype) for c in model.caches)
     per_sequence = sum(r.bytes_per_sequence for r in rows)
     weights, weights_label = weights_bytes(model, weights_dtype_name)
@@ -147,7 +150,8 @@ def estimate(model: ModelSpec, ctx: int, batch: int = 1, kv_dtype_name: str | No
     if model.max_context and ctx > model.max_context:
         warnings.append(f"ctx {ctx:,} is beyond {model.name}'s max context of {model.max_context:,} tokens")
     return Estimate(
-        model=model.name, ctx=ctx, batch=batch, kv_dtype=kv.name, weights_dtype=weights_label,
+        model=model.name, ctx=ctx, batch=batch, kv_dtype=kv.name, v_dtype=v.name if v and v != kv else None,
+        weights_dtype=weights_label,
         kv_bytes_per_token=per_token, kv_bytes_per_sequence=per_sequence, kv_bytes_total=per_sequence * batch,
         state_bytes_per_sequence=state, weights_bytes=weights, total_bytes=weights + per_sequence * batch,
         weights_source="checkpoint" if weights_from_checkpoint(model, weights_dtype_name) else "config",

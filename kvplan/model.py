@@ -20,7 +20,9 @@ class _Cache(BaseModel):
                                         "self- and cross-attention, MLA and its indexer, attention beside Mamba)")
     split_by_tensor_parallel: bool = True
 
-    def bytes_per_token(self, dtype: DType) -> int:
+    def bytes_per_token(self, dtype: DType, v_dtype: DType | None = None) -> int:
+        """Bytes one token costs this layer, keys in `dtype` and values in `v_dtype` (None: `dtype` too; llama.cpp
+        takes separate --cache-type-k and --cache-type-v)."""
         return 0
 
     def tokens_held(self, ctx: int) -> int:
@@ -38,9 +40,10 @@ class _Attention(_Cache):
     head_dim: PositiveInt
     head_dim_v: PositiveInt
 
-    def bytes_per_token(self, dtype: DType) -> int:
+    def bytes_per_token(self, dtype: DType, v_dtype: DType | None = None) -> int:
         # K and V are separate rows (llama.cpp quantises each row in whole blocks).
-        return dtype.bytes_for(self.kv_heads * self.head_dim) + dtype.bytes_for(self.kv_heads * self.head_dim_v)
+        values = v_dtype or dtype
+        return dtype.bytes_for(self.kv_heads * self.head_dim) + values.bytes_for(self.kv_heads * self.head_dim_v)
 
 
 class FullAttention(_Attention):
@@ -87,7 +90,8 @@ class MLALatent(_Cache):
     rope_dim: int = Field(ge=0)
     window: PositiveInt | None = Field(None, description="sliding window in tokens; None: every token")
 
-    def bytes_per_token(self, dtype: DType) -> int:
+    def bytes_per_token(self, dtype: DType, v_dtype: DType | None = None) -> int:
+        """The latent is one row of keys (llama.cpp's K cache; it keeps no V for MLA)."""
         return dtype.bytes_for(self.latent_dim + self.rope_dim)
 
     def tokens_held(self, ctx: int) -> int:
@@ -107,7 +111,7 @@ class IndexerKeys(_Cache):
     storage_dtype: str | None = Field(None, description="a dtype the engine stores it in whatever the KV dtype; "
                                                         "None: the KV cache's")
 
-    def bytes_per_token(self, dtype: DType) -> int:
+    def bytes_per_token(self, dtype: DType, v_dtype: DType | None = None) -> int:
         return (kv_dtype(self.storage_dtype) if self.storage_dtype else dtype).bytes_for(self.head_dim)
 
     def tokens_held(self, ctx: int) -> int:
@@ -124,7 +128,8 @@ class SlidingKV(_Cache):
     head_dim: PositiveInt
     window: PositiveInt
 
-    def bytes_per_token(self, dtype: DType) -> int:
+    def bytes_per_token(self, dtype: DType, v_dtype: DType | None = None) -> int:
+        """One row serves as key and value, so only the key dtype counts."""
         return dtype.bytes_for(self.head_dim)
 
     def tokens_held(self, ctx: int) -> int:
@@ -157,7 +162,8 @@ class CompressedKV(_Cache):
         """kv (and gate) elements a buffered token keeps."""
         return (2 if self.overlap else 1) * self.head_dim
 
-    def bytes_per_token(self, dtype: DType) -> int:
+    def bytes_per_token(self, dtype: DType, v_dtype: DType | None = None) -> int:
+        """One row per entry (key and value alike), in the key dtype."""
         return dtype.bytes_for(self.head_dim)
 
     def tokens_held(self, ctx: int) -> int:

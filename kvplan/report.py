@@ -246,11 +246,12 @@ def print_capacity(console: Console, cap) -> None:
         if cap.engine_kv_bytes_in_flight:
             table.add_row("  + in-flight tokens, once for the engine", both_units(cap.engine_kv_bytes_in_flight))
         table.add_row("KV per user reserved at start-up", both_units(cap.engine_kv_bytes_per_sequence))
-    if cap.engine_activation_bytes_for_users:
-        table.add_row(f"prefill activations for {_users(cap.users)} (grow with batch x prompt)",
-                      both_units(cap.engine_activation_bytes_for_users))
     from kvplan.engines import engine_class  # capacity has imported it already
 
+    if cap.engine_activation_bytes_for_users:
+        grows = "grow with batch x prompt" if cap.engine == "transformers" else "grows with the context"
+        table.add_row(f"{engine_class(cap.engine).activations_label} for {_users(cap.users)} ({grows})",
+                      both_units(cap.engine_activation_bytes_for_users))
     label = engine_class(cap.engine).label
     headline = f"max users at {cap.ctx:,} tokens" + (", steady decode" if two_figures else "")
     table.add_row(styled(headline, "bold"), styled(f"{cap.max_concurrent_users:,}", "bold"))

@@ -1,0 +1,276 @@
+"""llama.cpp's allocation rules (`--engine llama.cpp`), each against numbers worked by hand from llama.cpp's source
+(0c1e57098b, as vendored in llama-cpp-python 0.3.36; the file each rule comes from is named in its test) or logged
+by llama.cpp itself (benchmarks/llamacpp_oracle.py, docs/accuracy.md). Expected numbers never come from kvplan."""
+
+import json
+
+import pytest
+from conftest import GiB, MiB, assert_one_line_error, run_main
+
+from kvplan import engines
+from kvplan.capacity import Parallelism, Workload, capacity
+from kvplan.engines import EngineOptions
+from kvplan.errors import KvplanError
+from kvplan.sources import load_model
+
+BUDGET = 500 * GiB
+
+
+def plan(model, ctx: int, users: int = 1, **options):
+    spec = model if not isinstance(model, str) else load_model(model)
+    return capacity(spec, Workload(ctx=ctx, users=users), engine_name="llama.cpp", kv_budget=BUDGET,
+                    options=EngineOptions(**options))
+
+
+def kv_bytes(model, ctx: int, users: int = 1, **options) -> int:
+    """What llama.cpp allocates for -c users x ctx -np users: KV cache and recurrent state."""
+    return plan(model, ctx, users, **options).engine_kv_bytes_for_users
+
+
+# Gemma-3-27B: 52 sliding layers (W = 1024) and 10 full ones, 16 KV heads x 128; f16 K and V rows:
+# 2 x 16 x 128 x 2 = 8,192 B per cell per layer.
+GEMMA3 = "google/gemma-3-27b-it"
+CELL = 8192
+
+
+@pytest.mark.parametrize(("options", "swa_cells"), [
+    ({"ubatch_size": 256}, 1280),  # PAD(min(8192, 1024 + 256), 256)
+    ({"ubatch_size": 1024}, 2048),  # PAD(min(8192, 1024 + 1024), 256)
+    ({"batch_size": 256}, 1280),  # n_ubatch = min(n_batch 256, n_ubatch 512) = 256
+    ({}, 1536),  # the default -ub 512
+])
+def test_micro_batch_sizes_the_sliding_window_cache(options, swa_cells):
+    """src/llama-kv-cache-iswa.cpp: SWA cells = GGML_PAD(min(n_ctx_seq, n_swa x (unified ? n_seq_max : 1) +
+    n_ubatch), 256); src/llama-context.cpp: n_batch = min(n_ctx, n_batch), n_ubatch = min(n_batch, n_ubatch).
+    One sequence of 8,192: 10 x 8,192 cells + 52 x swa_cells, 8,192 B each."""
+    assert kv_bytes(GEMMA3, 8192, **options) == (10 * 8192 + 52 * swa_cells) * CELL
+
+
+def test_short_context_caps_the_batch_and_the_window():
+    """-c 300: n_ctx = GGML_PAD(300, 256) = 512; n_batch = min(300, 2048) = 300, n_ubatch = min(300, 512) = 300;
+    SWA cells PAD(min(512, 1024 + 300), 256) = 512: every layer 512 cells, 62 x 512 x 8,192 B."""
+    assert kv_bytes(GEMMA3, 300) == 62 * 512 * CELL
+
+
+def test_unified_and_per_slot_windows_with_a_micro_batch():
+    """Four slots of 4,096, -ub 256. Unified: one stream of n_ctx = 16,384 cells, SWA PAD(min(16,384, 1,024 x 4 +
+    256), 256) = 4,352. Per slot: n_ctx_seq = PAD(16,384 / 4, 256) = 4,096 cells in each of 4 streams, SWA
+    PAD(min(4,096, 1,024 + 256), 256) = 1,280 (src/llama-context.cpp, src/llama-kv-cache-iswa.cpp)."""
+    assert kv_bytes(GEMMA3, 4096, 4, ubatch_size=256) == (10 * 16384 + 52 * 4352) * CELL
+    assert kv_bytes(GEMMA3, 4096, 4, ubatch_size=256, kv_unified=False) == 4 * (10 * 4096 + 52 * 1280) * CELL
+
+
+# Llama-3-8B: 32 layers, 8 KV heads x 128 = 1,024 elements in each K and each V row.
+LLAMA = "meta-llama/Llama-3-8B"
+
+
+@pytest.mark.parametrize(("options", "row_k", "row_v"), [
+    ({"cache_type_k": "q8_0"}, 32 * 34, 2048),  # q8_0: 32 blocks of 34 B (ggml-common.h); V stays f16
+    ({"cache_type_v": "q4_0"}, 2048, 32 * 18),  # q4_0: 32 blocks of 18 B
+    ({"cache_type_k": "q4_1", "cache_type_v": "iq4_nl"}, 32 * 20, 32 * 18),
+    ({"cache_type_k": "bf16", "cache_type_v": "q5_1"}, 2048, 32 * 24),
+])
+def test_separate_k_and_v_cache_types(options, row_k, row_v):
+    """src/llama-kv-cache.cpp: K [n_embd_k_gqa, kv_size] in type_k, V [n_embd_v_gqa, kv_size] in type_v, each row
+    ggml_row_size(type, 1,024) bytes. n_ctx 8,192: 32 x 8,192 x (row_k + row_v)."""
+    assert kv_bytes(LLAMA, 8192, **options) == 32 * 8192 * (row_k + row_v)
+
+
+def test_kv_dtype_sets_both_and_a_cache_type_overrides_one():
+    """--kv-dtype q8_0 --cache-type-v f16: K q8_0 (1,088 B a row), V f16 (2,048 B): 32 x 8,192 x 3,136 B = 784 MiB,
+    where q8_0 for both is 544 MiB (engines.md 7.1)."""
+    mixed = capacity(load_model(LLAMA), Workload(ctx=8192), engine_name="llama.cpp", kv_budget=BUDGET,
+                     kv_dtype_name="q8_0", options=EngineOptions(cache_type_v="f16"))
+    assert mixed.engine_kv_bytes_per_sequence == 784 * MiB
+    assert (mixed.kv_dtype, mixed.v_dtype) == ("q8_0", "fp16")
+    assert kv_bytes(LLAMA, 8192, cache_type_k="q8_0", cache_type_v="q8_0") == 544 * MiB
+
+
+def test_estimate_json_names_both_cache_types(monkeypatch, capsys):
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "-m", LLAMA, "--ctx", "8k", "--engine", "llama.cpp",
+                            "--kv-budget", "60GiB", "--cache-type-k", "q8_0", "--json")
+    data = json.loads(out)
+    assert code == 0
+    assert (data["kv_dtype"], data["v_dtype"]) == ("q8_0", "fp16")
+    assert data["kv_bytes_per_sequence"] == data["engine_kv_bytes_per_sequence"] == 784 * MiB
+    assert data["sequence_limit"] == 256
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "-m", LLAMA, "--ctx", "8k", "--json")
+    assert "v_dtype" not in json.loads(out) and "sequence_limit" not in json.loads(out)
+
+
+def test_mla_refuses_different_k_and_v_types():
+    """src/llama-context.cpp (llama_init_from_model): MLA caches K only, so "model does not support different K
+    (%s) and V (%s) cache types"."""
+    with pytest.raises(KvplanError, match=r"does not support different K \(q8_0\) and V \(f16\) cache types"):
+        plan("deepseek-ai/DeepSeek-V2-Lite", 8192, cache_type_k="q8_0")
+    # the same type for both: one K row of 512 + 64 = 576 elements, 18 blocks of 34 B, on each of 27 layers
+    assert kv_bytes("deepseek-ai/DeepSeek-V2-Lite", 8192, cache_type_k="q8_0", cache_type_v="q8_0") == \
+        27 * 8192 * 18 * 34
+
+
+def test_quantised_v_needs_flash_attention():
+    """src/llama-context.cpp: with -fa off "quantized V cache requires flash_attn to be enabled"; -fa auto turns it
+    on for a quantised V cache. A quantised K alone is accepted without it."""
+    with pytest.raises(KvplanError, match="quantized V cache requires flash_attn to be enabled"):
+        plan(LLAMA, 8192, cache_type_v="q8_0", flash_attn="off")
+    assert kv_bytes(LLAMA, 8192, cache_type_v="q8_0", flash_attn="auto") == 32 * 8192 * (2048 + 1088)
+    assert kv_bytes(LLAMA, 8192, cache_type_k="q8_0", flash_attn="off") == 32 * 8192 * (1088 + 2048)
+
+
+def test_block_must_divide_the_head_size():
+    """src/llama-context.cpp: with flash attention on or auto, "K cache type %s with block size %u does not divide
+    n_embd_head_k=%u". Phi-2's heads are 2,560 / 32 = 80 wide, and q8_0's block is 32. With -fa off llama.cpp does
+    not check it (docs/accuracy.md: a context with K q8_0 is made)."""
+    with pytest.raises(KvplanError, match="K cache type q8_0 with block size 32 does not divide n_embd_head_k=80"):
+        plan("microsoft/phi-2", 4096, cache_type_k="q8_0")
+    with pytest.raises(KvplanError, match="V cache type q4_0 with block size 32 does not divide n_embd_head_v=80"):
+        plan("microsoft/phi-2", 4096, cache_type_v="q4_0", flash_attn="on")
+    # -fa off: K q8_0 rows of 32 x 80 = 2,560 elements (80 blocks of 34 B) beside f16 V rows (5,120 B), 32 layers
+    assert kv_bytes("microsoft/phi-2", 4096, cache_type_k="q8_0", flash_attn="off") == 32 * 4096 * (80 * 34 + 5120)
+
+
+def test_at_most_256_sequences_per_server():
+    """src/llama-cparams.h: LLAMA_MAX_SEQ 256; llama_context: "n_seq_max must be <= 256". A 1B model with 500 GiB
+    for its cache could hold thousands of 1k-token sequences: one server holds 256, two replicas 512."""
+    small = plan("google/gemma-3-1b-it", 1024)
+    assert small.max_concurrent_users == small.max_users_at_startup == 256
+    asked = plan("google/gemma-3-1b-it", 1024, users=300)
+    assert not asked.fits and "n_seq_max must be <= 256" in asked.reasons[0]
+    two = capacity(load_model("google/gemma-3-1b-it"), Workload(ctx=1024, users=300), engine_name="llama.cpp",
+                   kv_budget=BUDGET, parallel=Parallelism(replicas=2))
+    assert two.fits and two.max_concurrent_users == 512
+
+
+def test_more_users_than_a_server_holds_exits_one(monkeypatch, capsys):
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "-m", "google/gemma-3-1b-it", "--ctx", "1k",
+                            "--engine", "llama.cpp", "--gpu", "h100", "--batch", "300")
+    assert code == 1
+    assert "at most 256" in out and "needs 2 GPUs" in out
+
+
+def test_speculative_tokens_keep_rollback_states():
+    """src/llama-memory-recurrent.cpp: max(1, n_seq_max) x (1 + n_rs_seq) rows of R and S per recurrent layer, f32;
+    llama-server sets n_rs_seq to the draft's n_max for llm_arch_supports_rs_rollback architectures (QWEN35 among
+    them) and llama_context clamps it to 0 for the others (Jamba).
+    Qwen3.5-27B: 48 Gated DeltaNet layers; conv 3 x (2 x 16 x 128 + 48 x 128) = 30,720, SSM 128 x 48 x 128 =
+    786,432 elements: 3,268,608 B a row. 4 users, 3 draft tokens: 16 rows instead of 4."""
+    qwen = "Qwen/Qwen3.5-27B"
+    extra = kv_bytes(qwen, 4096, 4, speculative_tokens=3) - kv_bytes(qwen, 4096, 4)
+    assert extra == 48 * (16 - 4) * 3_268_608
+    assert kv_bytes("ai21labs/Jamba-v0.1", 4096, 4, speculative_tokens=3) == kv_bytes("ai21labs/Jamba-v0.1", 4096, 4)
+
+
+def test_recurrent_state_is_f32_rows_per_sequence():
+    """Jamba-v0.1: 28 Mamba layers, d_inner 8,192, d_conv 4, d_state 16: R (4 - 1) x 8,192 and S 16 x 8,192 f32
+    elements, one row per sequence (max(1, n_seq_max)); 4 attention layers of 8 KV heads x 128, f16, over one
+    unified stream of 4 x 4,096 cells."""
+    state = 28 * 4 * (3 * 8192 + 16 * 8192)
+    assert kv_bytes("ai21labs/Jamba-v0.1", 4096, 4) == 4 * state + 4 * 16384 * 2 * 8 * 128 * 2
+
+
+def test_phi3_window_is_switched_off():
+    """src/models/phi3.cpp: "Phi SWA is currently disabled": a full cache on all 32 layers, 32 KV heads x 96.
+    At 4,096: 32 x 4,096 x 2 x 32 x 96 x 2 B = 1.5 GiB."""
+    assert kv_bytes("microsoft/Phi-3-mini-4k-instruct", 4096) == 3 * GiB // 2
+
+
+def test_v_rows_padded_to_the_widest_without_flash_attention():
+    """src/llama-kv-cache.cpp [TAG_V_CACHE_VARIABLE]: with -fa off V is stored transposed, every layer's row
+    n_embd_v_gqa_max wide. Gemma-4-31B: sliding layers 16 KV heads x 256 = 4,096, full layers 4 x 512 = 2,048:
+    each of the 10 full layers' V rows grows by 2,048 f16 elements on 8,192 cells."""
+    model = "google/gemma-4-31B-it"
+    extra = kv_bytes(model, 8192, flash_attn="off") - kv_bytes(model, 8192, flash_attn="on")
+    assert extra == 10 * 8192 * 2048 * 2
+
+
+def test_flash_attn_auto_resolves_as_cuda_does(tmp_path):
+    """--flash-attn auto: on where CUDA's kernels take the head size (ggml/src/ggml-cuda/fattn.cu:
+    40, 64, 72, 80, 96, 112, 128, 256 with K = V; 512 and MLA's 576/512 with 2 or more query heads per KV head);
+    a Llama with 160-wide heads falls back to attention without it: its compute buffer holds the scores."""
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2560,
+              "num_hidden_layers": 2, "num_attention_heads": 16, "num_key_value_heads": 4, "intermediate_size": 6912,
+              "vocab_size": 32000, "max_position_embeddings": 32768, "torch_dtype": "bfloat16"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    auto = plan(load_model(str(path)), 8192)
+    assert any("flash attention off (auto)" in note for note in auto.notes)
+    assert any("flash attention on (auto)" in note for note in plan(LLAMA, 8192).notes)
+    assert any("flash attention on (auto)" in note for note in plan("google/gemma-4-31B-it", 8192).notes)
+    assert any("flash attention on (auto)" in note for note in plan("deepseek-ai/DeepSeek-V3", 8192).notes)
+
+
+# The "dense GQA" model of benchmarks/llamacpp_oracle.py: 2 layers, hidden 2,048, 16 heads of 128, 4 KV heads,
+# MLP 5,632, vocabulary 32,000. llama.cpp's CPU backend logged these compute buffers (MiB, two decimals).
+DENSE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 2,
+         "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 5632,
+         "vocab_size": 32000, "max_position_embeddings": 131072, "tie_word_embeddings": False,
+         "torch_dtype": "bfloat16", "rms_norm_eps": 1e-6}
+
+
+@pytest.mark.parametrize(("ctx", "users", "options", "logged_mib"), [
+    (4096, 1, {"flash_attn": "on"}, 70.50),
+    (16384, 1, {"flash_attn": "off"}, 566.01),
+    (4096, 4, {"flash_attn": "off"}, 566.01),  # unified: the scores span all 16,384 cells
+    (4096, 4, {"flash_attn": "off", "kv_unified": False}, 158.01),  # per slot: 4,096 cells a stream
+    (8192, 1, {"flash_attn": "on", "ubatch_size": 1024}, 141.00),
+    (8192, 1, {"flash_attn": "off", "ubatch_size": 256}, 147.00),
+])
+def test_compute_buffer_against_llama_cpp(tmp_path, ctx, users, options, logged_mib):
+    """The "compute buffer size" llama.cpp logged for these contexts (docs/accuracy.md, "llama.cpp's own
+    buffers"): kvplan's figure rounds to the same two decimals."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(DENSE))
+    figure = plan(load_model(str(path)), ctx, users, **options).engine_activation_bytes_for_users
+    assert f"{figure / MiB:.2f}" == f"{logged_mib:.2f}"
+
+
+def test_compute_buffer_of_llama_3_8b():
+    """Worked from `LlamaCppGraph` for Llama-3-8B at n_ctx 8,192, one sequence, T = 512 tokens:
+    flash attention: the logits dominate, (128,256 + 2 x 4,096) x 512 x 4 B = 266.5 MiB;
+    without: the scores, 32 heads x 8,192 cells, beside 4 E + 32 x 128, = 282,624 x 512 x 4 B, plus the inputs:
+    an f32 mask of 8,192 x 512, token ids, positions and output ids (3 x 512 x 4 B), K indices (512 x 8 B) and
+    V indices for every element of a transposed V row (512 x 1,024 x 8 B)."""
+    assert plan(LLAMA, 8192).engine_activation_bytes_for_users == (128256 + 2 * 4096) * 512 * 4
+    inputs = 8192 * 512 * 4 + 3 * 512 * 4 + 512 * 8 * (1 + 1024)
+    assert plan(LLAMA, 8192, flash_attn="off").engine_activation_bytes_for_users == 282_624 * 512 * 4 + inputs
+
+
+def test_python_front_end_defaults():
+    """llama-cpp-python's Llama() (llama_cpp/llama.py): flash_attn=False, n_batch 512; the C API's
+    llama_context_default_params: swa_full true, kv_unified false, n_seq_max 1. Gemma-3-27B at 8,192: every
+    layer full, 62 x 8,192 x 8,192 B = 3,968 MiB; one sequence per Llama(); a quantised V cache refused."""
+    python = plan(GEMMA3, 8192, frontend="python")
+    assert python.engine_kv_bytes_per_sequence == 3968 * MiB
+    assert python.sequence_limit == 1 and python.max_concurrent_users == 1
+    assert not plan(GEMMA3, 8192, users=2, frontend="python").fits
+    with pytest.raises(KvplanError, match="quantized V cache requires flash_attn"):
+        plan(GEMMA3, 8192, frontend="python", cache_type_v="q8_0")
+    assert plan(GEMMA3, 8192, frontend="python", swa_full=False).engine_kv_bytes_per_sequence == 1264 * MiB
+
+
+@pytest.mark.parametrize(("engine", "options", "flag"), [
+    ("vllm", EngineOptions(ubatch_size=256), "--ubatch-size"),
+    ("sglang", EngineOptions(frontend="python"), "--frontend"),
+    ("transformers", EngineOptions(cache_type_k="q8_0"), "--cache-type-k"),
+    ("tensorrt-llm", EngineOptions(flash_attn="on"), "--flash-attn"),
+    ("ideal", EngineOptions(speculative_tokens=3), "--speculative-tokens"),
+])
+def test_other_engines_refuse_llama_cpp_flags(engine, options, flag):
+    with pytest.raises(KvplanError, match=flag):
+        engines.engine(engine, options)
+
+
+@pytest.mark.parametrize(("args", "fragments"), [
+    (["--ubatch-size", "0"], ["--ubatch-size"]),
+    (["--batch-size", "-1"], ["--batch-size"]),
+    (["--flash-attn", "maybe"], ["--flash-attn", "on or off or auto"]),
+    (["--frontend", "java"], ["--frontend"]),
+    (["--speculative-tokens", "-1"], ["--speculative-tokens"]),
+    (["--cache-type-k", "q3"], ["--cache-type-k", "q3"]),
+    (["--cache-type-v", "fp8"], ["--cache-type-v", "fp8"]),
+    (["--cache-type-k", "q8_0", "--cache-type-v", "q8_0", "-m", "microsoft/phi-2"], ["n_embd_head_k=80"]),
+])
+def test_bad_llama_cpp_flags_are_one_line(monkeypatch, capsys, args, fragments):
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", LLAMA, "--ctx", "4k", "--engine", "llama.cpp",
+                            "--kv-budget", "60GiB", *args)
+    assert_one_line_error(code, err, *fragments)

@@ -1,0 +1,54 @@
+"""A few of benchmarks/llamacpp_oracle.py's cases against llama.cpp itself, where llama-cpp-python (with `gguf`) is
+importable in this interpreter; skipped elsewhere (CI does not build it). Each case writes a tiny GGUF with random
+weights, makes a llama.cpp context in a child process and sets the bytes llama.cpp allocates, or its refusal,
+beside kvplan's."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+pytest.importorskip("llama_cpp")
+pytest.importorskip("gguf")
+
+
+def oracle():
+    spec = importlib.util.spec_from_file_location("llamacpp_oracle", ROOT / "benchmarks" / "llamacpp_oracle.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+ORACLE = oracle()
+Case = ORACLE.Case
+CASES = [
+    Case("MQA", 8192, seqs=2, unified=False),
+    Case("gemma2", 4096, seqs=4, ubatch=256),
+    Case("gpt-oss", 8192, ubatch=1024, batch=1024),
+    Case("qwen35", 4096, seqs=2, rs_seq=3),
+    Case("jamba", 4096, seqs=2, rs_seq=3, type_k="q8_0", type_v="f16"),
+    Case("head 80", 4096, type_k="q8_0", type_v="q8_0",
+         refused="K cache type q8_0 with block size 32 does not divide n_embd_head_k=80"),
+    Case("deepseek2 MLA", 8192, type_k="q8_0", type_v="f16",
+         refused="model does not support different K (q8_0) and V (f16) cache types"),
+]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, Path]:
+    out = {}
+    for name in dict.fromkeys(case.family for case in CASES):
+        directory = tmp_path_factory.mktemp(name.replace(" ", "-"))
+        out[name] = ORACLE.build(sys.executable, ORACLE.FAMILIES[name], directory)
+    return out
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.family}: {case.label}")
+def test_kvplan_allocates_as_llama_cpp(built, case):
+    path = built[case.family]
+    result = ORACLE.child(sys.executable, {"mode": "run", "path": str(path), "context": ORACLE.context_params(case)})
+    ours = ORACLE.kvplan_figures(path.with_name("config.json"), case)
+    row = ORACLE.row(ORACLE.FAMILIES[case.family], case, result, ours)
+    assert " | yes | " in row, row
