@@ -375,12 +375,16 @@ class VllmPool(KVPool):
 
     def steady_bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
         """(users x blocks held in steady decode - (users - 1) x shared prefix blocks + in-flight surge + 1 null
-        block) x block bytes: what `users` requests at ctx hold with no request preempted."""
+        block) x block bytes: what `users` requests at ctx hold with no request preempted. Never more than their
+        start-up reservation (`bytes_for`): a request holds at most its `max_memory_usage_bytes`, the in-flight
+        tokens' blocks included, so for short contexts, where the window and the in-flight tokens are the same
+        blocks, the reservation is the tighter bound."""
         if users == 0:
             return self.block_bytes
         held = sum(g.groups * self.decode_blocks(g, ctx) for g in self.groups)
         shared = self.shared_blocks(shared_prefix)
-        return (users * held - (users - 1) * shared + self.surge_blocks(ctx) + 1) * self.block_bytes
+        steady = (users * held - (users - 1) * shared + self.surge_blocks(ctx) + 1) * self.block_bytes
+        return min(steady, self.bytes_for(users, ctx, shared_prefix))
 
     def log(self, available: int, max_len: int) -> VllmLog:
         """num_blocks = available // block bytes; concurrency = num_blocks / blocks per request;
