@@ -21,9 +21,10 @@ from pydantic import BaseModel, ConfigDict
 
 from kvplan.dtypes import DType, kv_dtype
 from kvplan.errors import KvplanError
-from kvplan.memory import default_kv_dtype
+from kvplan.memory import default_kv_dtype, kind_label
 from kvplan.model import (
     EMPTY_KINDS,
+    TRANSFORMERS_ONLY_KINDS,
     FullAttention,
     IndexerKeys,
     LayerCache,
@@ -179,6 +180,7 @@ class Engine(ABC):
     fraction_flag: ClassVar[str] = "--gpu-memory-utilization"
     splits_heads: ClassVar[bool] = True  # supports tensor parallelism
     downcasts_fp32: ClassVar[bool] = True  # loads fp32 checkpoints in bf16 (vLLM dtype "auto", since 0.10.1)
+    holds_transformers_only_caches: ClassVar[bool] = False  # runs the models with TRANSFORMERS_ONLY_KINDS caches
 
     def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int):
         for field, value in options.model_dump().items():
@@ -220,6 +222,18 @@ class Engine(ABC):
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
         """The caches as this engine stores them (before tensor and pipeline parallelism)."""
         return model.caches
+
+    def check_caches(self, model: ModelSpec) -> None:
+        """A one-line refusal for a model whose cache is not keys, values or recurrent state (TRANSFORMERS_ONLY_KINDS:
+        XLNet's and Reformer's hidden states, CPM-Ant's prompt prefix): no release of vLLM, SGLang, llama.cpp or
+        TensorRT-LLM has a model class for these (vLLM's `model_executor/models/registry.py`; its Transformers
+        backend needs models that run transformers' attention interface, `_supports_attention_backend`, which these
+        do not), so only transformers, and kvplan's exact `ideal` arithmetic, size them."""
+        kept = next((c for c in model.caches if c.kind in TRANSFORMERS_ONLY_KINDS), None)
+        if kept is not None and not self.holds_transformers_only_caches:
+            raise KvplanError(f"{self.label} does not run {model.architecture} models ({model.name}): no "
+                              f"{self.label} release has a model class that keeps their cache ({kind_label(kept)}); "
+                              "--engine transformers sizes it as transformers runs it")
 
     def memory_fraction(self) -> float:
         given = self.options.memory_fraction
@@ -788,8 +802,22 @@ class TransformersPool(KVPool):
         step), and a cross-attention layer its encoder's tokens; a StaticCache is already at its full size."""
         if self.static:
             return self.bytes_held(users, ctx)
-        return users * sum(r.count * (r.bytes_per_token * (r.tokens(ctx) if r.cache.kind == "cross" else prompt)
-                                      + state) for r, state in zip(self.table, self.prefill_states, strict=True))
+        return users * sum(r.count * (r.bytes_per_token * self.prefill_tokens(r, prompt, ctx) + state)
+                           for r, state in zip(self.table, self.prefill_states, strict=True))
+
+    @staticmethod
+    def prefill_tokens(row: Row, prompt: int, ctx: int) -> int:
+        """Tokens a layer holds right after prefill: a windowed layer the whole prompt (cut at the first decode
+        step), a cross-attention layer its encoder's tokens, hidden states the whole prompt as the model ran it
+        (XLNet's cut to mem_len and Reformer's cut of its padding are views of it; Reformer's buckets only for a
+        prompt it hashed), any other what it holds for a prompt-long sequence (a full layer the prompt, CPM-Ant's
+        the prompt tokens ahead of it too)."""
+        cache = row.cache
+        if cache.kind == "cross":
+            return row.tokens(ctx)
+        if cache.kind == "states":
+            return cache.padded(prompt) if prompt > cache.after else 0
+        return prompt if cache.kind in WINDOWED else cache.tokens_held(prompt)
 
 
 # Recurrent states transformers computes in the model dtype, not fp32: MiniMax's lightning attention sums k^T v in
@@ -913,6 +941,11 @@ class Transformers(Engine):
     downcasts_fp32 = False  # from_pretrained keeps the config's dtype
     reads = frozenset({"version", "memory_fraction", "cache_implementation"})
     kv_dtypes = ("fp32", "bf16", "fp16")
+    holds_transformers_only_caches = True
+    # Families whose forward takes the whole sequence at every cached step (generate() feeds it so): CPM-Ant puts its
+    # prompt tokens before input_ids and then drops the positions its cache already holds (`CpmAntModel.forward`;
+    # `CpmAntForCausalLM.prepare_inputs_for_generation` keeps every token). `kvplan profile` decodes them so.
+    WHOLE_SEQUENCE_DECODE = frozenset({"cpmant"})
     # Families whose convolution state right after prefill is a fresh tensor of the last kernel - 1 inputs:
     # RecurrentGemma keeps its RG-LRU state on its modules (`RecurrentGemmaRecurrentBlock.conv1d_state`); each
     # decode step then keeps a view into the kernel-wide concatenation, which holds all of it.
@@ -928,7 +961,8 @@ class Transformers(Engine):
         query head before caching; it is the only Falcon layout with 1 < kv_heads < num_attention_heads
         (multi_query has 1, plain MHA all). GPT-Neo's local layers keep every token: its config has no
         sliding_window, so DynamicCache makes plain layers, and the model masks the window itself. Recurrent
-        states: `transformers_state`. Families in RECOMPUTES keep nothing."""
+        states: `transformers_state`. XLNet's memories of mem_len tokens are a view into the mem_len + 1 its last
+        step concatenated (`XLNetModel.cache_mem`), which they keep whole. Families in RECOMPUTES keep nothing."""
         if model.architecture in self.RECOMPUTES:
             return tuple(NoCache(layer=c.layer, reason=self.RECOMPUTES[model.architecture]) for c in model.caches)
         if any(c.kind == "mla" for c in model.caches) and version_tuple(self.version) < (5, 15):
@@ -944,6 +978,8 @@ class Transformers(Engine):
                 c = FullAttention(**c.model_dump(exclude={"kind", "window"}))
             elif c.kind == "recurrent":
                 c = transformers_state(c)
+            elif c.kind == "states" and c.memory:
+                c = c.model_copy(update={"memory": c.memory + 1})
             out.append(c)
         return tuple(out)
 
@@ -1029,6 +1065,7 @@ class Ideal(Engine):
     label = "ideal"
     default_version = "exact"
     downcasts_fp32 = False
+    holds_transformers_only_caches = True
 
     def default_fraction(self) -> float:
         return 1.0

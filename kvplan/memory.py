@@ -107,6 +107,11 @@ def kind_label(cache) -> str:
         return f"chunked {cache.chunk:,}"
     if cache.kind == "recurrent":
         return f"recurrent ({cache.mixer})"
+    if cache.kind == "states":
+        kept = f", last {cache.memory:,} tokens" if cache.memory else ""
+        return f"{cache.holds}{kept}" + (f", beyond {cache.after:,} tokens" if cache.after else "")
+    if cache.kind == "prefixed":
+        return f"full attention + {cache.prefix:,} prompt tokens"
     return {"full": "full attention", "mla": "MLA latent", "indexer": "DSA indexer keys", "cross": "cross-attention",
             "shared": "KV shared with an earlier layer", "none": "no cache"}[cache.kind]
 

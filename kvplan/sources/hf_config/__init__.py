@@ -11,6 +11,8 @@ All per-architecture knowledge of kvplan lives in this package, split by concern
                      FAMILY_LAYOUTS and params.py's FAMILY_PARAMS and FAMILY_WIDTHS)
     recurrent.py     layouts and counts of families with their own recurrent mixers (short convolutions,
                      lightning attention, Kimi Delta Attention, RWKV, xLSTM) or stacks run in cycles (HRM)
+    legacy.py        GPT-2-era decoders whose cache is not plain keys and values: XLNet's and Reformer's hidden
+                     states, CPM-Ant's prompt prefix
     quantization.py  float dtype, weight quantisation, KV dtype, max context
     vision.py        vision towers of multimodal checkpoints
     encoders.py      encoders (the BERT family, also run as decoders) and encoder-decoders (T5, BART, Whisper, ...)
@@ -20,7 +22,7 @@ Rules follow transformers' configuration and modeling files and vLLM's config re
 The config is data: nothing it names (`auto_map`, remote code) is imported or run.
 """
 
-from kvplan.sources.hf_config import recurrent  # noqa: F401  (registers its families' rules)
+from kvplan.sources.hf_config import legacy, recurrent  # noqa: F401  (register their families' rules)
 from kvplan.sources.hf_config.families import ENCODER_ONLY
 from kvplan.sources.hf_config.fields import MAX_LAYERS, parse_json, read_text
 from kvplan.sources.hf_config.reader import model_from_config, read_config_file
