@@ -993,6 +993,10 @@ class Transformers(Engine):
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> TransformersPool:
         """The cache is in the dtype the model runs in (no separate KV dtype), conv states included."""
         static = self.options.cache_implementation == "static"
+        kept = next((c for c in model.caches if c.kind in TRANSFORMERS_ONLY_KINDS), None)
+        if static and kept is not None:  # XLNet and Reformer make caches of their own; CPM-Ant's prompt overflows
+            raise KvplanError(f"--cache-implementation static: a StaticCache of ctx tokens cannot hold "
+                              f"{model.architecture}'s cache ({kind_label(kept)}); leave the default (dynamic)")
         table = rows(layers, kv, kv)
         notes = ["StaticCache" if static else "DynamicCache"]
         if model.architecture in self.RECOMPUTES:
@@ -1001,6 +1005,9 @@ class Transformers(Engine):
         if not static and any(r.kind in WINDOWED for r in table):
             notes[0] = ("DynamicCache: sliding layers hold the whole prompt until the first decode step, then "
                         "min(ctx, W) tokens; sized for the peak, a prompt of up to ctx - 1 tokens")
+        if kept is not None and kept.kind == "states":
+            notes[0] = ("the model's own cache of hidden states: the whole prompt as the model ran it until the first "
+                        "decode step; sized for the peak, a prompt of up to ctx - 1 tokens")
         activations = PrefillActivations(model, kv)
         short = model.architecture in self.PREFILL_CONV_SHORT
         prefill_states = [r.state_bytes - kv.bytes_for(r.cache.conv_elements // r.cache.conv_kernel)

@@ -10,6 +10,7 @@ import pytest
 from conftest import GiB
 
 from kvplan.capacity import Parallelism, Workload, capacity
+from kvplan.engines import EngineOptions
 from kvplan.errors import KvplanError
 from kvplan.memory import estimate
 from kvplan.sources.hf_config import model_from_config
@@ -322,6 +323,16 @@ def test_serving_engines_refuse_them_in_one_line(config, engine):
     with pytest.raises(KvplanError, match=f"does not run {config['model_type']} models.*--engine transformers") as no:
         capacity(read(config), Workload(ctx=4096), engine_name=engine, kv_budget=BUDGET)
     assert "\n" not in str(no.value)
+
+
+@pytest.mark.parametrize("config", [XLNET_BASE, REFORMER, CPM_ANT_10B], ids=["xlnet", "reformer", "cpmant"])
+def test_transformers_static_cache_is_refused(config):
+    # XLNet and Reformer make caches of their own; CPM-Ant's prompt tokens overflow a StaticCache of ctx tokens
+    # (transformers 5.23: "index 40 is out of bounds for dimension 2 with size 40" at ctx 40)
+    with pytest.raises(KvplanError, match="static: a StaticCache of ctx tokens cannot hold") as refused:
+        capacity(read(config), Workload(ctx=4096), engine_name="transformers", kv_budget=BUDGET,
+                 options=EngineOptions(cache_implementation="static"))
+    assert "\n" not in str(refused.value)
 
 
 def test_xlnet_base_keeps_every_layers_input_for_every_token():
