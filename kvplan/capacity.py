@@ -36,7 +36,7 @@ from kvplan.model import LayerCache, ModelSpec, RecurrentState
 SEARCH_LIMIT = 1 << 24  # longest context searched for models that state no maximum
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 SPLIT_DEGREES = (1, 2, 4, 8)  # TP within a node; PP degrees tried by `plan`
-ATTENTION_KINDS = ("full", "sliding", "chunked", "cross")
+ATTENTION_KINDS = ("full", "sliding", "chunked", "cross", "prefixed")
 
 
 class Hardware(BaseModel):
@@ -368,6 +368,7 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
     check_parallel(model, parallel.tp, parallel.pp, parallel.from_gpus)
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes, parallel.tp,
                             parallel.pp)
+    engine.check_caches(model)
     for workload in workloads:
         check_workload(engine, workload)
     if kv_budget is not None and (options.memory_fraction is not None or overhead is not None):

@@ -21,9 +21,10 @@ from pydantic import BaseModel, ConfigDict
 
 from kvplan.dtypes import DType, kv_dtype
 from kvplan.errors import KvplanError
-from kvplan.memory import default_kv_dtype
+from kvplan.memory import default_kv_dtype, kind_label
 from kvplan.model import (
     EMPTY_KINDS,
+    TRANSFORMERS_ONLY_KINDS,
     CompressedKV,
     FullAttention,
     IndexerKeys,
@@ -206,6 +207,7 @@ class Engine(ABC):
     downcasts_fp32: ClassVar[bool] = True  # loads fp32 checkpoints in bf16 (vLLM dtype "auto", since 0.10.1)
     # what the pool's activation_bytes are, in the report: memory that grows with the batch beside the cache
     activations_label: ClassVar[str] = "prefill activations"
+    holds_transformers_only_caches: ClassVar[bool] = False  # runs the models with TRANSFORMERS_ONLY_KINDS caches
 
     def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int):
         for field, value in options.model_dump().items():
@@ -265,6 +267,17 @@ class Engine(ABC):
             raise KvplanError(f"kvplan does not model {self.label}'s cache for DeepSeek V4's compressed attention "
                               f"({self.compressed_attention}), so it cannot size {model.name} there: use --engine "
                               "transformers or ideal")
+    def check_caches(self, model: ModelSpec) -> None:
+        """A one-line refusal for a model whose cache is not keys, values or recurrent state (TRANSFORMERS_ONLY_KINDS:
+        XLNet's and Reformer's hidden states, CPM-Ant's prompt prefix): no release of vLLM, SGLang, llama.cpp or
+        TensorRT-LLM has a model class for these (vLLM's `model_executor/models/registry.py`; its Transformers
+        backend needs models that run transformers' attention interface, `_supports_attention_backend`, which these
+        do not), so only transformers, and kvplan's exact `ideal` arithmetic, size them."""
+        kept = next((c for c in model.caches if c.kind in TRANSFORMERS_ONLY_KINDS), None)
+        if kept is not None and not self.holds_transformers_only_caches:
+            raise KvplanError(f"{self.label} does not run {model.architecture} models ({model.name}): no "
+                              f"{self.label} release has a model class that keeps their cache ({kind_label(kept)}); "
+                              "--engine transformers sizes it as transformers runs it")
 
     def memory_fraction(self) -> float:
         given = self.options.memory_fraction
@@ -1145,7 +1158,22 @@ class TransformersPool(KVPool):
     def _row_after_prefill(self, r: Row, state: int, prompt: int, ctx: int) -> int:
         if r.kind == "compressed":
             return compressor_bytes(r.cache, self.dtype, prompt, prefill=True)
-        return r.bytes_per_token * (r.tokens(ctx) if r.cache.kind == "cross" else prompt) + state
+        return r.bytes_per_token * self.prefill_tokens(r, prompt, ctx) + state
+
+    @staticmethod
+    def prefill_tokens(row: Row, prompt: int, ctx: int) -> int:
+        """Tokens a layer holds right after prefill: a cross-attention layer its encoder's tokens; hidden states
+        the whole prompt as the model ran it (XLNet's cut to mem_len and Reformer's cut of its padding are views of
+        it; Reformer's buckets only for a prompt it hashed); CPM-Ant's attention the prompt tokens ahead of it too;
+        any other layer the whole prompt, windowed ones included (cut at the first decode step)."""
+        cache = row.cache
+        if cache.kind == "cross":
+            return row.tokens(ctx)
+        if cache.kind == "states":
+            return cache.padded(prompt) if prompt > cache.after else 0
+        if cache.kind == "prefixed":
+            return cache.tokens_held(prompt)
+        return prompt
 
 
 FP32 = kv_dtype("fp32")
@@ -1287,6 +1315,11 @@ class Transformers(Engine):
     downcasts_fp32 = False  # from_pretrained keeps the config's dtype
     reads = frozenset({"version", "memory_fraction", "cache_implementation"})
     kv_dtypes = ("fp32", "bf16", "fp16")
+    holds_transformers_only_caches = True
+    # Families whose forward takes the whole sequence at every cached step (generate() feeds it so): CPM-Ant puts its
+    # prompt tokens before input_ids and then drops the positions its cache already holds (`CpmAntModel.forward`;
+    # `CpmAntForCausalLM.prepare_inputs_for_generation` keeps every token). `kvplan profile` decodes them so.
+    WHOLE_SEQUENCE_DECODE = frozenset({"cpmant"})
     # Families whose convolution state right after prefill is a fresh tensor of the last kernel - 1 inputs:
     # RecurrentGemma keeps its RG-LRU state on its modules (`RecurrentGemmaRecurrentBlock.conv1d_state`); each
     # decode step then keeps a view into the kernel-wide concatenation, which holds all of it.
@@ -1304,7 +1337,9 @@ class Transformers(Engine):
         sliding_window, so DynamicCache makes plain layers, and the model masks the window itself. Recurrent
         states: `transformers_state`. Families in RECOMPUTES keep nothing. DeepSeek V4's sliding_attention
         layers (a K=V window and no compressor) get a plain `DynamicSlidingWindowLayer`, which keeps the row twice,
-        as keys and as values; its compressed layers' caches store it once (`DeepseekV4HCACache.update`)."""
+        as keys and as values; its compressed layers' caches store it once (`DeepseekV4HCACache.update`). XLNet's
+        memories of mem_len tokens are a view into the mem_len + 1 its last step concatenated
+        (`XLNetModel.cache_mem`), which they keep whole."""
         if model.architecture in self.RECOMPUTES:
             return tuple(NoCache(layer=c.layer, reason=self.RECOMPUTES[model.architecture]) for c in model.caches)
         if any(c.kind == "mla" for c in model.caches) and version_tuple(self.version) < (5, 15):
@@ -1324,6 +1359,8 @@ class Transformers(Engine):
                 c = FullAttention(**c.model_dump(exclude={"kind", "window"}))
             elif c.kind == "recurrent":
                 c = transformers_state(c)
+            elif c.kind == "states" and c.memory:
+                c = c.model_copy(update={"memory": c.memory + 1})
             out.append(c)
         return tuple(out)
 
@@ -1341,6 +1378,10 @@ class Transformers(Engine):
             raise KvplanError(f"transformers' StaticCache cannot hold {model.name}'s compressor state (DeepSeek V4 "
                               "runs on its own dynamic cache layers, modeling_deepseek_v4.py): use "
                               "--cache-implementation dynamic")
+        kept = next((c for c in model.caches if c.kind in TRANSFORMERS_ONLY_KINDS), None)
+        if static and kept is not None:  # XLNet and Reformer make caches of their own; CPM-Ant's prompt overflows
+            raise KvplanError(f"--cache-implementation static: a StaticCache of ctx tokens cannot hold "
+                              f"{model.architecture}'s cache ({kind_label(kept)}); leave the default (dynamic)")
         table = rows(layers, kv, kv)
         notes = ["StaticCache" if static else "DynamicCache"]
         if model.architecture in self.RECOMPUTES:
@@ -1356,6 +1397,9 @@ class Transformers(Engine):
             notes.append("DeepSeek V4's prefill activations are under-counted: its hyper-connection streams and "
                          "wide query and output rows are not modelled (kvplan profile measured 1.45x the figure at "
                          "a 1,022-token prompt)")
+        if kept is not None and kept.kind == "states":
+            notes[0] = ("the model's own cache of hidden states: the whole prompt as the model ran it until the first "
+                        "decode step; sized for the peak, a prompt of up to ctx - 1 tokens")
         activations = PrefillActivations(model, kv)
         short = model.architecture in self.PREFILL_CONV_SHORT
         prefill_states = [r.state_bytes - kv.bytes_for(r.cache.conv_elements // r.cache.conv_kernel)
@@ -1423,6 +1467,7 @@ class Ideal(Engine):
     label = "ideal"
     default_version = "exact"
     downcasts_fp32 = False
+    holds_transformers_only_caches = True
 
     def default_fraction(self) -> float:
         return 1.0

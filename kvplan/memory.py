@@ -116,6 +116,11 @@ def kind_label(cache) -> str:
     if cache.kind == "compressed":
         what = "indexer keys" if cache.indexer else "KV"
         return f"compressed {what}, 1 per {cache.ratio:,} tokens"
+    if cache.kind == "states":
+        kept = f", last {cache.memory:,} tokens" if cache.memory else ""
+        return f"{cache.holds}{kept}" + (f", beyond {cache.after:,} tokens" if cache.after else "")
+    if cache.kind == "prefixed":
+        return f"full attention + {cache.prefix:,} prompt tokens"
     return {"full": "full attention", "mla": "MLA latent", "indexer": "indexer keys", "cross": "cross-attention",
             "shared": "KV shared with an earlier layer", "none": "no cache"}[cache.kind]
 

@@ -243,13 +243,68 @@ class NoCache(_Cache):
     reason: str
 
 
+# ------------------------------------------------------------ caches only transformers keeps (GPT-2-era decoders)
+
+
+class TokenStates(_Cache):
+    """A row of `width` values per token that are not keys and values: a layer's input hidden states (XLNet's
+    Transformer-XL memories `mems`, Reformer's `states_cache`), or the hash buckets of Reformer's LSH attention.
+
+    It holds the last `memory` tokens (None: every token), and none while the sequence has at most `after` tokens.
+    Values are in the cache dtype unless `element_bytes` fixes their size (Reformer's int64 buckets: 8). A hidden
+    state is the whole hidden size, not split by heads, so tensor parallelism cannot split it. A model that pads a
+    prompt of more than `pad_above` tokens to a multiple of `pad_multiple` (Reformer, to its chunk lengths) computes
+    these rows for the padded prompt (`padded`)."""
+
+    kind: Literal["states"] = "states"
+    split_by_tensor_parallel: bool = False
+    holds: str = Field(description="what each row is: hidden states, hash buckets")
+    width: PositiveInt
+    memory: PositiveInt | None = Field(None, description="tokens kept, the latest; None: all of them")
+    after: int = Field(0, ge=0, description="kept only once the sequence is longer than this many tokens")
+    element_bytes: PositiveInt | None = Field(None, description="bytes per value stored whatever the cache "
+                                                                "dtype; None: the cache dtype's")
+    pad_multiple: PositiveInt | None = Field(None, description="a longer prompt is padded to a multiple of this")
+    pad_above: int = Field(0, ge=0, description="prompts of more tokens than this are padded")
+
+    def bytes_per_token(self, dtype: DType, v_dtype: DType | None = None) -> int:
+        """One row per token, in the key dtype (or `element_bytes` a value)."""
+        return self.width * self.element_bytes if self.element_bytes else dtype.bytes_for(self.width)
+
+    def tokens_held(self, ctx: int) -> int:
+        if ctx <= self.after:
+            return 0
+        return min(ctx, self.memory) if self.memory else ctx
+
+    def padded(self, prompt: int) -> int:
+        """The length the model runs a prompt at."""
+        if self.pad_multiple is None or prompt <= self.pad_above:
+            return prompt
+        return -(-prompt // self.pad_multiple) * self.pad_multiple
+
+
+class PrefixedAttention(_Attention):
+    """Global attention over `prefix` tokens the model puts before every sequence (CPM-Ant's prompt_length learned
+    prompt tokens) and the sequence itself: keeps ctx + prefix tokens."""
+
+    kind: Literal["prefixed"] = "prefixed"
+    prefix: PositiveInt
+
+    def tokens_held(self, ctx: int) -> int:
+        return ctx + self.prefix
+
+
+TRANSFORMERS_ONLY_KINDS = ("states", "prefixed")  # no serving engine runs a model that caches these
+
+
 LayerCache = Annotated[
     FullAttention | SlidingWindow | ChunkedAttention | MLALatent | IndexerKeys | SlidingKV | CompressedKV | SharedKV
-    | RecurrentState | CrossAttention | NoCache,
+    | RecurrentState | CrossAttention | NoCache | TokenStates | PrefixedAttention,
     Field(discriminator="kind"),
 ]
 # caches that grow with the tokens held (a compressed cache by entries, one per `ratio` tokens)
-KV_KINDS = ("full", "sliding", "chunked", "mla", "indexer", "sliding_kv", "compressed", "cross")
+KV_KINDS = ("full", "sliding", "chunked", "mla", "indexer", "sliding_kv", "compressed", "cross",
+            *TRANSFORMERS_ONLY_KINDS)
 EMPTY_KINDS = ("shared", "none")  # layers that store nothing of their own
 
 

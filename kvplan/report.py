@@ -191,7 +191,7 @@ def _print_checkpoint(console: Console, model: ModelSpec) -> None:
 
 
 def _shape(cache) -> str:
-    if cache.kind in ("full", "sliding", "chunked", "cross"):
+    if cache.kind in ("full", "sliding", "chunked", "cross", "prefixed"):
         dims = f"{cache.head_dim}" if cache.head_dim == cache.head_dim_v else f"{cache.head_dim}+{cache.head_dim_v}"
         return f"K,V: {cache.kv_heads} heads x {dims}"
     if cache.kind == "mla":
@@ -209,6 +209,9 @@ def _shape(cache) -> str:
         return f"entry {cache.head_dim}, 1 head; compressor state{overlap}"
     if cache.kind == "shared":
         return f"reads layer {cache.source}'s K,V"
+    if cache.kind == "states":
+        stored = f" x {cache.element_bytes} B" if cache.element_bytes else ""
+        return f"{cache.width:,} values{stored}, not K,V"
     return cache.reason
 
 

@@ -96,9 +96,8 @@ class Check:
                 and self.predicted_kv_after_prefill == self.measured_kv_after_prefill)
 
 
-def meta_parameters(model_type: str, fields: dict) -> int:
-    """Parameters of transformers' causal-LM class for these fields, built on the meta device (shapes only),
-    tied ones once, plus the buffers checkpoints store as weights."""
+def meta_build(model_type: str, fields: dict):
+    """transformers' causal-LM class for these fields, built on the meta device (shapes only)."""
     import torch
     import transformers
     from transformers import CONFIG_MAPPING
@@ -107,9 +106,25 @@ def meta_parameters(model_type: str, fields: dict) -> int:
 
     config = CONFIG_MAPPING[model_type](**fields)
     with torch.device("meta"):
-        model = causal_lm_class(transformers, config)._from_config(config)
+        return causal_lm_class(transformers, config)._from_config(config)
+
+
+def phantom_parameters(model) -> int:
+    """Parameter elements transformers allocates that no checkpoint holds, read from the built model's own
+    tensors. LongCat-Flash: `LongcatFlashExperts` gives its fused gate_up_proj a row block for every expert the
+    router scores, n_routed_experts + zero_expert_num, but the zero-compute experts are identities that never read
+    theirs, and checkpoints hold weights for the n_routed_experts alone (vLLM's `longcat_flash.py` loads that many;
+    the model card's 560B total counts no more, tests/test_family_mla_dsa.py), as kvplan counts them."""
+    return sum(module.gate_up_proj[module.num_routed_experts:].numel() for module in model.modules()
+               if type(module).__name__ == "LongcatFlashExperts" and module.gate_up_proj is not None)
+
+
+def meta_parameters(model_type: str, fields: dict) -> int:
+    """Parameters of transformers' causal-LM class for these fields, built on the meta device, tied ones once,
+    plus the buffers checkpoints store as weights, less the rows no checkpoint holds (`phantom_parameters`)."""
+    model = meta_build(model_type, fields)
     buffers = sum(b.numel() for name, b in model.named_buffers() if name.endswith(CHECKPOINT_BUFFERS))
-    return sum(p.numel() for p in model.parameters()) + buffers
+    return sum(p.numel() for p in model.parameters()) + buffers - phantom_parameters(model)
 
 
 def check(tmp_path: Path, model_type: str, data: dict | None = None, layers: int | None = 0,
@@ -121,7 +136,7 @@ def check(tmp_path: Path, model_type: str, data: dict | None = None, layers: int
     data = data if data is not None else shrunk(model_type)
     path = tmp_path / f"{model_type}.json"
     path.write_text(json.dumps(data), encoding="utf-8")
-    spec = model_from_config(data, model_type, "test")
+    spec = model_from_config(json.loads(path.read_text(encoding="utf-8")), model_type, "test")  # as profiled
     if layers == 0:
         layers = profile_config.representative_layers(spec, MIN_LAYERS)
     result = profile_run.run_profile(str(path), ctx, BATCH, device="cpu", dtype="fp32", layers=layers,

@@ -1,7 +1,8 @@
 """Every causal-LM model type of the installed transformers, each built from its own config class (their defaults
 are the published checkpoints' shapes): kvplan's prediction must equal the cache transformers really builds, after
-prefill and after decode, and its parameter count the meta-device build's, or the type must be listed below with
-the reason it is not checked. See tests/archkit.py for how each model is shrunk and cut.
+prefill and after decode, and its parameter count the meta-device build's (less the rows transformers allocates
+that no checkpoint holds: archkit.phantom_parameters), or the type must be listed below with the reason it is not
+checked. See tests/archkit.py for how each model is shrunk and cut.
 """
 
 import pytest
@@ -75,6 +76,10 @@ EDITS: dict[str, tuple[dict, str]] = {
     "dots1": ({"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 2, "first_k_dense_replace": 1},
               "experts, top-k and shared experts default to None; dots.llm1 sets 128, 6, 2 and one dense layer"),
     "hunyuan_v1_moe": ({"head_dim": 128}, "the attention reads head_dim, None by default; Hunyuan-A13B sets 128"),
+    "reformer": ({"is_decoder": True}, "ReformerModelWithLMHead, its causal-LM class, asserts is_decoder; "
+                 "ReformerConfig's default is false (a masked LM)"),
+    "cpmant": ({"dim_ff": 64}, "its MLP width has a name the shrink does not know (CPM-Ant 10B: dim_ff 10240); at "
+               "full width the cut model alone takes 3 GB"),
     "longcat_flash": ({"zero_expert_num": 2, "expert_ffn_hidden_size": 32, "ffn_hidden_size": 64, "moe_topk": 2},
                       "its widths and top-k have names the shrink does not know (LongCat-Flash: 256 zero experts, "
                       "top-12); at full width the model does not fit in memory"),
@@ -100,34 +105,7 @@ TRANSFORMERS_CANNOT: dict[str, str] = {
     "musicgen": "'MusicgenConfig' object has no attribute 'dropout'",
     "musicgen_melody": "'MusicgenMelodyConfig' object has no attribute 'dropout'",
 }
-# Not yet exact: strict xfails, so a family that becomes exact fails here until it leaves this list.
-NOT_YET = {
-    # MLA, DSA indexers, compressed attention, and MoE field dialects
-    # transformers allocates gate_up_proj rows for the zero-compute experts too (`LongcatFlashExperts`), which no
-    # checkpoint holds: kvplan counts the checkpoint's (LongCat-Flash 560B), the cache is exact
-    "longcat_flash": "mla-dsa",
-    # GPT-2-era decoders
-    # caches kvplan refuses (UNMODELLED_FAMILIES): XLNet's mems and Reformer's hidden states and hash buckets are
-    # not keys and values; CPM-Ant caches prompt_length prompt tokens beyond ctx, and its forward needs the whole
-    # sequence at every step, which kvplan profile does not feed
-    **dict.fromkeys(["cpmant", "reformer", "xlnet"], "legacy"),
-}
-
-
-def cases() -> list:
-    return list(_cases())
-
-
-def _cases():
-    for model_type in sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES):
-        if model_type in NOT_YET:
-            mark = pytest.mark.xfail(strict=True, reason=f"not yet exact: {NOT_YET[model_type]}")
-            yield pytest.param(model_type, marks=mark)
-        else:
-            yield model_type
-
-
-@pytest.mark.parametrize("model_type", cases())
+@pytest.mark.parametrize("model_type", sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES))
 def test_cache_and_parameters_equal_transformers(tmp_path, model_type):
     fields, _ = EDITS.get(model_type, ({}, ""))
     data = archkit.shrunk(model_type, **fields)

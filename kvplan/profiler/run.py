@@ -211,11 +211,15 @@ def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engi
 
 
 class Session:
-    """One model built on one device, ready for prefill and decode runs."""
+    """One model built on one device, ready for prefill and decode runs. A model whose forward takes the whole
+    sequence at every cached step (`engines.Transformers.WHOLE_SEQUENCE_DECODE`) is fed it, as generate() does:
+    the session keeps the sequence of its latest run."""
 
-    def __init__(self, torch, transformers, model, device: str, vocab: int, cache: str, ctx: int):
+    def __init__(self, torch, transformers, model, device: str, vocab: int, cache: str, ctx: int,
+                 whole_sequence: bool = False):
         self.torch, self.transformers, self.model = torch, transformers, model
         self.device, self.vocab, self.cache, self.ctx = device, vocab, cache, ctx
+        self.whole_sequence, self.sequence = whole_sequence, None
         parameters = inspect.signature(model.forward).parameters
         self.logits_to_keep = "logits_to_keep" in parameters
         self.cache_name = runtime.cache_argument(transformers, model)
@@ -226,6 +230,18 @@ class Session:
 
     def tokens(self, batch: int, length: int):
         return self.torch.randint(0, self.vocab, (batch, length), device=self.device, generator=self.generator)
+
+    def prefill(self, ids, cache):
+        """The prompt's forward pass: the next token of each sequence."""
+        self.sequence = ids
+        return self.forward(ids, cache)
+
+    def step(self, token, cache):
+        """One cached decode step on the token just made (or on the whole sequence so far)."""
+        if not self.whole_sequence:
+            return self.forward(token, cache)
+        self.sequence = self.torch.cat([self.sequence, token], dim=-1)
+        return self.forward(self.sequence, cache)
 
     def forward(self, ids, cache=None, last_only: bool = True):
         """The next token of each sequence; an OOM propagates (a finding), any other failure of the model's code
@@ -310,7 +326,8 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         with progress.phase(f"building {source.name} on {device} ({dtype}, random weights)"):
             with runtime.timed(torch, device, times, "build"):
                 built = runtime.build(torch, transformers, config, device, dtype)
-        session = Session(torch, transformers, built, device, int(config.get_text_config().vocab_size), cache, ctx)
+        session = Session(torch, transformers, built, device, int(config.get_text_config().vocab_size), cache, ctx,
+                          whole_sequence=spec.architecture in engines.Transformers.WHOLE_SEQUENCE_DECODE)
         result.model_class = type(built).__name__
         result.attn_implementation = getattr(built.config, "_attn_implementation", None)
         result.build_s = times["build"]
@@ -410,7 +427,7 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
         with progress.phase(f"prefill: {batch:,} x {result.prompt_tokens:,} tokens"):
             probe.reset_peak()
             with runtime.timed(torch, device, times, "prefill"), tensors or nullcontext():
-                token = session.forward(ids, cache)
+                token = session.prefill(ids, cache)
         result.ttft_s = times["prefill"]
         result.prefill_tokens_per_s = batch * result.prompt_tokens / times["prefill"]
         result.cache_class = type(runtime.cache_object(cache)).__name__
@@ -426,7 +443,7 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
             probe.reset_peak()
             with runtime.timed(torch, device, times, "decode"):
                 for _ in range(result.decode_steps):
-                    token = session.forward(token, cache)
+                    token = session.step(token, cache)
                     advance()
         result.decode_tokens_per_s = batch * result.decode_steps / times["decode"]
     final = runtime.cache_layers(cache, session.model)
@@ -557,11 +574,11 @@ def _compare_recompute(session: Session, probe, ctx: int, decode_steps: int, pro
         for length in lengths:
             ids = session.tokens(1, length - steps)
             cache = session.new_cache()
-            token = session.forward(ids, cache)
+            token = session.prefill(ids, cache)
             times: dict[str, float] = {}
             with runtime.timed(torch, device, times, "cached"):
                 for _ in range(steps):
-                    token = session.forward(token, cache)
+                    token = session.step(token, cache)
                     advance()
             cache_bytes = sum(layer.kv_storage for layer in runtime.cache_layers(cache, session.model))
             del cache
@@ -612,9 +629,9 @@ def _find_max_batch(session: Session, probe, spec: ModelSpec, source, ctx: int, 
         probe.reset_peak()
         with torch.inference_mode():
             cache = session.new_cache()
-            token = session.forward(session.tokens(size, prompt), cache)
+            token = session.prefill(session.tokens(size, prompt), cache)
             for _ in range(steps):
-                token = session.forward(token, cache)
+                token = session.step(token, cache)
 
     def fits(size: int) -> bool:
         ok = True

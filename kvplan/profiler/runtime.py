@@ -258,21 +258,27 @@ def cache_object(cache):
 @dataclass
 class _CacheLayer:
     """One layer of a cache object: its tensors by role (`parts`: (role, object holding tensors) pairs); `sliced`
-    when they are slices of tensors every layer shares, each counting its own elements."""
+    when they are slices of tensors every layer shares, each counting its own elements; `tokens` the tokens it
+    holds where it has no keys to tell them."""
 
     index: int | None
     name: str
     parts: list
     keys: object = None
     sliced: bool = False
+    tokens: int | None = None
 
 
 def _cache_layers(cache) -> list[_CacheLayer]:
     """The layers of a cache: a Cache's layers, with MiniMax's lightning states (`linear_cache`) beside its
     attention layers; xLSTM's `rnn_state` per layer; RWKV's five state tensors (batch x hidden x layers) sliced
-    by layer."""
+    by layer; XLNet's and Reformer's hidden states (`_legacy_cache_layers`)."""
     import torch
 
+    legacy = _legacy_cache_layers(cache)
+    if legacy is not None:
+        return legacy
+    cache = cache_object(cache)
     if isinstance(cache, list) and all(isinstance(t, torch.Tensor) for t in cache):
         return [_CacheLayer(i, "RWKV state", [("recurrent", [t[..., i] for t in cache])], sliced=True)
                 for i in range(cache[0].shape[-1])]
@@ -293,6 +299,22 @@ def _cache_layers(cache) -> list[_CacheLayer]:
     return out
 
 
+def _legacy_cache_layers(cache) -> list[_CacheLayer] | None:
+    """Caches of hidden states, not keys and values: XLNet's Transformer-XL memories (its `mems`: one tensor of
+    tokens x batch x d_model per layer) and Reformer's `ReformerDynamicCache` (each layer's hidden states,
+    batch x tokens x hidden, and on LSH layers its hash buckets; every step a local layer appends an empty
+    placeholder past the layers, which holds no memory). None for any other cache."""
+    if isinstance(cache, ModelCache) and cache.argument == "mems" and isinstance(cache.value, (tuple, list)):
+        return [_CacheLayer(i, "XLNet mems", [("states", mem)], tokens=int(mem.shape[0]))
+                for i, mem in enumerate(cache.value)]
+    value = cache_object(cache)
+    if type(value).__name__ == "ReformerDynamicCache":
+        states, buckets = value.states_cache, value.buckets_cache
+        return [_CacheLayer(i, "ReformerDynamicCache", [("states", states[i]), ("buckets", buckets[i])],
+                            tokens=int(states[i].shape[1])) for i in range(len(states))]
+    return None
+
+
 def cache_layers(cache, model=None) -> list[LayerBytes]:
     """Every tensor of the cache object, per layer and role, with the state `model` keeps on its modules
     (`module_states`); a storage shared by several tensors (or layers) is counted once, where it is first
@@ -300,7 +322,7 @@ def cache_layers(cache, model=None) -> list[LayerBytes]:
     seen: set = set()
     states = module_states(model) if model is not None else {}
     out = []
-    for layer in _cache_layers(cache_object(cache)):
+    for layer in _cache_layers(cache):
         row = LayerBytes(layer=layer.index, layer_class=layer.name)
         tensors = [pair for part_role, part in layer.parts for pair in _tensors(part, part_role)]
         for role, tensor in [*tensors, *states.get(layer.index, [])]:
@@ -314,14 +336,17 @@ def cache_layers(cache, model=None) -> list[LayerBytes]:
                 row.dtypes.add(str(tensor.dtype).removeprefix("torch."))
         if layer.keys is not None and hasattr(layer.keys, "dim") and layer.keys.dim() >= 2:
             row.tokens = int(layer.keys.shape[-2])
+        elif layer.tokens is not None:
+            row.tokens = layer.tokens
         out.append(row)
     return out
 
 
 # The forward argument (and output field) that carries the cache: past_key_values (cache_params for Mamba, `state`
-# for RWKV-style models), and from transformers 5.24 `cache`, which 5.24 keeps the others as deprecated aliases of
-# and some models take alone. (Before 5.24 XLM's `cache` is its own legacy dict: not for a Cache object.)
-CACHE_ARGUMENTS = ("past_key_values", "cache_params", "state")
+# for RWKV-style models, `mems` for XLNet, `past_buckets_states` for Reformer), and from transformers 5.24 `cache`,
+# which 5.24 keeps the others as deprecated aliases of and some models take alone. (Before 5.24 XLM's `cache` is its
+# own legacy dict: not for a Cache object.)
+CACHE_ARGUMENTS = ("past_key_values", "cache_params", "state", "mems", "past_buckets_states")
 CACHE_ARGUMENT_524 = "cache"
 
 

@@ -15,6 +15,8 @@ All per-architecture knowledge of kvplan lives in this package, split by concern
     qwen4_exp.py     Qwen4-Exp: Gated DeltaNet, attention with a QSA indexer, hyper-connections, n-gram embeddings
     deepseek_v4.py   DeepSeek V4: shared-KV sliding windows, compressed attention (CSA, HCA), hash routing,
                      hyper-connections (its own layout, parameter and width rules)
+    legacy.py        GPT-2-era decoders whose cache is not plain keys and values: XLNet's and Reformer's hidden
+                     states, CPM-Ant's prompt prefix
     quantization.py  float dtype, weight quantisation, KV dtype, max context
     vision.py        vision towers of multimodal checkpoints
     encoders.py      encoders (the BERT family, also run as decoders) and encoder-decoders (T5, BART, Whisper, ...)
@@ -24,7 +26,7 @@ Rules follow transformers' configuration and modeling files and vLLM's config re
 The config is data: nothing it names (`auto_map`, remote code) is imported or run.
 """
 
-from kvplan.sources.hf_config import deepseek_v4, dots3, qwen4_exp, recurrent  # noqa: F401  (register their rules)
+from kvplan.sources.hf_config import deepseek_v4, dots3, legacy, qwen4_exp, recurrent  # noqa: F401 (their rules)
 from kvplan.sources.hf_config.families import ENCODER_ONLY
 from kvplan.sources.hf_config.fields import MAX_LAYERS, parse_json, read_text
 from kvplan.sources.hf_config.reader import model_from_config, read_config_file

@@ -129,6 +129,14 @@ MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "xglm": {"tie_word_embeddings": True},
     "xlm": {"tie_word_embeddings": True, "causal": False, "n_langs": 1, "use_lang_emb": True,
             "max_position_embeddings": 512},
+    # GPT-2-era decoders with caches of their own (legacy.py): the fields those rules read
+    "xlnet": {"tie_word_embeddings": True, "mem_len": 512, "use_mems_eval": True},
+    "reformer": {"attn_layers": ["local", "lsh", "local", "lsh", "local", "lsh"], "attention_head_size": 64,
+                 "is_decoder": False, "num_hashes": 1, "lsh_attn_chunk_length": 64, "local_attn_chunk_length": 64,
+                 "axial_pos_embds": True, "axial_pos_shape": [64, 64], "axial_pos_embds_dim": [64, 192],
+                 "max_position_embeddings": 4096, "feed_forward_size": 512},
+    "cpmant": {"dim_head": 128, "dim_ff": 10240, "prompt_length": 32, "prompt_types": 32, "segment_types": 32,
+               "position_bias_num_buckets": 512},
 }
 
 
@@ -221,18 +229,6 @@ _GEMMA4_FIELDS = ("num_kv_shared_layers", "per_layer_config", "attention_k_eq_v"
 MODELLED_BY_FAMILY = {"gemma3n_text": ("num_kv_shared_layers",), "gemma4_text": _GEMMA4_FIELDS,
                       "gemma4_unified_text": _GEMMA4_FIELDS, "gemma4_assistant": _GEMMA4_FIELDS,
                       "gemma4_unified_assistant": _GEMMA4_FIELDS}
-
-
-# Families whose generation keeps something no layer kind of kvplan holds (their modeling files in transformers):
-# refused, saying what they keep.
-UNMODELLED_FAMILIES = {
-    "xlnet": "it keeps Transformer-XL memories (mems: each layer's input hidden states of the last mem_len "
-             "tokens), not keys and values",
-    "reformer": "it keeps each layer's hidden states, and on LSH layers their hash buckets (past_buckets_states), "
-                "not keys and values",
-    "cpmant": "it puts prompt_length prompt tokens before every sequence and caches them with it, which kvplan's "
-              "layer kinds (ctx tokens) do not hold",
-}
 
 
 # DeepSeek Sparse Attention: MLA with an indexer whose keys are cached beside the latent (transformers'

@@ -28,7 +28,6 @@ from kvplan.sources.hf_config.families import (
     MODELLED_BY_FAMILY,
     RECURRENT_FIELDS,
     UNMODELLED_CACHE_FIELDS,
-    UNMODELLED_FAMILIES,
 )
 from kvplan.sources.hf_config.fields import MAX_LAYERS, Fields
 from kvplan.sources.hf_config.mamba import mamba_state
@@ -70,7 +69,13 @@ def read_layer_count(cfg: Fields, model_type: str) -> int:
     """Decoder layers: num_hidden_layers or its aliases (xLSTM's configs may say num_blocks). Nemotron-H's current
     configs may state them only as layers_block_type, one entry per layer (transformers derives num_hidden_layers
     from it). HRM's are the blocks of one of its two stacks (num_layers_per_stack; its num_hidden_layers counts the
-    runs of those blocks, and old configs give the blocks there)."""
+    runs of those blocks, and old configs give the blocks there). Reformer's are its attn_layers, one kind each
+    (ReformerConfig sets num_hidden_layers to their count)."""
+    if model_type == "reformer":
+        kinds = cfg.data.get("attn_layers")
+        if not isinstance(kinds, list) or not 1 <= len(kinds) <= MAX_LAYERS:
+            raise KvplanError(f"{cfg.where}: field attn_layers must list each layer's attention, local or lsh")
+        return len(kinds)
     block_types = cfg.data.get("layers_block_type")
     if model_type == "nemotron_h" and isinstance(block_types, list) and not cfg.has("num_hidden_layers"):
         if not 1 <= len(block_types) <= MAX_LAYERS:
@@ -516,14 +521,7 @@ def xlm_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: lis
         NoCache(layer=i, reason="bidirectional attention (causal false)") for i in range(num_layers)])
 
 
-def refuse_family(cfg: Fields, num_layers: int, hidden: int, heads: int, notes: list[str]) -> Layout:
-    """A one-line refusal for a family whose cache no layer kind of kvplan holds (UNMODELLED_FAMILIES)."""
-    model_type = cfg.data.get("model_type")
-    raise KvplanError(f"{cfg.where}: kvplan cannot lay out {model_type}'s cache: {UNMODELLED_FAMILIES[model_type]}")
-
-
-FAMILY_LAYOUTS.update({"gpt_neo": gpt_neo_layout, "mpt": mpt_layout, "xlm": xlm_layout,
-                       **dict.fromkeys(UNMODELLED_FAMILIES, refuse_family)})
+FAMILY_LAYOUTS.update({"gpt_neo": gpt_neo_layout, "mpt": mpt_layout, "xlm": xlm_layout})
 
 
 
