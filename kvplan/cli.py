@@ -159,7 +159,7 @@ def estimate(
                                                     {k for k in type(cap).model_fields if k.startswith("vllm_")}))
         print(json.dumps(data, indent=2))
         for warning in result.warnings:
-            print(f"warning: {warning}", file=sys.stderr)
+            print(f"warning: {plain(warning)}", file=sys.stderr)
     else:
         from kvplan.report import print_capacity, print_estimate
 
@@ -540,7 +540,7 @@ def main() -> None:
         sys.exit(130)
     except Exception as err:
         if hasattr(err, "format_message"):  # usage errors of typer's click, vendored or not
-            print(f"kvplan: error: {err.format_message()}", file=sys.stderr)
+            print(f"kvplan: error: {shorten(plain(err.format_message()), LINE)}", file=sys.stderr)
             sys.exit(getattr(err, "exit_code", 2))
         if debug:
             raise

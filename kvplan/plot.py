@@ -20,6 +20,7 @@ from pathlib import Path
 from kvplan.errors import KvplanError
 from kvplan.output import write_output
 from kvplan.table import GiB, Table, ctx_label
+from kvplan.text import plain
 
 KINDS = ("kv", "users")
 SCALES = ("log", "linear")
@@ -115,6 +116,7 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
     gpu_index = {g.label: i for i, g in enumerate(table.gpus)}
     ctxs = data["ctx"]
     any_beyond = False
+    handles = []  # passed to the legend as they are: it would drop a model whose name starts with "_"
     for line in data["lines"]:
         index = models.index(line["model"])
         colour, marker = colours[index % len(colours)], MARKERS[index % len(MARKERS)]
@@ -128,8 +130,8 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
             label = line["model"] + (f", {line['gpu']}" if len(table.gpus) > 1 else "")
             if not points:
                 label += " (does not fit)" if any(v == 0 for v in line["values"]) else " (no KV cache)"
-        axes.plot([p[0] for p in points], [p[1] for p in points], linestyle=style, color=colour,
-                  marker=marker, markersize=5, linewidth=1.8, label=label)
+        handles += axes.plot([p[0] for p in points], [p[1] for p in points], linestyle=style, color=colour,
+                             marker=marker, markersize=5, linewidth=1.8, label=_text(label))
         beyond = [p for p in points if p[2]]
         if beyond:  # hollow markers where ctx is past the model's max context
             any_beyond = True
@@ -164,14 +166,19 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
                          f"({table.engine} {table.engine_version})")
     if y_scale == "linear":
         axes.set_ylim(bottom=0)
-    axes.set_title(title or default_title)
-    handles, _ = axes.get_legend_handles_labels()
+    axes.set_title(_text(title) if title else default_title)
     if any_beyond:
         handles.append(Line2D([], [], linestyle="none", marker="o", markersize=5, markerfacecolor="white",
                               markeredgecolor="0.3", label="hollow: beyond the model's max context"))
     axes.legend(handles=handles, loc="best", fontsize="small", framealpha=0.9, handlelength=3.5)
     written = write_output(out, lambda path: _save(figure, path, fmt, data), inputs, force)
     return data, written
+
+
+def _text(text: str) -> str:
+    """Text matplotlib shows as written: control characters escaped (`plain`), and `$` too, so that a model
+    name is not parsed as mathtext (which a stray `$\\` in it would fail)."""
+    return plain(text).replace("$", r"\$")
 
 
 def _gpu_lines(axes, table: Table) -> None:

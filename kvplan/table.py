@@ -537,7 +537,24 @@ def write(out: str, text: str, inputs: Sequence[str] = (), force: bool = False) 
 
 
 def input_files(models: str | None, names: Sequence[str]) -> list[str]:
-    """The files a table is made from, which --out must not overwrite: a model list file and local configs."""
-    files = [name for name in names if Path(name).expanduser().exists()]
+    """The files a table is made from, which --out must not overwrite: a model list file, local configs and
+    specs, what a checkpoint directory holds that kvplan reads (config.json, the safetensors index and shards),
+    and bundled configs."""
+    from kvplan.sources import library
+    from kvplan.sources import safetensors as st
+
+    files = []
+    for name in names:
+        path = Path(name).expanduser()
+        if path.is_dir():
+            try:
+                shards = st.shard_names(path) or []
+            except st.HeaderError:
+                shards = []
+            files += [str(path / f) for f in ("config.json", st.INDEX_FILE, *shards)]
+        elif path.exists():
+            files.append(name)
+        elif (entry := library.find(name)) is not None:
+            files.append(str(library.config_path(entry)))
     list_file = _list_file(models) if models is not None else None
     return files + ([list_file] if list_file else [])

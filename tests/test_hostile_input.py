@@ -48,6 +48,20 @@ def test_a_token_kvplan_cannot_send_is_refused_and_never_echoed(monkeypatch, cap
     assert "Secret" not in out + err and not hub.requests  # refused before anything is sent
 
 
+@pytest.mark.parametrize("name", ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"])
+def test_a_token_in_the_environment_is_checked_as_token_is(monkeypatch, capsys, hub_env, name):
+    """huggingface_hub sends HF_TOKEN when no --token is given: a non-ASCII one failed in its HTTP client, blamed on
+    HF_ENDPOINT; it is refused first, named and not shown. A --token replaces it, so it is not checked then."""
+    hub, _ = hub_env
+    monkeypatch.setenv(name, f"hf_Sécret {TOKEN}")
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "org/gated", "--ctx", "1k")
+    assert_one_line_error(code, err, name)
+    assert "Secret" not in out + err and "cret" not in err and not hub.requests
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "org/gated", "--ctx", "1k", "--token",
+                              GOOD_TOKEN)
+    assert code == 0, err
+
+
 def test_a_token_read_from_a_crlf_file_works(monkeypatch, capsys, hub_env):
     """`--token "$(cat token.txt)"` of a file saved with Windows line endings keeps its CR: it is stripped, as
     huggingface_hub strips HF_TOKEN, and the token is sent and never shown."""
@@ -105,6 +119,23 @@ def test_error_lines_show_file_names_safely_and_values_briefly(monkeypatch, caps
     assert len(err) < 1000
 
 
+def test_usage_errors_are_short_and_plain(monkeypatch, capsys):
+    """typer's own messages (an unknown option, an extra argument) quote what was typed: cut and escaped too."""
+    for args in (["--" + "x" * 100_000], ["--x\x1b[2J"], ["extra\x1b]0;t\x07"]):
+        code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", *args)
+        assert_one_line_error(code, err)
+        assert len(err) < 1100 and "\x1b" not in err and "\x07" not in err
+
+
+def test_json_mode_warnings_show_config_text_as_text(monkeypatch, capsys, llama_named):
+    """With --json the warnings go to stderr as plain lines: the model name in them is escaped as in reports."""
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", llama_named("clear\x1b[2J\x07"), "--ctx",
+                              "64k", "--json")
+    assert code == 0 and json.loads(out)["ctx"] == 65536
+    assert err.startswith("warning: ctx 65,536 is beyond clear\\x1b[2J\\x07's max context")
+    assert "\x1b" not in err and "\x07" not in err
+
+
 def test_csv_cells_cannot_become_formulas(monkeypatch, capsys, llama_named):
     path = llama_named("=HYPERLINK(\"http://example.com\",\"x\")")
     code, out, err = run_main(monkeypatch, capsys, "table", "--models", path, "--ctx", "8k", "-f", "csv")
@@ -150,6 +181,34 @@ def test_out_never_overwrites_an_input(monkeypatch, capsys, tmp_path, llama_name
     code, _, err = table_to(monkeypatch, capsys, str(listing), models=f"@{listing}")
     assert_one_line_error(code, err, "one of this command's inputs")
     assert open(config, encoding="utf-8").read() == before and listing.read_text() == "llama-3-8b\n"
+
+
+def test_out_never_overwrites_an_input_named_another_way(monkeypatch, capsys, tmp_path):
+    """`--models ./cfg.json --out cfg.json`; a checkpoint directory, whose config.json, index and shards kvplan
+    reads; a bundled config (here a copy standing in for the library's folder)."""
+    from hubkit import safetensors_file, tiny_tensors
+
+    from kvplan.sources import library
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cfg.json").write_text(json.dumps(TINY_CONFIG), encoding="utf-8")
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps(TINY_CONFIG), encoding="utf-8")
+    (checkpoint / "model.safetensors").write_bytes(safetensors_file(tiny_tensors()))
+    bundled = tmp_path / "specs"
+    bundled.mkdir()
+    entry = library.find("llama-3-8b")
+    (bundled / entry.file).write_bytes(LLAMA.read_bytes())
+    monkeypatch.setattr(library, "library_dir", lambda: bundled)
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    for models, out in [("./cfg.json", "cfg.json"), ("./ckpt", "ckpt/config.json"), ("ckpt/", "ckpt/model.safetensors"),
+                        ("llama-3-8b", f"specs/{entry.file}")]:
+        code, _, err = table_to(monkeypatch, capsys, out, "-f", "csv", models=models)
+        assert_one_line_error(code, err, "one of this command's inputs")
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
+    code, _, err = table_to(monkeypatch, capsys, "ckpt/table.md", models="./ckpt")  # beside them is fine
+    assert code == 0 and err.strip() == "kvplan: wrote ckpt/table.md"
 
 
 def test_out_does_not_follow_a_symlink_without_force(monkeypatch, capsys, tmp_path):
@@ -244,12 +303,82 @@ def test_misleading_messages_name_what_was_given(monkeypatch, capsys):
     assert_one_line_error(code, err, "SGLang's default --mem-fraction-static", "set the fraction yourself")
 
 
-def test_top_k_above_the_expert_count_is_refused(monkeypatch, capsys, tmp_path):
-    data = json.loads((SPECS / "mistralai__Mixtral-8x7B-v0.1.json").read_text(encoding="utf-8"))
+# config file, decoder fields: top-k above the expert count. Mixtral (MoE.read), Nemotron-H's MoE blocks and Gemma 4's
+# MoE block each read it; Gemma 4 26B-A4B's published shape (128 experts of 704) on the 31B's config.
+TOP_K = [("mistralai__Mixtral-8x7B-v0.1.json", {"num_experts_per_tok": 16}, "num_experts_per_tok"),
+         ("nvidia__NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.json", {"num_experts_per_tok": 200}, "num_experts_per_tok"),
+         ("google__gemma-4-31B-it.json", {"enable_moe_block": True, "num_experts": 128, "top_k_experts": 200,
+                                          "moe_intermediate_size": 704}, "top_k_experts")]
+
+
+@pytest.mark.parametrize(("filename", "edits", "field"), TOP_K)
+def test_top_k_above_the_expert_count_is_refused(monkeypatch, capsys, tmp_path, filename, edits, field):
+    """Accepted once, it counted more active parameters than the model has (Mixtral "46.70B params (91.80B
+    active)")."""
+    data = json.loads((SPECS / filename).read_text(encoding="utf-8"))
+    (data["text_config"] if "text_config" in data else data).update(edits)
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(data | {"num_experts_per_tok": 16}), encoding="utf-8")
+    path.write_text(json.dumps(data), encoding="utf-8")
     code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k")
-    assert_one_line_error(code, err, "num_experts_per_tok")
+    assert_one_line_error(code, err, field, "cannot exceed the expert count")
+
+
+@pytest.mark.parametrize("value", [10**400, 1e300, float("nan")], ids=["10**400", "1e300", "nan"])
+@pytest.mark.parametrize(("filename", "path"), [("LiquidAI__LFM2-1.2B.json", ("block_ffn_dim_multiplier",)),
+                                                ("nvidia__Llama-3_3-Nemotron-Super-49B-v1.json",
+                                                 ("block_configs", 0, "ffn", "ffn_mult"))])
+def test_a_factor_too_large_for_a_float_is_one_line(monkeypatch, capsys, tmp_path, filename, path, value):
+    """An MLP multiplier of 10**400 overflowed converting to a float, and one of 1e300 overflowed the sizes made
+    from it (a traceback)."""
+    data = json.loads((SPECS / filename).read_text(encoding="utf-8"))
+    target = data
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(data), encoding="utf-8")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(config), "--ctx", "8k", "--gpu", "h100")
+    assert_one_line_error(code, err, path[-1], "positive number up to")
+    assert len(err) < 400
+
+
+@pytest.mark.parametrize(("field", "value", "line"), [("total: 13_000_000_000", str(10**400), 9),
+                                                      ("kv_heads: 8", str(10**300), 23),
+                                                      ("ssm_elements: 1048576", ".inf", 19)])
+def test_a_yaml_number_too_large_for_a_float_is_one_line(monkeypatch, capsys, tmp_path, field, value, line):
+    from conftest import ROOT
+
+    text = (ROOT / "docs" / "examples" / "hybrid-example.yaml").read_text(encoding="utf-8")
+    assert field in text
+    path = tmp_path / "spec.yaml"
+    path.write_text(text.replace(field, f"{field.split(':')[0]}: {value}", 1), encoding="utf-8")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k", "--gpu", "h100")
+    assert_one_line_error(code, err, f"spec.yaml:{line}:", field.split(":")[0], "a number no real model has")
+    assert len(err) < 400
+
+
+@pytest.mark.parametrize("name", ["a$\\foo{$b", "x$^{$y", "_hidden", "clear\x1b[2J\x07"])
+def test_a_chart_shows_model_names_as_text(monkeypatch, capsys, tmp_path, llama_named, name):
+    """matplotlib parses `$...$` as mathtext (a malformed one raised), drops a legend label starting with `_`,
+    and warns on stderr for a control character: each name is drawn as written, escapes shown."""
+    pytest.importorskip("matplotlib")
+    from kvplan import plot
+
+    legends = []
+    save = plot._save
+
+    def keep_legend(figure, *args):  # the real save, the legend's texts noted
+        legends.append([text.get_text() for text in figure.axes[0].get_legend().get_texts()])
+        save(figure, *args)
+
+    monkeypatch.setattr(plot, "_save", keep_legend)
+    config = llama_named(name)
+    target = tmp_path / "chart.svg"
+    code, _, err = run_main(monkeypatch, capsys, "plot", "--models", config, "--ctx", "4k,8k", "--out", str(target),
+                            "--title", "cost in $ and $\\")
+    assert code == 0 and err.strip() == f"kvplan: wrote {target}"
+    shown = name.replace("\x1b", "\\x1b").replace("\x07", "\\x07").replace("$", "\\$")
+    assert legends == [[shown]]
 
 
 def test_plot_of_users_when_nothing_fits_is_one_line(monkeypatch, capsys, tmp_path):
@@ -319,14 +448,97 @@ def checkpoint_dir(tmp_path, weight_map: dict) -> str:
     return str(directory)
 
 
-@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd", "sub/../../outside.safetensors"])
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd", "sub/../../outside.safetensors",
+                                   "link.safetensors", "linked/outside.safetensors"])
 def test_an_index_cannot_name_files_outside_the_checkpoint(monkeypatch, capsys, tmp_path, shard):
+    """Named outright, or through a link in the directory (to the file, or to the folder holding it): the first
+    8 bytes of /etc/passwd were once shown as a header length, and a file elsewhere counted as the weights."""
     directory = checkpoint_dir(tmp_path, {"embed.weight": shard})
+    os.symlink(tmp_path / "outside.safetensors", os.path.join(directory, "link.safetensors"))
+    os.symlink(tmp_path, os.path.join(directory, "linked"))
     code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
     assert code == 0, err
     data = json.loads(out)
     assert data["weights_source"] == "config"
     assert any("outside the checkpoint directory" in note for note in data["notes"])
+
+
+@pytest.mark.parametrize("target", ["/etc/passwd", "../outside.safetensors"])
+def test_a_single_file_checkpoint_cannot_link_outside(monkeypatch, capsys, tmp_path, target):
+    directory = checkpoint_dir(tmp_path, {})
+    os.unlink(os.path.join(directory, "model.safetensors.index.json"))
+    os.symlink(target, os.path.join(directory, "model.safetensors"))
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["weights_source"] == "config"
+    assert any("outside the checkpoint directory" in note for note in data["notes"])
+
+
+def test_a_link_inside_the_checkpoint_is_followed(monkeypatch, capsys, tmp_path):
+    """A shard that links to a file in the same directory is read (a cache snapshot's links are tested in
+    test_hub_cache)."""
+    from hubkit import safetensors_file, tiny_tensors
+
+    directory = checkpoint_dir(tmp_path, {"embed.weight": "model.safetensors"})
+    os.unlink(os.path.join(directory, "model.safetensors.index.json"))
+    with open(os.path.join(directory, "weights.bin"), "wb") as handle:
+        handle.write(safetensors_file(tiny_tensors()))
+    os.symlink("weights.bin", os.path.join(directory, "model.safetensors"))
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
+    assert code == 0 and json.loads(out)["weights_source"] == "checkpoint", err
+
+
+# a header: what it holds, and the note's reason
+HEADERS = {"deep": (b"[" * 100_000 + b"]" * 100_000, "header is not JSON a checkpoint writes"),
+           "digits": (b'{"a": {"dtype": "BF16", "shape": [' + b"9" * 5000 + b'], "data_offsets": [0, 0]}}',
+                      "header is not JSON a checkpoint writes"),
+           "past the limit": (b"{}", "past the format's limit")}
+
+
+@pytest.mark.parametrize("kind", list(HEADERS))
+def test_a_hostile_safetensors_header_is_a_note(monkeypatch, capsys, tmp_path, kind):
+    import struct
+
+    directory = checkpoint_dir(tmp_path, {})
+    os.unlink(os.path.join(directory, "model.safetensors.index.json"))
+    body, reason = HEADERS[kind]
+    length = 2**63 if kind == "past the limit" else len(body)
+    with open(os.path.join(directory, "model.safetensors"), "wb") as handle:
+        handle.write(struct.pack("<Q", length) + body)
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["weights_source"] == "config"
+    assert any("safetensors header unreadable" in note and reason in note for note in data["notes"])
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ('{"weight_map": ' + "[" * 100_000 + "]" * 100_000 + "}", "not a readable"),
+    ('{"weight_map": {"a": ' + "9" * 5000 + "}}", "not a readable"),
+    ("{}", "larger than 64 MiB"),
+], ids=["deep", "digits", "huge"])
+def test_a_hostile_index_is_a_note(monkeypatch, capsys, tmp_path, text, reason):
+    directory = checkpoint_dir(tmp_path, {})
+    index = os.path.join(directory, "model.safetensors.index.json")
+    with open(index, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    if text == "{}":
+        os.truncate(index, 65 * 2**20)  # past MAX_INDEX (a sparse file: nothing is written)
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
+    assert code == 0, err
+    assert any(f"model.safetensors.index.json: {reason}" in note for note in json.loads(out)["notes"])
+
+
+def test_keep_going_contains_hostile_files(monkeypatch, capsys, tmp_path):
+    """--keep-going leaves out a deep JSON or a YAML with a 5,000-digit number like any other bad model."""
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
+    (tmp_path / "digits.yaml").write_text("name: x\nnum_attention_heads: " + "9" * 5000, encoding="utf-8")
+    code, out, err = run_main(monkeypatch, capsys, "table", "--models",
+                              f"llama-3-8b,{tmp_path / 'deep.json'},{tmp_path / 'digits.yaml'}", "--ctx", "8k",
+                              "-f", "csv", "--keep-going")
+    assert_one_line_error(code, err, "2 of 3")
+    assert [row["model"] for row in csv.DictReader(io.StringIO(out))] == ["meta-llama/Meta-Llama-3-8B"]
 
 
 @pytest.mark.parametrize("weight_map", [{"a": 7}, {"a": ["x"]}, {"a": None}, ["x"]])
@@ -343,7 +555,8 @@ def test_an_index_of_the_wrong_shape_is_a_note(monkeypatch, capsys, tmp_path, we
 class MisbehavingHub:
     """A loopback server at HF_ENDPOINT that answers every request in one wrong way: `mode` is html (a captive
     portal's 200 page), redirect-loop, redirect-file, wrong-shape (model info that is a list), trickle (a
-    complete-looking answer sent one byte every 0.3 s) or huge-config (model info saying config.json is 300 MB)."""
+    complete-looking answer sent one byte every 0.3 s), huge-config (model info saying config.json is 300 MB),
+    size-text or name-list (model info whose file listing holds a size that is text, a name that is a list)."""
 
     def __init__(self, mode: str):
         import threading
@@ -397,6 +610,10 @@ class MisbehavingHub:
             return send(302, b"", Location="file:///etc/passwd")
         if mode == "wrong-shape":
             return send(200, b'["not", "a", "model"]', Content_Type="application/json")
+        if mode in ("size-text", "name-list"):
+            sibling = {"rfilename": "config.json", "size": "big"} if mode == "size-text" else {"rfilename": ["x"]}
+            info = {"id": "org/model", "sha": "0" * 40, "siblings": [sibling]}
+            return send(200, json.dumps(info).encode(), Content_Type="application/json")
         info = {"id": "org/model", "sha": "0" * 40, "siblings": [{"rfilename": "config.json", "size": 300 * 2**20}]}
         return send(200, json.dumps(info).encode(), Content_Type="application/json")
 
@@ -406,7 +623,7 @@ class MisbehavingHub:
 
 
 @pytest.mark.parametrize("mode", ["html", "redirect-loop", "redirect-file", "wrong-shape", "trickle",
-                                  "huge-config"])
+                                  "huge-config", "size-text", "name-list"])
 def test_a_server_that_is_not_the_hub_is_one_line(monkeypatch, capsys, tmp_path, mode):
     import time
 

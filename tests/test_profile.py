@@ -243,6 +243,19 @@ def test_cli_human_output(monkeypatch, capsys, tmp_path):
         assert text in out
 
 
+def test_cli_past_max_context_says_so_and_shows_the_name_as_text(monkeypatch, capsys, tmp_path):
+    """A ctx past the model's max context is measured, with a note saying so (it once said nothing); the model's
+    name is printed as text (rich markup once crashed it) with its control characters escaped."""
+    monkeypatch.setenv("COLUMNS", "200")
+    path = test_copy(tmp_path, "Qwen__Qwen3-8B.json", intermediate_size=64, max_position_embeddings=32,
+                     _name_or_path="[/dim]qwen[link=https://example.com]\x1b[2J")
+    code, out, err = run_main(monkeypatch, capsys, "profile", "--model", path, "--ctx", "40", "--device", "cpu",
+                              "--layers", "1", "--decode-steps", "2")
+    assert code == 0, err
+    assert "ctx 40 is beyond [/dim]qwen[link=https://example.com]\\x1b[2J's max context of 32 tokens" in out
+    assert "\x1b" not in out + err
+
+
 def test_cli_errors_are_one_line(monkeypatch, capsys, tmp_path):
     path = test_copy(tmp_path, "Qwen__Qwen3-8B.json", intermediate_size=64)
     cases = [

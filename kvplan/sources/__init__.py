@@ -56,16 +56,16 @@ def load_model(name: str, revision: str | None = None, token: str | None = None)
                       f"(org/name){hint} (`kvplan models` lists the library)")
 
 
-def clean_token(token: str | None) -> str | None:
-    """A --token as huggingface_hub cleans HF_TOKEN: surrounding whitespace stripped (a token file saved with CRLF
-    line endings, read with `$(cat file)`); any other control or space character refused. The token itself is
-    never part of a message."""
+def clean_token(token: str | None, what: str = "--token") -> str | None:
+    """A --token (or HF_TOKEN: `what`) as huggingface_hub cleans HF_TOKEN: surrounding whitespace stripped (a
+    token file saved with CRLF line endings, read with `$(cat file)`); any other control or space character
+    refused. The token itself is never part of a message."""
     if token is None:
         return None
     token = token.strip()
     if not token or not token.isascii() or not token.isprintable() or " " in token:
-        raise KvplanError("--token is empty or holds a space, a control or a non-ASCII character: a Hugging Face token "
-                          "is one word (hf_...); check the file or variable it came from")
+        raise KvplanError(f"{what} is empty or holds a space, a control or a non-ASCII character: a Hugging Face "
+                          "token is one word (hf_...); check the file or variable it came from")
     return token
 
 

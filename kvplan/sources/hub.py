@@ -55,7 +55,7 @@ def load(
 
     `closest`: bundled library names to mention when the repo does not exist."""
     repo_id = repo_id.strip()
-    _check_environment()
+    _check_environment(token_given=bool(token))
     try:
         hub = _Hub()
     except Exception as err:  # huggingface_hub reads its environment variables on import
@@ -75,8 +75,15 @@ def load(
             raise KvplanError(message) from None
 
 
-def _check_environment() -> None:
-    """The variables huggingface_hub reads on import, checked first so that a typo is one line naming it."""
+def _check_environment(token_given: bool) -> None:
+    """The variables huggingface_hub reads, checked first so that a typo is one line naming it; a token in
+    HF_TOKEN is checked as --token is, when no --token replaces it, and never shown."""
+    from kvplan.sources import clean_token
+
+    # the first of these that is set, as huggingface_hub reads them (an empty one is unset)
+    sent = next((name for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") if os.environ.get(name, "").strip()), None)
+    if sent and not token_given:
+        clean_token(os.environ[sent], sent)
     for name in ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT"):
         value = os.environ.get(name, "").strip()
         if value and not (value.isascii() and value.isdigit()):
@@ -208,8 +215,7 @@ def _load(hub: _Hub, repo_id: str, revision: str | None, token: str | None) -> M
         try:
             info = _within(hub.deadline, lambda: hub.api(token).model_info(
                 repo_id, revision=revision, token=token, timeout=hub.etag_timeout, files_metadata=True))
-            files = {s.rfilename for s in info.siblings} if info.siblings is not None else None
-            sizes = {s.rfilename: s.size for s in info.siblings or () if s.size is not None}
+            files, sizes = _listing(hub, info.siblings)
             if sizes.get("config.json", 0) > MAX_TEXT_FILE:
                 raise KvplanError(f"{repo_id}'s config.json is {sizes['config.json']:,} bytes, far past any "
                                   "real config: not downloaded")
@@ -239,6 +245,17 @@ def _load(hub: _Hub, repo_id: str, revision: str | None, token: str | None) -> M
     if checkpoint is not None and any("text_config" in n for n in spec.notes):
         notes.append("the weights are every tensor in the checkpoint, the vision/audio encoder's included")
     return spec.model_copy(update={"checkpoint": checkpoint, "notes": (*spec.notes, *notes)})
+
+
+def _listing(hub: _Hub, siblings: list | None) -> tuple[set[str] | None, dict[str, int]]:
+    """The repo's file names and their sizes from model info's `siblings` (None: not listed), each a name and
+    a size in bytes as the Hub gives them; anything else is not the Hub's answer."""
+    if siblings is None:
+        return None, {}
+    if not all(isinstance(s.rfilename, str) and (s.size is None or type(s.size) is int) for s in siblings):
+        raise KvplanError(f"{hub.endpoint} did not answer as the Hugging Face Hub does (a file listing of the wrong "
+                          "shape): check HF_ENDPOINT and any proxy or captive portal")
+    return {s.rfilename for s in siblings}, {s.rfilename: s.size for s in siblings if s.size is not None}
 
 
 def _cached(hub: _Hub, repo_id: str, revision: str | None, token: str | None) -> Path | None:

@@ -96,10 +96,10 @@ def read_header(path: Path) -> dict:
 
 
 def shard_names(directory: Path) -> list[str] | None:
-    """The safetensors files of a checkpoint directory; None if it has none (or an index naming none). The
-    index's names must name files in the directory: an absolute name or a `..` is refused, so a crafted index
-    cannot make kvplan read (or count as the model's weights) a file elsewhere. Symbolic links in the directory
-    are followed: the Hugging Face cache links each snapshot file to its blob."""
+    """The safetensors files of a checkpoint directory; None if it has none (or an index naming none). Each must
+    be a file in the directory: a name that is absolute, holds `..` or resolves elsewhere (a symbolic link out of
+    it) is refused, so a crafted index or link cannot make kvplan read (or count as the model's weights) a file
+    elsewhere. In a Hugging Face cache snapshot the files link to their blobs in the same repo folder."""
     index_path = directory / INDEX_FILE
     if index_path.is_file():
         if index_path.stat().st_size > MAX_INDEX:
@@ -111,13 +111,19 @@ def shard_names(directory: Path) -> list[str] | None:
                 raise TypeError("a shard name is not a string")
         except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError):
             raise HeaderError(f"{INDEX_FILE}: not a readable index (a weight_map of file names)") from None
-        for name in names:
-            if Path(name).is_absolute() or ".." in Path(name).parts:
-                raise HeaderError(f"{INDEX_FILE}: shard {name!r} is outside the checkpoint directory")
-        return names or None
-    if (directory / SINGLE_FILE).is_file():
-        return [SINGLE_FILE]
-    return None
+        where = INDEX_FILE
+    elif (directory / SINGLE_FILE).is_file():
+        names, where = [SINGLE_FILE], SINGLE_FILE
+    else:
+        return None
+    root = directory.resolve()
+    if root.parent.name == "snapshots":  # models--org--name/snapshots/<commit>/ -> models--org--name/blobs/
+        root = root.parent.parent
+    for name in names:
+        inside = (directory / name).resolve().is_relative_to(root)
+        if Path(name).is_absolute() or ".." in Path(name).parts or not inside:
+            raise HeaderError(f"{where}: shard {name!r} is outside the checkpoint directory")
+    return names or None
 
 
 def from_directory(directory: Path, source: str) -> CheckpointTensors | None:

@@ -23,7 +23,7 @@ from kvplan.model import (
     SlidingWindow,
     Widths,
 )
-from kvplan.sources.hf_config import MAX_LAYERS, read_text
+from kvplan.sources.hf_config import MAX_FIELD, MAX_LAYERS, read_text
 from kvplan.sources.hf_config.quantization import FLOAT_NAMES
 from kvplan.text import shorten
 
@@ -82,6 +82,10 @@ def read_yaml_spec(path: Path) -> ModelSpec:
         raise KvplanError(f"{path}: YAML holds a value no model has ({shorten(str(err))})") from None
     if not isinstance(data, dict):
         raise KvplanError(f"{path}: a model spec is a YAML mapping with name, params and layers")
+    too_large = _past_limit(data)
+    if too_large is not None:
+        raise KvplanError(f"{path}:{_line(root, too_large)}: {'.'.join(map(str, too_large))}: a number no real model "
+                          f"has (at most {MAX_FIELD:,}, as in a config.json)")
     try:
         spec = YamlSpec.model_validate(data)
         if sum(group.count for group in spec.layers) > MAX_LAYERS:
@@ -107,6 +111,19 @@ def read_yaml_spec(path: Path) -> ModelSpec:
                      num_attention_heads=spec.num_attention_heads, caches=tuple(caches), params=params,
                      dtype=spec.dtype, max_context=spec.max_context, widths=spec.widths,
                      source=f"YAML spec {path}")
+
+
+def _past_limit(value: object, loc: tuple = ()) -> tuple | None:
+    """Where the first number beyond MAX_FIELD (or not finite) sits, or None: float arithmetic on it would be
+    inexact or overflow."""
+    if isinstance(value, dict | list):
+        for key, item in value.items() if isinstance(value, dict) else enumerate(value):
+            found = _past_limit(item, (*loc, key))
+            if found is not None:
+                return found
+        return None
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return loc if number and not -MAX_FIELD <= value <= MAX_FIELD else None
 
 
 class _GroupError(Exception):

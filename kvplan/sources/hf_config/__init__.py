@@ -28,7 +28,8 @@ The config is data: nothing it names (`auto_map`, remote code) is imported or ru
 
 from kvplan.sources.hf_config import deepseek_v4, dots3, legacy, qwen4_exp, recurrent  # noqa: F401 (their rules)
 from kvplan.sources.hf_config.families import ENCODER_ONLY
-from kvplan.sources.hf_config.fields import MAX_LAYERS, parse_json, read_text
+from kvplan.sources.hf_config.fields import MAX_FIELD, MAX_LAYERS, parse_json, read_text
 from kvplan.sources.hf_config.reader import model_from_config, read_config_file
 
-__all__ = ["ENCODER_ONLY", "MAX_LAYERS", "model_from_config", "parse_json", "read_config_file", "read_text"]
+__all__ = ["ENCODER_ONLY", "MAX_FIELD", "MAX_LAYERS", "model_from_config", "parse_json", "read_config_file",
+           "read_text"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import stat
 from pathlib import Path
 from typing import Any
@@ -70,9 +69,11 @@ class Fields:
         return count
 
     def number(self, name: str) -> float:
+        """A positive factor (an MLP multiplier), at most MAX_FIELD as an int field is."""
         value = self.get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise KvplanError(f"{self.where}: field {name} must be a positive number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_FIELD:
+            raise KvplanError(f"{self.where}: field {name} must be a positive number up to {MAX_FIELD:,}, got "
+                              f"{shorten(repr(value))}")
         return value
 
     def list(self, name: str, item: type = str, length: int | None = None) -> list:

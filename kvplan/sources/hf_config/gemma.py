@@ -24,7 +24,7 @@ from kvplan.errors import KvplanError
 from kvplan.model import FullAttention, NoCache, ParamCounts, RecurrentState, SharedKV, SlidingWindow, Widths
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.layout import FAMILY_LAYOUTS, Layout, read_kv_heads
-from kvplan.sources.hf_config.params import FAMILY_PARAMS, FAMILY_WIDTHS
+from kvplan.sources.hf_config.params import FAMILY_PARAMS, FAMILY_WIDTHS, experts_per_token
 
 GEMMA_3N = "gemma3n_text"
 GEMMA_4 = ("gemma4_text", "gemma4_unified_text")
@@ -232,7 +232,8 @@ def gemma_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_typ
             totals["mlp"] += 2 * hidden * rank
             totals["other"] += hidden
         if moe:
-            experts, top_k = cfg.int("num_experts"), cfg.int("top_k_experts")
+            experts = cfg.int("num_experts")
+            top_k = experts_per_token(cfg, experts, "top_k_experts")
             expert = 3 * hidden * cfg.int("moe_intermediate_size", "expert_intermediate_size")
             totals["experts"] += experts * expert
             totals["active_experts"] += top_k * expert

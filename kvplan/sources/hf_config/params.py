@@ -333,6 +333,17 @@ def _nas_block_params(block: Fields, hidden: int) -> tuple[int, int]:
 
 
 
+def experts_per_token(cfg: Fields, experts: int, *names: str) -> int:
+    """The routed experts each token goes through (top-k), refused above the expert count: it would count more
+    active parameters than the model has."""
+    top_k = cfg.int(*names)
+    if top_k > experts:
+        name = next((n for n in names if cfg.has(n)), names[0])
+        raise KvplanError(f"{cfg.where}: {top_k} experts per token but only {experts} experts: {name} cannot exceed "
+                          "the expert count")
+    return top_k
+
+
 @dataclass(frozen=True)
 class MoE:
     """Mixture-of-experts layout: routed experts (counted as `experts`), shared experts (`mlp`), router (`other`)."""
@@ -354,10 +365,8 @@ class MoE:
             return None
         hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim")
         layers = cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-        top_k = cfg.int("num_experts_per_tok", "experts_per_token", "num_experts_per_token", "moe_k", "moe_topk")
-        if top_k > n:
-            raise KvplanError(f"{cfg.where}: {top_k} experts per token but only {n} experts: "
-                              "num_experts_per_tok cannot exceed the expert count")
+        top_k = experts_per_token(cfg, n, "num_experts_per_tok", "experts_per_token", "num_experts_per_token",
+                                  "moe_k", "moe_topk")
         size = cfg.int("moe_intermediate_size", "expert_ffn_hidden_size", "intermediate_size")
         if model_type == "hunyuan_v1_moe":  # experts and the one shared MLP are intermediate_size wide
             size = cfg.int("intermediate_size")
@@ -550,7 +559,8 @@ def _nemotron_h_moe(cfg: Fields, hidden: int, totals: dict) -> None:
     """A Nemotron-H MoE block (`NemotronHMoE`): routed experts of up and down projections (relu2, not gated),
     working in moe_latent_size when set, with the two latent projections around them; a shared expert of
     moe_shared_expert_intermediate_size; a router with one weight row and one correction bias per expert."""
-    experts, top_k = cfg.int("n_routed_experts"), cfg.int("num_experts_per_tok")
+    experts = cfg.int("n_routed_experts")
+    top_k = experts_per_token(cfg, experts, "num_experts_per_tok")
     size, latent = cfg.int("moe_intermediate_size"), cfg.int("moe_latent_size", default=None)
     shared = cfg.int("moe_shared_expert_intermediate_size")
     expert = 2 * (latent or hidden) * size
