@@ -446,7 +446,7 @@ class Vllm(Engine):
         "MoE layers will be sharded according to the product of the tensor, prefill-context, and data parallel
         sizes"): each expert sliced DP x TP ways (`FusedMoEParallelConfig.flatten_tp_across_dp_and_pcp`), or with
         expert parallelism E // EP whole experts a rank and one more on the first E % EP ranks
-        (`fused_moe/layer.py` determine_expert_map), ceil(E / EP) on the fullest."""
+        (`fused_moe/expert_map_manager.py` determine_expert_map), ceil(E / EP) on the fullest."""
         shares = super().weight_shares(model)
         experts = Fraction(1, self.dp * self.tp)
         if self.ep > 1:
