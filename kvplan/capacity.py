@@ -23,8 +23,8 @@ of a stage (expert parallelism, --ep, places them whole):
     weights per GPU = sum over parameter groups of the group's bytes x the share the fullest GPU holds
                       (engine rules: `Engine.weight_shares`; attention by the attention TP, experts by dp x tp)
     max users       = dp x the users one rank's pool serves (the replicas above multiply it too)
-so for an MLA model, whose latent every TP rank stores whole, dp ranks of TP 1 hold up to dp times the users of
-one TP dp group, less what the replicated attention weights take from each GPU's budget.
+so for an MLA model, whose latent every TP rank stores whole, dp ranks of TP 1 hold up to dp times the users that
+TP dp holds on the same GPUs, less what the attention weights each rank repeats take from every GPU's budget.
 """
 
 import math
@@ -468,8 +468,8 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
 def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None) -> tuple[str, int, int]:
     """(dtype label, weights on the fullest GPU, of which routed experts), in bytes:
         ceil(scale x sum over groups of bytes x the engine's share for the group)
-    scale = the checkpoint's exact bytes / the config's, 1 without a read checkpoint (whose tensors are not grouped).
-    With every share 1 / (tp x pp) this is ceil(weights / (tp x pp))."""
+    scale = the checkpoint's exact bytes / the config's where its safetensors headers were read (its tensors are not
+    grouped), else 1. With every share 1 / (tp x pp) this is ceil(weights / (tp x pp))."""
     groups, label = weights_by_group(model, dtype_name)
     total = weights_bytes(model, dtype_name)[0]
     scale = Fraction(total, sum(groups.values()) or 1)

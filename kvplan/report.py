@@ -236,8 +236,8 @@ def print_capacity(console: Console, cap) -> None:
         table.add_row("x memory fraction", f"{cap.memory_fraction:g}")
         table.add_row(f"- weights per GPU ({cap.weights_dtype})", both_units(cap.weights_bytes_per_gpu))
         if dp > 1 or ep > 1:
-            for label, size in _weights_split(cap):
-                table.add_row(styled(f"    {label}", "dim"), styled(format_bytes(size), "dim"))
+            for part, size in _weights_split(cap):
+                table.add_row(styled(f"    {part}", "dim"), styled(format_bytes(size), "dim"))
         table.add_row("- overhead" + ("" if any(cap.overhead.values()) else " (none)"), both_units(cap.overhead_bytes))
         for name, size in cap.overhead.items():
             if size:
@@ -259,7 +259,7 @@ def print_capacity(console: Console, cap) -> None:
     headline = f"max users at {cap.ctx:,} tokens" + (", steady decode" if two_figures else "")
     if dp > 1:
         table.add_row("max users of one DP rank", f"{cap.max_users_per_rank:,}")
-        headline += f" ({cap.max_users_per_rank:,} x {cap.data_parallel_replicas * dp:,} DP ranks)"
+        headline += f" ({cap.max_users_per_rank:,} x {dp:,} DP ranks)"
     table.add_row(styled(headline, "bold"), styled(f"{cap.max_concurrent_users:,}", "bold"))
     if two_figures:
         table.add_row(f"max users {label}'s start-up check admits", f"{cap.max_users_at_startup:,}")
