@@ -17,11 +17,20 @@ Tensor parallelism splits KV heads, max(1, kv_heads // tp) per GPU (replicated w
 recurrent state, never the MLA latent; pipeline parallelism splits layers into stages (vLLM's
 `get_pp_indices`) and the fullest stage binds; GPUs beyond tp x pp are data-parallel replicas.
 Weights per GPU = weights / (tp x pp).
+Data-parallel attention (vLLM --data-parallel-size, SGLang --enable-dp-attention --dp) runs dp ranks of attention
+TP tp each, every rank with its own users and KV pool, while the routed experts are split over all dp x tp GPUs
+of a stage (expert parallelism, --ep, places them whole):
+    weights per GPU = sum over parameter groups of the group's bytes x the share the fullest GPU holds
+                      (engine rules: `Engine.weight_shares`; attention by the attention TP, experts by dp x tp)
+    max users       = dp x the users one rank's pool serves (the replicas above multiply it too)
+so for an MLA model, whose latent every TP rank stores whole, dp ranks of TP 1 hold up to dp times the users that
+TP dp holds on the same GPUs, less what the attention weights each rank repeats take from every GPU's budget.
 """
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,7 +39,7 @@ from kvplan import engines
 from kvplan.dtypes import DType, kv_dtype, weight_dtype
 from kvplan.engines import Engine, EngineOptions, KVPool, VllmPool
 from kvplan.errors import KvplanError
-from kvplan.memory import weights_bytes
+from kvplan.memory import weights_by_group, weights_bytes
 from kvplan.model import LayerCache, ModelSpec, RecurrentState
 
 SEARCH_LIMIT = 1 << 24  # longest context searched for models that state no maximum
@@ -49,16 +58,27 @@ class Hardware(BaseModel):
 
 
 class Parallelism(BaseModel):
+    """A layout: `replicas` independent copies, each `dp` data-parallel attention ranks of `tp` x `pp` GPUs (tp:
+    the attention tensor parallelism of one rank), the routed experts over the dp x tp GPUs of a stage, whole on
+    `ep` expert-parallel ranks (1: sliced by TP)."""
+
     model_config = ConfigDict(frozen=True)
 
     tp: int = 1
     pp: int = 1
+    dp: int = 1
+    ep: int = 1
     replicas: int = 1
     from_gpus: bool = Field(False, description="TP or PP taken from --gpus, not given")
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.replicas
+        return self.tp * self.pp * self.dp * self.replicas
+
+    @property
+    def ranks(self) -> int:
+        """The KV pools that serve users on their own: DP ranks x replicas."""
+        return self.dp * self.replicas
 
 
 class Workload(BaseModel):
@@ -87,8 +107,10 @@ class Capacity(BaseModel):
     gpu: str | None
     gpu_memory_bytes: int | None
     gpus: int
-    tensor_parallel_size: int
+    tensor_parallel_size: int = Field(description="attention tensor parallelism of one data-parallel rank")
     pipeline_parallel_size: int
+    data_parallel_size: int = Field(1, description="data-parallel attention ranks sharing the experts")
+    expert_parallel_size: int = Field(1, description="ranks the routed experts are placed on whole (1: sliced)")
     data_parallel_replicas: int
     ctx: int
     kv_dtype: str
@@ -98,6 +120,7 @@ class Capacity(BaseModel):
     weights_dtype_override: str | None = Field(None, exclude=True, description="dtype weights were cast to")
     memory_fraction: float | None
     weights_bytes_per_gpu: int
+    weights_bytes_per_gpu_experts: int = Field(0, description="of weights_bytes_per_gpu, the routed experts' share")
     overhead_bytes: int | None
     overhead: dict[str, int] | None
     kv_budget_bytes: int
@@ -114,6 +137,8 @@ class Capacity(BaseModel):
                                       "start-up check and logged maximum concurrency)")
     sequence_limit: int | None = Field(None, description="the most sequences one engine instance holds (llama.cpp: "
                                        "256, LLAMA_MAX_SEQ), where the engine has a limit")
+    max_users_per_rank: int = Field(0, description="max_concurrent_users of one data-parallel rank (one replica "
+                                                   "without data-parallel attention)")
     max_ctx_for_users: int | None
     avg_ctx: int | None
     max_users_at_avg_ctx: int | None
@@ -138,13 +163,16 @@ class Capacity(BaseModel):
 # ---------------------------------------------------------------------------------------------- parallelism
 
 
-def check_parallel(model: ModelSpec, tp: int, pp: int, from_gpus: bool = False) -> None:
+def check_parallel(model: ModelSpec, tp: int, pp: int, from_gpus: bool = False, dp: int = 1) -> None:
     """TP must divide the attention heads, and split KV heads evenly or replicate them whole (tp a multiple of
-    kv_heads); PP cannot exceed the layers. `from_gpus`: the degrees came from --gpus, so the error says so."""
+    kv_heads); PP cannot exceed the layers. `from_gpus`: the degrees came from --gpus, so the error says so; with
+    `dp` data-parallel attention ranks tp is the attention TP of one rank."""
     if tp < 1 or pp < 1:
         raise KvplanError(f"--tp and --pp must be at least 1, got {tp} and {pp}")
     problem = _tp_problem(model, tp)
     flag = f"--gpus {tp * pp} as TP {tp}" if from_gpus else f"--tp {tp}"
+    if dp > 1:
+        flag, from_gpus = f"attention TP {tp} (with --dp {dp})", False
     if problem:
         hint = "; give --tp with --gpus" if from_gpus else ""
         raise KvplanError(f"{flag} {problem} (valid TP: {', '.join(map(str, valid_tp(model)))}{hint})")
@@ -239,13 +267,17 @@ def gpu_layers(caches: tuple[LayerCache, ...], num_layers: int, tp: int, pp: int
     return stages
 
 
-def parallelism(engine_name: str, gpus: int | None, tp: int | None, pp: int | None) -> Parallelism:
-    """--gpus, --tp, --pp -> a layout. Without --tp the GPUs form one replica: tensor parallel where the
-    engine splits heads, pipeline stages where it splits layers (llama.cpp, transformers); GPUs beyond
-    TP x PP are data-parallel replicas."""
-    for flag, value in (("--gpus", gpus), ("--tp", tp), ("--pp", pp)):
+def parallelism(engine_name: str, gpus: int | None, tp: int | None, pp: int | None, dp: int | None = None,
+                ep: int | None = None, expert_parallel: bool = False) -> Parallelism:
+    """--gpus, --tp, --pp (and --dp, --ep, --enable-expert-parallel) -> a layout. Without --tp the GPUs form one
+    replica: tensor parallel where the engine splits heads, pipeline stages where it splits layers (llama.cpp,
+    transformers); GPUs beyond TP x PP are data-parallel replicas. With --dp, --ep or --enable-expert-parallel
+    see `data_parallelism`."""
+    for flag, value in (("--gpus", gpus), ("--tp", tp), ("--pp", pp), ("--dp", dp), ("--ep", ep)):
         if value is not None and value < 1:
             raise KvplanError(f"{flag} must be at least 1, got {value}")
+    if dp is not None or ep is not None or expert_parallel:
+        return data_parallelism(engines.engine_class(engine_name), gpus, tp, pp, dp, ep, expert_parallel)
     derived = bool(gpus) and tp is None
     if gpus and tp is None:
         if engines.engine_class(engine_name).splits_heads:
@@ -258,6 +290,38 @@ def parallelism(engine_name: str, gpus: int | None, tp: int | None, pp: int | No
         raise KvplanError(f"--gpus {gpus} is not a multiple of TP x PP = {tp} x {pp}: give --gpus a multiple of "
                           "--tp x --pp")
     return Parallelism(tp=tp, pp=pp, replicas=gpus // (tp * pp), from_gpus=derived)
+
+
+def data_parallelism(engine: type[Engine], gpus: int | None, tp: int | None, pp: int | None, dp: int | None,
+                     ep: int | None, expert_parallel: bool) -> Parallelism:
+    """A layout with data-parallel attention or expert parallelism, each flag meaning what it means to the engine.
+    vLLM: --tp is one DP rank's TP, so the GPUs are DP x TP x PP. SGLang: --tp is every GPU of a stage and the
+    attention TP is tp / dp (--enable-dp-attention), so the GPUs are TP x PP. --gpus, when given, must be that
+    count (independent replicas are a layout without --dp). --enable-expert-parallel (SGLang's --enable-ep-moe)
+    places the experts on every GPU of a stage, EP = DP x attention TP."""
+    if not engine.data_parallel:
+        flag = "--dp" if dp is not None else "--ep" if ep is not None else "--enable-expert-parallel"
+        raise KvplanError(engines.no_data_parallel(engine.label, flag))
+    pp, dp = pp or 1, dp or 1
+    if engine.tp_spans_dp:
+        stage = tp or (gpus // pp if gpus else dp)
+        if stage % dp:
+            raise KvplanError(f"--dp {dp} does not divide --tp {stage}: SGLang's --tp counts every GPU of a stage and "
+                              f"its attention TP is tp / dp (--tp {dp} --dp {dp} is attention TP 1)")
+        attention_tp, count = stage // dp, "TP x PP"
+    else:
+        if tp is None and gpus and gpus % (dp * pp):
+            raise KvplanError(f"--gpus {gpus} is not a multiple of DP x PP = {dp} x {pp}")
+        attention_tp = tp or (gpus // (dp * pp) if gpus else 1)
+        stage, count = dp * attention_tp, "DP x TP x PP"
+    if gpus and gpus != stage * pp:
+        raise KvplanError(f"--gpus {gpus} is not {engine.label}'s {count} = {stage * pp}: with --dp, --ep or "
+                          "--enable-expert-parallel the GPUs are one data-parallel deployment")
+    if expert_parallel and ep not in (None, stage):
+        raise KvplanError(f"--enable-expert-parallel spreads the experts over all {stage} GPUs of a stage, but --ep "
+                          f"is {ep}: give one of them")
+    ep = stage if expert_parallel else ep or 1
+    return Parallelism(tp=attention_tp, pp=pp, dp=dp, ep=ep)
 
 
 # ------------------------------------------------------------------------------------------------- searches
@@ -352,6 +416,7 @@ class _Deployment:
     weights_label: str
     weights_dtype_name: str | None
     weights_per_gpu: int
+    experts_per_gpu: int
     fraction: float | None
     overhead_bytes: int | None
     breakdown: dict[str, int] | None
@@ -365,10 +430,13 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
             hardware: Hardware, parallel: Parallelism, kv_dtype_name: str | None,
             weights_dtype_name: str | None, kv_budget: int | None, overhead: int | None,
             stages: list | None = None) -> _Deployment:
-    check_parallel(model, parallel.tp, parallel.pp, parallel.from_gpus)
+    check_parallel(model, parallel.tp, parallel.pp, parallel.from_gpus, parallel.dp)
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes, parallel.tp,
-                            parallel.pp)
+                            parallel.pp, parallel.dp, parallel.ep)
     engine.check_caches(model)
+    problem = engine.parallel_problem(model, parallel.tp, parallel.dp, parallel.ep)
+    if problem:
+        raise KvplanError(problem)
     for workload in workloads:
         check_workload(engine, workload)
     if kv_budget is not None and (options.memory_fraction is not None or overhead is not None):
@@ -381,8 +449,7 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
     if weights_dtype_name is None and engine.default_weights_dtype(model):
         weights_dtype_name = engine.default_weights_dtype(model)
         notes.append(f"fp32 checkpoint: {engine.label} loads it in {weights_dtype_name}")
-    weights, weights_label = weights_bytes(model, weights_dtype_name)
-    weights_per_gpu = math.ceil(weights / (parallel.tp * parallel.pp))
+    weights_label, weights_per_gpu, experts_per_gpu = weights_on_gpu(model, engine, weights_dtype_name)
     fraction = overhead_bytes = breakdown = None
     if kv_budget is not None:
         budget = kv_budget
@@ -402,13 +469,26 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
     if stages is None:
         stages = gpu_layers(engine.cached_layers(model), model.num_layers, parallel.tp, parallel.pp)
     pools = [engine.pool(layers, model, kv) for layers in stages]
-    return _Deployment(engine, kv, weights_label, weights_dtype_name, weights_per_gpu, fraction,
+    return _Deployment(engine, kv, weights_label, weights_dtype_name, weights_per_gpu, experts_per_gpu, fraction,
                        overhead_bytes, breakdown, budget, stages, pools, notes)
 
 
+def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None) -> tuple[str, int, int]:
+    """(dtype label, weights on the fullest GPU, of which routed experts), in bytes:
+        ceil(scale x sum over groups of bytes x the engine's share for the group)
+    scale = the checkpoint's exact bytes / the config's where its safetensors headers were read (its tensors are not
+    grouped), else 1. With every share 1 / (tp x pp) this is ceil(weights / (tp x pp))."""
+    groups, label = weights_by_group(model, dtype_name)
+    total = weights_bytes(model, dtype_name)[0]
+    scale = Fraction(total, sum(groups.values()) or 1)
+    shares = engine.weight_shares(model)
+    per_gpu = math.ceil(scale * sum(size * shares[group] for group, size in groups.items()))
+    return label, per_gpu, math.ceil(scale * groups["experts"] * shares["experts"])
+
+
 class UsersServed(NamedTuple):
-    """Users at ctx on every stage, times the replicas: in steady decode (the headline) and as the start-up
-    reservation admits them; `binding` is the stage that binds the headline."""
+    """Users at ctx on every stage, times the ranks (DP ranks x replicas): in steady decode (the headline) and as
+    the start-up reservation admits them; `binding` is the stage that binds the headline."""
 
     steady: int
     at_startup: int
@@ -416,7 +496,7 @@ class UsersServed(NamedTuple):
 
 
 def _users_at(model: ModelSpec, pools: list[KVPool], budget: int, ctx: int, prefix: int,
-              replicas: int) -> UsersServed:
+              ranks: int) -> UsersServed:
     """A user costs its cache and, where the engine's activations grow with the batch (transformers), its share
     of them. The steady figure is 0 where not one request passes the start-up check, and never below the
     start-up figure (what the engine admits it holds)."""
@@ -425,7 +505,7 @@ def _users_at(model: ModelSpec, pools: list[KVPool], budget: int, ctx: int, pref
     at_startup = min(_capped(p, max_users(p, budget, ctx, prefix)) for p in pools)
     per_stage = [_capped(p, max_users(p, budget, ctx, prefix, steady=True)) if at_startup else 0 for p in pools]
     steady = max(min(per_stage), at_startup)
-    return UsersServed(steady * replicas, at_startup * replicas, pools[per_stage.index(min(per_stage))])
+    return UsersServed(steady * ranks, at_startup * ranks, pools[per_stage.index(min(per_stage))])
 
 
 def _capped(pool: KVPool, users: int) -> int:
@@ -446,25 +526,26 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     engine, pools, budget = d.engine, d.pools, d.budget
     notes = list(dict.fromkeys([*d.notes, *(note for p in pools for note in p.notes)]))
     ctx, prefix = workload.ctx, workload.shared_prefix
-    served = _users_at(model, pools, budget, ctx, prefix, parallel.replicas)
+    served = _users_at(model, pools, budget, ctx, prefix, parallel.ranks)
     users, binding = served.steady, served.binding
     keys, values = engine.cache_types(d.kv)
-    need = math.ceil(workload.target / parallel.replicas)
+    need = math.ceil(workload.target / parallel.ranks)
     limit = model.max_context or SEARCH_LIMIT
     longest = min(max_ctx(p, budget, need, limit, prefix) for p in pools) if workload.users else None
     at_avg = None
     if workload.avg_ctx:
-        at_avg = min(max_users(p, budget, workload.avg_ctx, prefix, steady=True) for p in pools) * parallel.replicas
+        at_avg = min(max_users(p, budget, workload.avg_ctx, prefix, steady=True) for p in pools) * parallel.ranks
     result = Capacity(
         engine=engine.name, engine_version=engine.version, engine_version_given=engine.version_given,
         engine_assumptions=engine.assumptions(), gpu=hardware.name, gpu_memory_bytes=hardware.memory_bytes,
         gpus=parallel.gpus, tensor_parallel_size=parallel.tp, pipeline_parallel_size=parallel.pp,
+        data_parallel_size=parallel.dp, expert_parallel_size=parallel.ep,
         data_parallel_replicas=parallel.replicas, ctx=ctx, kv_dtype=keys.name,
         v_dtype=values.name if values != keys else None,
         weights_dtype=d.weights_label, weights_dtype_override=d.weights_dtype_name,
         memory_fraction=d.fraction, weights_bytes_per_gpu=d.weights_per_gpu,
-        overhead_bytes=d.overhead_bytes, overhead=d.breakdown, kv_budget_bytes=budget,
-        kv_budget_given=kv_budget is not None,
+        weights_bytes_per_gpu_experts=d.experts_per_gpu, overhead_bytes=d.overhead_bytes, overhead=d.breakdown,
+        kv_budget_bytes=budget, kv_budget_given=kv_budget is not None,
         engine_kv_bytes_per_sequence=binding.bytes_per_sequence(ctx), users=workload.target,
         engine_kv_bytes_per_sequence_decode=binding.bytes_per_sequence_decode(ctx),
         engine_kv_bytes_in_flight=(binding.steady_bytes_for(1, ctx) - binding.steady_bytes_for(0, ctx)
@@ -473,7 +554,7 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),
         engine_activation_bytes_per_sequence=binding.activation_bytes(1, ctx),
         max_concurrent_users=users, max_users_at_startup=served.at_startup, sequence_limit=binding.max_sequences,
-        max_ctx_for_users=longest,
+        max_users_per_rank=users // parallel.ranks, max_ctx_for_users=longest,
         avg_ctx=workload.avg_ctx, max_users_at_avg_ctx=at_avg, shared_prefix=prefix, fits=users >= workload.target,
         reasons=[], suggestions=[], notes=notes,
         **(_vllm_numbers(binding, budget, ctx) if isinstance(binding, VllmPool) else {}),
@@ -515,7 +596,7 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
         stages[layout] = d.stages
         row = []
         for ctx in ctxs:
-            served = _users_at(model, d.pools, d.budget, ctx, 0, parallel.replicas)
+            served = _users_at(model, d.pools, d.budget, ctx, 0, parallel.ranks)
             row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget))
         out.append(row)
     return out
@@ -533,16 +614,24 @@ def users_label(n: int) -> str:
     return f"{n:,} user" + ("" if n == 1 else "s")
 
 
+def describe_layout(tp: int, pp: int, dp: int = 1, ep: int = 1, replicas: int = 1) -> str:
+    """`TP 8 x PP 2 x 2 replicas`, `DP 8 x TP 1, EP 8`: the degrees that are not 1 (TP always)."""
+    parts = [f"DP {dp}"] if dp > 1 else []
+    parts.append(f"TP {tp}")
+    if pp > 1:
+        parts.append(f"PP {pp}")
+    if replicas > 1:
+        parts.append(f"{replicas} replicas")
+    return " x ".join(parts) + (f", EP {ep}" if ep > 1 else "")
+
+
 def layout_label(cap: Capacity) -> str:
     """`TP >= 2` for one tensor-parallel group, else the whole layout: `16 GPUs (TP 8 x PP 2)`."""
     if cap.gpus == cap.tensor_parallel_size:
         return f"TP >= {cap.tensor_parallel_size}"
-    parts = [f"TP {cap.tensor_parallel_size}"]
-    if cap.pipeline_parallel_size > 1:
-        parts.append(f"PP {cap.pipeline_parallel_size}")
-    if cap.data_parallel_replicas > 1:
-        parts.append(f"{cap.data_parallel_replicas} replicas")
-    return f"{cap.gpus} GPUs ({' x '.join(parts)})"
+    layout = describe_layout(cap.tensor_parallel_size, cap.pipeline_parallel_size, cap.data_parallel_size,
+                             cap.expert_parallel_size, cap.data_parallel_replicas)
+    return f"{cap.gpus} GPUs ({layout})"
 
 
 def _gib(n: int) -> str:
@@ -595,8 +684,7 @@ def _suggestions(model: ModelSpec, workload: Workload, cap: Capacity, engine: En
                 out.append(f"{name} weights fit {users_label(alt.max_concurrent_users)}")
                 break
     if not cap.kv_budget_given:
-        more = minimum_gpus(model, workload, engine.splits_heads, kv_name, weights_name, settings,
-                            above=parallel.gpus)
+        more = minimum_gpus(model, workload, type(engine), kv_name, weights_name, settings, above=parallel.gpus)
         if more is not None:
             out.append(f"needs {layout_label(more)}: {more.gpus} x {cap.gpu or 'this GPU'} fit "
                        f"{users_label(more.max_concurrent_users)}")
@@ -624,32 +712,43 @@ def _offered(engine: Engine, model: ModelSpec, name: str) -> bool:
     return True
 
 
-def layouts(model: ModelSpec, gpus: int, splits_heads: bool) -> list[Parallelism]:
-    """Ways to use `gpus` GPUs: TP within a node (1, 2, 4, 8), PP stages, the rest as replicas."""
-    tps = [t for t in SPLIT_DEGREES if t <= gpus and (splits_heads or t == 1) and t in valid_tp(model, 8)]
-    return [Parallelism(tp=tp, pp=pp, replicas=gpus // (tp * pp))
-            for tp in tps for pp in SPLIT_DEGREES
-            if tp * pp <= gpus and gpus % (tp * pp) == 0 and pp <= model.num_layers]
+def layouts(model: ModelSpec, gpus: int, engine: type[Engine]) -> list[Parallelism]:
+    """Ways to use `gpus` GPUs: TP within a node (1, 2, 4, 8), PP stages, the rest as replicas; for a
+    mixture-of-experts model under an engine with data-parallel attention, the rest also as DP ranks sharing the
+    experts, placed whole on every GPU of a stage (expert parallelism) where the engine can, else sliced."""
+    tps = [t for t in SPLIT_DEGREES if t <= gpus and (engine.splits_heads or t == 1) and t in valid_tp(model, 8)]
+    out = []
+    for tp in tps:
+        for pp in SPLIT_DEGREES:
+            if tp * pp > gpus or gpus % (tp * pp) or pp > model.num_layers:
+                continue
+            rest = gpus // (tp * pp)
+            out.append(Parallelism(tp=tp, pp=pp, replicas=rest))
+            if rest > 1 and engine.data_parallel and model.params.experts:
+                ep = next(ep for ep in (tp * rest, 1) if not engine.parallel_problem(model, tp, rest, ep))
+                out.append(Parallelism(tp=tp, pp=pp, dp=rest, ep=ep))
+    return out
 
 
-def best_layout(model: ModelSpec, workload: Workload, gpus: int, splits_heads: bool, kv_name: str | None,
+def best_layout(model: ModelSpec, workload: Workload, gpus: int, engine: type[Engine], kv_name: str | None,
                 weights_name: str | None, settings: dict) -> Capacity | None:
     """Of the layouts of `gpus` GPUs that fit, the one with the fewest pipeline stages (TP keeps a node's GPUs
-    in step; PP adds a stage of latency), then the most users."""
+    in step; PP adds a stage of latency), then the most users, then the fewest DP ranks."""
     fitting = [capacity(model, workload, parallel=layout, kv_dtype_name=kv_name,
                         weights_dtype_name=weights_name, suggest=False, **settings)
-               for layout in layouts(model, gpus, splits_heads)]
+               for layout in layouts(model, gpus, engine)]
     fitting = [cap for cap in fitting if cap.fits]
-    return min(fitting, key=lambda cap: (cap.pipeline_parallel_size, -cap.max_concurrent_users), default=None)
+    return min(fitting, key=lambda cap: (cap.pipeline_parallel_size, -cap.max_concurrent_users,
+                                         cap.data_parallel_size), default=None)
 
 
-def minimum_gpus(model: ModelSpec, workload: Workload, splits_heads: bool, kv_name: str | None,
+def minimum_gpus(model: ModelSpec, workload: Workload, engine: type[Engine], kv_name: str | None,
                  weights_name: str | None, settings: dict, above: int = 0,
                  max_gpus: int = 64) -> Capacity | None:
     """The fewest GPUs (more than `above`) that fit the workload, in their best layout."""
     for gpus in GPU_COUNTS:
         if above < gpus <= max_gpus:
-            best = best_layout(model, workload, gpus, splits_heads, kv_name, weights_name, settings)
+            best = best_layout(model, workload, gpus, engine, kv_name, weights_name, settings)
             if best is not None:
                 return best
     return None
@@ -659,6 +758,8 @@ class PlanRow(BaseModel):
     gpus: int
     tensor_parallel_size: int
     pipeline_parallel_size: int
+    data_parallel_size: int
+    expert_parallel_size: int
     data_parallel_replicas: int
     kv_dtype: str
     weights_dtype: str
@@ -679,6 +780,7 @@ class Plan(BaseModel):
     users: int
     rows: list[PlanRow]
     warnings: list[str]
+    notes: list[str]
 
 
 def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_name: str = "vllm",
@@ -694,12 +796,12 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_nam
     rows = []
     for rank_w, weights_name in enumerate(weights):
         for rank_kv, kv_name in enumerate(kv_options(engine, model)):
-            best = minimum_gpus(model, workload, engine.splits_heads, kv_name, weights_name, settings,
-                                max_gpus=max_gpus)
+            best = minimum_gpus(model, workload, type(engine), kv_name, weights_name, settings, max_gpus=max_gpus)
             if best is not None:
                 rows.append(((best.gpus, rank_w, rank_kv, -best.headroom_bytes), PlanRow(
                     gpus=best.gpus, tensor_parallel_size=best.tensor_parallel_size,
-                    pipeline_parallel_size=best.pipeline_parallel_size,
+                    pipeline_parallel_size=best.pipeline_parallel_size, data_parallel_size=best.data_parallel_size,
+                    expert_parallel_size=best.expert_parallel_size,
                     data_parallel_replicas=best.data_parallel_replicas, kv_dtype=best.kv_dtype,
                     weights_dtype=best.weights_dtype, weights_bytes_per_gpu=best.weights_bytes_per_gpu,
                     kv_budget_bytes=best.kv_budget_bytes, max_concurrent_users=best.max_concurrent_users,
@@ -709,6 +811,14 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_nam
     if model.max_context and workload.ctx > model.max_context:
         warnings.append(f"ctx {workload.ctx:,} is beyond {model.name}'s max context of "
                         f"{model.max_context:,} tokens")
+    notes = []
+    if any(row.data_parallel_size > 1 for _, row in rows) and any(c.kind == "mla" for c in model.caches):
+        notes.append(MLA_DATA_PARALLEL)
     return Plan(model=model.name, engine=engine.name, engine_version=engine.version, gpu=hardware.name,
                 gpu_memory_bytes=hardware.memory_bytes, ctx=workload.ctx, users=workload.target,
-                rows=[row for _, row in sorted(rows, key=lambda item: item[0])], warnings=warnings)
+                rows=[row for _, row in sorted(rows, key=lambda item: item[0])], warnings=warnings, notes=notes)
+
+
+MLA_DATA_PARALLEL = ("DP attention holds more users of an MLA model: TP cannot split its latent (one row shared by "
+                     "all heads), so every TP rank stores every user's latent, while each DP rank stores only its "
+                     "own users'")

@@ -59,6 +59,12 @@ Vram = _flag(str | None, "memory of a GPU not in the catalogue: 24GiB, 48GB")
 Gpus = _flag(int | None, "GPUs in all; beyond TP x PP they are data-parallel replicas")
 Tp = _flag(int | None, "tensor-parallel degree", "--tp", "--tensor-parallel-size")
 Pp = _flag(int | None, "pipeline-parallel degree", "--pp", "--pipeline-parallel-size")
+Dp = _flag(int | None, "vLLM, SGLang: data-parallel attention ranks sharing the experts (SGLang: with "
+           "--enable-dp-attention, attention TP = --tp / --dp)", "--dp", "--data-parallel-size", "--dp-size")
+Ep = _flag(int | None, "SGLang, vLLM: expert-parallel size (vLLM's is DP x TP)", "--ep", "--ep-size",
+           "--expert-parallel-size")
+ExpertParallel = _flag(bool, "vLLM, SGLang: place the routed experts whole on every GPU of a stage (EP = DP x "
+                       "attention TP)", "--enable-expert-parallel", "--enable-ep-moe")
 Engine = _flag(str | None, "vllm (default), sglang, llama.cpp, transformers, tensorrt-llm or ideal")
 EngineVersion = _flag(str | None, "engine release whose defaults apply (vllm, transformers)")
 Fraction = _flag(float | None, "share of GPU memory the engine may use (TensorRT-LLM: of what is free after "
@@ -97,7 +103,8 @@ def estimate(
     batch: Annotated[int, typer.Option(help="concurrent sequences")] = 1,
     kv_dtype: Annotated[str | None, typer.Option(help="KV cache dtype (default: the model's)")] = None,
     weights_dtype: Annotated[str | None, typer.Option(help="weights dtype (default: the checkpoint's)")] = None,
-    gpu: Gpu = None, vram: Vram = None, gpus: Gpus = None, tp: Tp = None, pp: Pp = None,
+    gpu: Gpu = None, vram: Vram = None, gpus: Gpus = None, tp: Tp = None, pp: Pp = None, dp: Dp = None,
+    ep: Ep = None, enable_expert_parallel: ExpertParallel = False,
     engine: Engine = None, engine_version: EngineVersion = None, gpu_memory_utilization: Fraction = None,
     kv_budget: KvBudget = None, overhead: Overhead = None, users: Users = None, avg_ctx: AvgCtx = None,
     shared_prefix: SharedPrefix = None, block_size: BlockSize = None,
@@ -117,7 +124,7 @@ def estimate(
     from kvplan.units import parse_tokens
 
     tokens = parse_tokens(ctx)
-    _counts(batch=batch, users=users, gpus=gpus, tp=tp, pp=pp, block_size=block_size,
+    _counts(batch=batch, users=users, gpus=gpus, tp=tp, pp=pp, dp=dp, ep=ep, block_size=block_size,
             max_num_batched_tokens=max_num_batched_tokens)
     if kv_dtype:
         check_kv(kv_dtype)
@@ -126,12 +133,12 @@ def estimate(
     llama_cpp = dict(ubatch_size=ubatch_size, batch_size=batch_size, cache_type_k=cache_type_k,
                      cache_type_v=cache_type_v, flash_attn=flash_attn, speculative_tokens=speculative_tokens,
                      frontend=frontend)
-    capacity_flags = (gpu, vram, gpus, tp, pp, engine, engine_version, gpu_memory_utilization, kv_budget,
+    capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
                       overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
                       async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values())
     spec = load_model(model, revision, token)
     cap = None
-    if any(flag is not None for flag in capacity_flags):
+    if any(flag is not None for flag in capacity_flags) or enable_expert_parallel:
         from kvplan import capacity
 
         options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
@@ -145,7 +152,8 @@ def estimate(
         hardware, gpus = _hardware(gpu, vram, gpus)
         cap = capacity.capacity(
             spec, workload, engine_name=engine_name, options=options, hardware=hardware,
-            parallel=capacity.parallelism(engine_name, gpus, tp, pp), kv_dtype_name=kv_dtype,
+            parallel=capacity.parallelism(engine_name, gpus, tp, pp, dp, ep, enable_expert_parallel),
+            kv_dtype_name=kv_dtype,
             weights_dtype_name=weights_dtype, kv_budget=_size(kv_budget, "--kv-budget"),
             overhead=_size(overhead, "--overhead", allow_zero=True))
         kv_dtype, weights_dtype = cap.kv_dtype, cap.weights_dtype_override

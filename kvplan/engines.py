@@ -15,6 +15,7 @@ naming its file. Engine behaviour never branches on a model's name: it reads the
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from fractions import Fraction
 from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +32,7 @@ from kvplan.model import (
     LayerCache,
     ModelSpec,
     NoCache,
+    ParamCounts,
     RecurrentState,
     SlidingWindow,
 )
@@ -39,6 +41,12 @@ from kvplan.text import brief
 GiB = 1 << 30
 MiB = 1 << 20
 Layers = Sequence[tuple[LayerCache, int]]  # one GPU's caches, identical layers counted once
+WEIGHT_GROUPS = tuple(g for g in ParamCounts.model_fields if g != "active_experts")
+
+
+def no_data_parallel(label: str, flag: str) -> str:
+    return (f"{flag} is a vLLM and SGLang setting: {label} has no data-parallel attention or expert parallelism "
+            "(use --gpus for independent replicas)")
 
 
 def cdiv(a: int, b: int) -> int:
@@ -208,8 +216,11 @@ class Engine(ABC):
     # what the pool's activation_bytes are, in the report: memory that grows with the batch beside the cache
     activations_label: ClassVar[str] = "prefill activations"
     holds_transformers_only_caches: ClassVar[bool] = False  # runs the models with TRANSFORMERS_ONLY_KINDS caches
+    data_parallel: ClassVar[bool] = False  # data-parallel attention and expert parallelism (vLLM, SGLang)
+    tp_spans_dp: ClassVar[bool] = False  # its --tp counts every GPU of a stage, DP ranks included (SGLang)
 
-    def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int):
+    def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
+                 dp: int = 1, ep: int = 1):
         for field, value in options.model_dump().items():
             if value is not None and field not in self.reads:
                 raise KvplanError(f"{FLAG_NAMES[field]} is not a {self.label} setting")
@@ -218,12 +229,39 @@ class Engine(ABC):
         if tp > 1 and not self.splits_heads:
             raise KvplanError(f"{self.label} splits a model over GPUs by layers, not heads: "
                               f"use --pp {tp}, not --tp")
+        if (dp > 1 or ep > 1) and not self.data_parallel:
+            raise KvplanError(no_data_parallel(self.label, "--dp" if dp > 1 else "--ep"))
         self.options = options
         self.version = options.version or self.default_version
         self.version_given = options.version is not None
         self.gpu_name = gpu_name
         self.gpu_bytes = gpu_bytes
-        self.tp, self.pp = tp, pp
+        self.tp, self.pp, self.dp, self.ep = tp, pp, dp, ep
+
+    @classmethod
+    def ep_size_problem(cls, ep: int, stage: int) -> str | None:
+        """What is wrong with expert-parallel size `ep` over a pipeline stage of `stage` GPUs (DP x attention TP),
+        for engines with expert parallelism."""
+        return None
+
+    @classmethod
+    def parallel_problem(cls, model: ModelSpec, tp: int, dp: int, ep: int) -> str | None:
+        """What keeps this engine from splitting `model` with attention TP `tp`, `dp` data-parallel attention ranks
+        and expert-parallel size `ep`, or None. Expert parallelism needs routed experts, their count, and an EP size
+        the engine offers."""
+        if ep == 1:
+            return None
+        if not model.params.experts:
+            return f"--ep {ep}: {model.name} has no routed experts to split (it is not a mixture-of-experts model)"
+        if model.widths is None or not model.widths.experts:
+            return (f"--ep {ep}: kvplan does not know how many routed experts {model.name} has (its model spec gives "
+                    "no expert count), so it cannot place them on EP ranks")
+        return cls.ep_size_problem(ep, tp * dp)
+
+    def weight_shares(self, model: ModelSpec) -> dict[str, Fraction]:
+        """The share of each parameter group (`kvplan.memory.weights_by_group`) that the fullest GPU holds: here
+        every group split over TP x PP."""
+        return dict.fromkeys(WEIGHT_GROUPS, Fraction(1, self.tp * self.pp))
 
     @property
     def title(self) -> str:
@@ -429,6 +467,43 @@ class Vllm(Engine):
     default_version = "0.33.0"
     reads = frozenset({"version", "memory_fraction", "block_size", "max_num_batched_tokens", "async_scheduling"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
+    data_parallel = True
+
+    @classmethod
+    def ep_size_problem(cls, ep: int, stage: int) -> str | None:
+        """vLLM sets no expert-parallel size: --enable-expert-parallel makes every GPU of a stage, DP x TP, an EP
+        rank (`FusedMoEParallelConfig.make`: ep_size is the TP size flattened across DP)."""
+        if ep in (1, stage):
+            return None
+        return (f"--ep {ep}: vLLM's expert parallelism spans DP x TP = {stage} GPUs (--enable-expert-parallel), so "
+                f"its EP size is {stage} or 1")
+
+    @classmethod
+    def parallel_problem(cls, model: ModelSpec, tp: int, dp: int, ep: int) -> str | None:
+        """With expert parallelism, TP > 1 and DP > 1 vLLM runs the MoE sequence-parallel and then keeps the shared
+        experts whole on every GPU (`use_sequence_parallel_moe`; `DeepseekV2MLP(is_sequence_parallel)` disables
+        TP), and kvplan's parameter counts hold shared experts together with the dense MLP."""
+        problem = super().parallel_problem(model, tp, dp, ep)
+        if problem is None and ep > 1 and tp > 1 and dp > 1 and model.params.mlp:
+            return (f"--ep {ep} with TP {tp} and DP {dp}: vLLM then keeps shared experts whole on every GPU, and "
+                    f"kvplan does not count {model.name}'s shared experts apart from its dense MLP; use --tp 1, or "
+                    "leave out expert parallelism")
+        return problem
+
+    def weight_shares(self, model: ModelSpec) -> dict[str, Fraction]:
+        """Each DP rank is an engine of TP x PP GPUs that splits attention, the dense MLP and shared experts,
+        embeddings and lm_head by TP. Routed experts are split over all DP x TP GPUs of a stage (`config/parallel.py`:
+        "MoE layers will be sharded according to the product of the tensor, prefill-context, and data parallel
+        sizes"): each expert sliced DP x TP ways (`FusedMoEParallelConfig.flatten_tp_across_dp_and_pcp`), or with
+        expert parallelism E // EP whole experts a rank and one more on the first E % EP ranks
+        (`fused_moe/expert_map_manager.py` determine_expert_map), ceil(E / EP) on the fullest."""
+        shares = super().weight_shares(model)
+        experts = Fraction(1, self.dp * self.tp)
+        if self.ep > 1:
+            count = model.widths.experts
+            experts = Fraction(cdiv(count, self.ep), count)
+        shares["experts"] = experts / self.pp
+        return shares
 
     @property
     def modern(self) -> bool:
@@ -520,10 +595,10 @@ class Vllm(Engine):
 
     def overhead(self) -> Overhead:
         """Activation peak of the profile run: 160 KiB per batched token (vLLM logs 1.26 GiB for Llama-3-8B
-        at 8,192 tokens, PR #10511); non-torch memory 0.5 GiB, 1.5 GiB with TP (NCCL and custom all-reduce
-        buffers); CUDA graphs 0.5 GiB from 0.21.0 (vLLM logs 0.17-0.65 GiB)."""
+        at 8,192 tokens, PR #10511); non-torch memory 0.5 GiB, 1.5 GiB with TP or DP (NCCL communicators, and
+        custom all-reduce buffers with TP); CUDA graphs 0.5 GiB from 0.21.0 (vLLM logs 0.17-0.65 GiB)."""
         return Overhead(activations=self.max_num_batched_tokens() * 160 * 1024,
-                        non_torch=(GiB + GiB // 2) if self.tp > 1 else GiB // 2,
+                        non_torch=(GiB + GiB // 2) if self.tp > 1 or self.dp > 1 else GiB // 2,
                         cuda_graphs=GiB // 2 if self.modern else 0)
 
     def kv_budget(self, gpu_bytes: int, fraction: float, weights: int, overhead: int) -> int:
@@ -698,11 +773,46 @@ class Sglang(Engine):
     default_version = "0.5.23"
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8")
     fraction_flag = "--mem-fraction-static"
+    data_parallel = True
+    tp_spans_dp = True
+
+    @property
+    def tp_size(self) -> int:
+        """SGLang's --tp-size: the GPUs of a stage, attention TP x DP ranks (attention TP = tp_size / dp_size with
+        --enable-dp-attention, `dp_attention.py` compute_dp_attention_world_info)."""
+        return self.tp * self.dp
+
+    @classmethod
+    def ep_size_problem(cls, ep: int, stage: int) -> str | None:
+        """--ep-size divides --tp-size: each EP rank's experts are sliced tp_size / ep_size ways (`moe_tp_size`)."""
+        return None if stage % ep == 0 else f"--ep {ep} does not divide SGLang's --tp {stage} (MoE TP = tp / ep)"
+
+    @classmethod
+    def parallel_problem(cls, model: ModelSpec, tp: int, dp: int, ep: int) -> str | None:
+        """Every EP rank holds E / ep_size whole experts (the EP MoE layer asserts num_experts % ep_size == 0)."""
+        problem = super().parallel_problem(model, tp, dp, ep)
+        if problem is None and ep > 1 and model.widths.experts % ep:
+            return (f"--ep {ep} does not divide {model.name}'s {model.widths.experts} routed experts: SGLang gives "
+                    "every EP rank as many")
+        return problem
+
+    def weight_shares(self, model: ModelSpec) -> dict[str, Fraction]:
+        """Attention splits by the attention TP; the dense MLP and shared experts, lm_head and routed experts by all
+        tp_size GPUs of a stage (the defaults: --moe-dense-tp-size unset, --moe-a2a-backend none,
+        --enable-dp-lm-head off; routed experts E / ep_size a rank, each sliced tp_size / ep_size ways); with DP
+        attention the embedding is whole on every GPU (`VocabParallelEmbedding(enable_tp=not
+        is_dp_attention_enabled())`). As `models/deepseek_v2.py` builds them; norms and routers as attention."""
+        shares = dict.fromkeys(WEIGHT_GROUPS, Fraction(1, self.tp_size * self.pp))
+        for group in ("attention", "other", "vision"):
+            shares[group] = Fraction(1, self.tp * self.pp)
+        if self.dp > 1:
+            shares["embedding"] = Fraction(1, self.pp)
+        return shares
 
     def _buckets(self) -> tuple[int, int]:
         """(chunked_prefill_size, cuda_graph_max_bs) by GPU memory in MiB, as SGLang picks them (CUDA)."""
         mib = self.gpu_bytes // MiB
-        tp4 = self.tp >= 4
+        tp4 = self.tp_size >= 4
         if mib < 20 * 1024:
             return 2048, 8
         if mib < 35 * 1024:
@@ -715,13 +825,16 @@ class Sglang(Engine):
 
     def default_fraction(self) -> float:
         """mem_fraction_static = round((gpu - reserved) / gpu, 3), in MiB, with reserved = 512
-        + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + tp x pp / 8 x 1024, at least
-        10 GiB on GPUs over 60 GiB."""
+        + 1.5 x max(chunked_prefill_size, 2048) + 2 x cuda_graph_max_bs + tp_size x pp / 8 x 1024, with DP attention
+        + 3 x cuda_graph_max_bs x dp_size (and 1.5 x more when cuda_graph_max_bs > 300), at least 10 GiB on GPUs
+        over 60 GiB (`_handle_gpu_memory_settings`)."""
         if self.gpu_bytes is None:
             raise KvplanError("SGLang's default mem_fraction_static depends on the GPU: give --gpu or --vram")
         mib = self.gpu_bytes / MiB
         chunk, graph_bs = self._buckets()
-        reserved = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + self.tp * self.pp / 8 * 1024
+        reserved = 512 + 1.5 * max(chunk, 2048) + 2 * graph_bs + self.tp_size * self.pp / 8 * 1024
+        if self.dp > 1:
+            reserved += graph_bs * self.dp * 3 + (graph_bs * self.dp * 1.5 if graph_bs > 300 else 0)
         if mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         return round((mib - reserved) / mib, 3)
@@ -939,8 +1052,9 @@ class LlamaCpp(Engine):
                        "cache_type_v", "flash_attn", "speculative_tokens", "frontend"})
     kv_dtypes = ("fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 
-    def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int):
-        super().__init__(options, gpu_name, gpu_bytes, tp, pp)
+    def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
+                 dp: int = 1, ep: int = 1):
+        super().__init__(options, gpu_name, gpu_bytes, tp, pp, dp, ep)
         self.frontend = LLAMA_CPP_FRONTENDS[options.frontend or "server"]
         self.unified = options.kv_unified if options.kv_unified is not None else self.frontend.kv_unified
         self.swa_full = options.swa_full if options.swa_full is not None else self.frontend.swa_full
@@ -1494,5 +1608,5 @@ def engine_class(name: str) -> type[Engine]:
 
 
 def engine(name: str, options: EngineOptions, gpu_name: str | None = None, gpu_bytes: int | None = None,
-           tp: int = 1, pp: int = 1) -> Engine:
-    return engine_class(name)(options, gpu_name, gpu_bytes, tp, pp)
+           tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1) -> Engine:
+    return engine_class(name)(options, gpu_name, gpu_bytes, tp, pp, dp, ep)

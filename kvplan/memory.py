@@ -83,6 +83,16 @@ def weights_bytes(model: ModelSpec, dtype_name: str | None = None) -> tuple[int,
     a quantised one (fp8, int8, int4, mxfp4, nf4) to the linear layers only, with embeddings, lm_head and norms
     kept in the checkpoint's float dtype, as AWQ, GPTQ and vLLM's fp8 quantisation leave them.
     """
+    by_group, label = weights_by_group(model, dtype_name)
+    if weights_from_checkpoint(model, dtype_name):
+        return checkpoint_bytes(model.checkpoint), label
+    return sum(by_group.values()), label
+
+
+def weights_by_group(model: ModelSpec, dtype_name: str | None = None) -> tuple[dict[str, int], str]:
+    """Bytes of each parameter group (ParamCounts' fields but active_experts) as the config counts them, each in
+    the dtype `weights_bytes` stores it in, and the dtype label. A checkpoint's exact bytes (`weights_bytes`) are
+    not grouped by tensor; what parallelism splits by group scales these to them."""
     native = weight_dtype(model.dtype)
     groups: tuple[str, ...] = ()
     if dtype_name:
@@ -95,11 +105,8 @@ def weights_bytes(model: ModelSpec, dtype_name: str | None = None) -> tuple[int,
         groups = model.quantization.groups
     else:
         chosen, label = native, native.name
-    if weights_from_checkpoint(model, dtype_name):
-        return checkpoint_bytes(model.checkpoint), label
     counts = model.params.model_dump(exclude={"active_experts"})
-    total = sum((chosen if group in groups else native).bytes_for(count) for group, count in counts.items())
-    return total, label
+    return {group: (chosen if group in groups else native).bytes_for(count) for group, count in counts.items()}, label
 
 
 def kind_label(cache) -> str:

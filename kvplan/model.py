@@ -393,6 +393,8 @@ class Widths(BaseModel):
     gated_mlp: bool = Field(True, description="gate and up projections (SwiGLU, GeGLU) rather than up alone")
     mlp_activation: str = Field("silu", description="the MLP's activation function (hidden_act)")
     experts_per_token: int = Field(0, ge=0, description="routed experts per token (top-k); 0 without MoE")
+    experts: int = Field(0, ge=0, description="routed experts per MoE layer (what expert parallelism divides); 0 "
+                                              "without MoE")
     expert_intermediate: int = Field(0, ge=0, description="one routed expert's intermediate size")
 
 

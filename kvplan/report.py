@@ -221,11 +221,20 @@ def print_capacity(console: Console, cap) -> None:
         where = f"{cap.gpus} x {cap.gpu}"
     else:
         where = f"{cap.gpus} x {format_bytes(cap.gpu_memory_bytes)} GPU" if cap.gpu_memory_bytes else "GPU"
-    layout = f"TP {cap.tensor_parallel_size}, PP {cap.pipeline_parallel_size}"
+    from kvplan.engines import engine_class  # capacity has imported it already
+
+    engine = engine_class(cap.engine)
+    tp, dp, ep = cap.tensor_parallel_size, cap.data_parallel_size, cap.expert_parallel_size
+    layout = f"{'DP ' + str(dp) + ' x ' if dp > 1 else ''}TP {tp}, PP {cap.pipeline_parallel_size}"
+    if ep > 1:
+        layout += f", EP {ep}"
     if cap.data_parallel_replicas > 1:
         layout += f", {cap.data_parallel_replicas} replicas"
     version = cap.engine_version + ("" if cap.engine_version_given else ", assumed")
     console.print(line("\n", (f"Capacity on {where}", "bold"), f" ({layout}) with {cap.engine} {version}"))
+    if engine.tp_spans_dp and dp > 1:
+        console.print(styled(f"{engine.label} --tp {tp * dp} --dp {dp} --enable-dp-attention: attention TP "
+                             f"{tp * dp} / {dp} = {tp}", "dim"))
     table = Table(show_header=False, box=None, padding=(0, 2))
     table.add_column()
     table.add_column(justify="right")
@@ -235,6 +244,9 @@ def print_capacity(console: Console, cap) -> None:
         table.add_row("GPU memory", both_units(cap.gpu_memory_bytes))
         table.add_row("x memory fraction", f"{cap.memory_fraction:g}")
         table.add_row(f"- weights per GPU ({cap.weights_dtype})", both_units(cap.weights_bytes_per_gpu))
+        if dp > 1 or ep > 1:
+            for part, size in _weights_split(cap):
+                table.add_row(styled(f"    {part}", "dim"), styled(format_bytes(size), "dim"))
         table.add_row("- overhead" + ("" if any(cap.overhead.values()) else " (none)"), both_units(cap.overhead_bytes))
         for name, size in cap.overhead.items():
             if size:
@@ -249,14 +261,15 @@ def print_capacity(console: Console, cap) -> None:
         if cap.engine_kv_bytes_in_flight:
             table.add_row("  + in-flight tokens, once for the engine", both_units(cap.engine_kv_bytes_in_flight))
         table.add_row("KV per user reserved at start-up", both_units(cap.engine_kv_bytes_per_sequence))
-    from kvplan.engines import engine_class  # capacity has imported it already
-
     if cap.engine_activation_bytes_for_users:
         grows = "grow with batch x prompt" if cap.engine == "transformers" else "grows with the context"
-        table.add_row(f"{engine_class(cap.engine).activations_label} for {_users(cap.users)} ({grows})",
+        table.add_row(f"{engine.activations_label} for {_users(cap.users)} ({grows})",
                       both_units(cap.engine_activation_bytes_for_users))
-    label = engine_class(cap.engine).label
+    label = engine.label
     headline = f"max users at {cap.ctx:,} tokens" + (", steady decode" if two_figures else "")
+    if dp > 1:
+        table.add_row("max users of one DP rank", f"{cap.max_users_per_rank:,}")
+        headline += f" ({cap.max_users_per_rank:,} x {dp:,} DP ranks)"
     table.add_row(styled(headline, "bold"), styled(f"{cap.max_concurrent_users:,}", "bold"))
     if two_figures:
         table.add_row(f"max users {label}'s start-up check admits", f"{cap.max_users_at_startup:,}")
@@ -286,13 +299,23 @@ def print_capacity(console: Console, cap) -> None:
         console.print(line(f"  - {suggestion}"))
 
 
+def _weights_split(cap) -> list[tuple[str, int]]:
+    """Weights per GPU as data-parallel attention and expert parallelism split them: the routed experts over
+    the DP x TP GPUs of a stage, the rest by the attention TP, a copy on every DP rank."""
+    stage = cap.tensor_parallel_size * cap.data_parallel_size
+    placed = f"EP {cap.expert_parallel_size}" if cap.expert_parallel_size > 1 else "sliced"
+    return [("attention, dense, embeddings", cap.weights_bytes_per_gpu - cap.weights_bytes_per_gpu_experts),
+            (f"routed experts (over {stage} GPUs, {placed})", cap.weights_bytes_per_gpu_experts)]
+
+
 def _print_vllm_log(console: Console, cap) -> None:
     blocks = f"{cap.vllm_num_blocks:,} blocks of {format_bytes(cap.vllm_block_bytes)}"
     if cap.vllm_max_concurrency < 1:
         console.print(f"vLLM would refuse to start: {blocks} cannot hold one request of {cap.ctx:,} tokens "
                       f"({cap.vllm_blocks_per_sequence:,} blocks)")
         return
-    console.print(f"vLLM would log ({blocks}, {cap.vllm_blocks_per_sequence:,} per request; one is the null "
+    who = f"Each of the {cap.data_parallel_size} DP ranks" if cap.data_parallel_size > 1 else "vLLM"
+    console.print(f"{who} would log ({blocks}, {cap.vllm_blocks_per_sequence:,} per request; one is the null "
                   "block):")
     for log_line in cap.vllm_log:
         console.print(plain(f"  {log_line}"), highlight=False)
@@ -316,16 +339,17 @@ def print_plan(console: Console, plan) -> None:
     for column in ("GPUs", "layout", "KV", "weights", "max users", "KV headroom/GPU"):
         numeric = column in ("GPUs", "max users", "KV headroom/GPU")
         table.add_column(column, justify="right" if numeric else "left")
+    from kvplan.capacity import describe_layout  # plan has imported it already
+
     for row in plan.rows:
-        layout = [f"TP {row.tensor_parallel_size}"]
-        if row.pipeline_parallel_size > 1:
-            layout.append(f"PP {row.pipeline_parallel_size}")
-        if row.data_parallel_replicas > 1:
-            layout.append(f"{row.data_parallel_replicas} replicas")
-        table.add_row(str(row.gpus), " x ".join(layout), row.kv_dtype, row.weights_dtype,
+        layout = describe_layout(row.tensor_parallel_size, row.pipeline_parallel_size, row.data_parallel_size,
+                                 row.expert_parallel_size, row.data_parallel_replicas)
+        table.add_row(str(row.gpus), layout, row.kv_dtype, row.weights_dtype,
                       f"{row.max_concurrent_users:,}",
                       f"{format_bytes(row.headroom_bytes)} ({row.headroom_fraction:.0%})")
     print_table(console, table)
+    for note in plan.notes:
+        console.print(styled(f"note: {note}", "dim"))
 
 
 def print_gpus(console: Console, gpus) -> None:

@@ -219,6 +219,7 @@ def dots3_widths(cfg: Fields, hidden: int, layout: Layout) -> Widths:
                                                       shared if sparse else 0),
                   mlp_activation=str(cfg.get("hidden_act", default="silu")),
                   experts_per_token=cfg.int("num_experts_per_tok") if sparse else 0,
+                  experts=cfg.int("n_routed_experts", "num_local_experts") if sparse else 0,
                   expert_intermediate=cfg.int("moe_intermediate_size") if sparse else 0)
 
 

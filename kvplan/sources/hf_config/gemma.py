@@ -266,6 +266,7 @@ def gemma_widths(cfg: Fields, hidden: int, layout: Layout, model_type: str) -> W
     return Widths(hidden=hidden, mlp_intermediate=max(mlp_widths(cfg, model_type, layers)),
                   mlp_activation=str(cfg.get("hidden_activation", default="gelu_pytorch_tanh")),
                   experts_per_token=cfg.int("top_k_experts") if moe else 0,
+                  experts=cfg.int("num_experts") if moe else 0,
                   expert_intermediate=cfg.int("moe_intermediate_size", "expert_intermediate_size") if moe else 0)
 
 

@@ -149,7 +149,7 @@ def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layou
                          default="silu" if family.gated_mlp else "gelu")
     return Widths(hidden=hidden, mlp_intermediate=intermediate, gated_mlp=family.gated_mlp,
                   mlp_activation=str(activation), experts_per_token=moe.top_k if moe else 0,
-                  expert_intermediate=moe.intermediate if moe else 0)
+                  experts=moe.experts if moe else 0, expert_intermediate=moe.intermediate if moe else 0)
 
 
 def _norms_per_layer(cfg: Fields, model_type: str, family: Family) -> int:
