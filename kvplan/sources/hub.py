@@ -331,7 +331,9 @@ def _assets_write(hub: _Hub, repo_id: str, commit: str, checkpoint: CheckpointTe
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"format": _ASSETS_FORMAT, **checkpoint.model_dump()}), encoding="utf-8")
+        # the inventory is a safetensors one: its own `format` field is left to the default when read back
+        tmp.write_text(json.dumps({"format": _ASSETS_FORMAT, **checkpoint.model_dump(exclude={"format"})}),
+                       encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache only costs the next run its range requests
