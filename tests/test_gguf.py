@@ -222,6 +222,27 @@ def test_gemma_2_and_gpt_oss_slide_every_other_layer_as_transformers_does(tmp_pa
     assert [c.kind for c in spec.caches[:3]] == ["sliding", "full", "sliding"] and spec.caches[0].window == 128
 
 
+@pytest.mark.parametrize("arch, keys, kinds", [
+    ("gemma3", {".attention.sliding_window": 512, ".attention.sliding_window_pattern": 3}, "SSFSSFS"),
+    ("gemma3", {".attention.sliding_window": 512,
+                ".attention.sliding_window_pattern": [True, False, False, True]}, "SFFSFFF"),
+    ("gemma3", {}, "FFFFFFF"),
+    ("cohere2", {".attention.sliding_window": 512}, "SSSFSSS"),
+    ("olmo2", {".attention.sliding_window": 0}, "FFFFFFF"),
+    ("phi3", {".attention.sliding_window": 512}, "FFFFFFF"),
+    ("llama", {".attention.sliding_window": 512}, "FFFFFFF"),
+])
+def test_sliding_window_patterns_as_llama_cpp_sets_them(tmp_path, arch, keys, kinds):
+    """`set_swa_pattern(n)`: every n-th layer full, the others sliding; a bool array marks each layer (the layers
+    past its end full); Gemma 3 without a window, OLMo 2 with a window of 0, Phi-3 (llama.cpp disables its window)
+    and Llama (whose hyperparameters have no window) are all full. S sliding, F full, over 7 layers."""
+    meta = {".block_count": 7, ".context_length": 4096, ".embedding_length": 256, ".attention.head_count": 4,
+            ".attention.head_count_kv": 2, **keys}
+    spec = load_model(str(write_gguf(tmp_path / "swa.gguf", arch, meta, embd(256))))
+    assert "".join("S" if c.kind == "sliding" else "F" for c in spec.caches) == kinds
+    assert all(c.window == 512 for c in spec.caches if c.kind == "sliding")
+
+
 def test_deepseek_v3_caches_the_mla_latent(tmp_path):
     """DeepSeek-V3 converted with the MLA keys (key_length 576 = kv_lora_rank 512 + rope 64, value_length 512,
     key_length_mla 192, value_length_mla 128, one KV head): llama.cpp caches one K row of 576 and no V (f16:
@@ -664,6 +685,13 @@ def test_show_and_table_name_the_file_type(tmp_path, monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "table", "--models", str(path), "--ctx", "4k", "--format", "csv")
     assert code == 0, err
     assert "Q4_K_M" in out
+
+
+def test_profile_does_not_take_a_gguf(tmp_path, monkeypatch, capsys):
+    """profile builds with transformers from a config.json: a GGUF file is refused before anything is built."""
+    path = write_gguf(tmp_path / "tiny.gguf", "llama", TINY, tiny_tensors())
+    code, _, err = run_main(monkeypatch, capsys, "profile", "--model", str(path), "--ctx", "1k", "--device", "cpu")
+    assert_one_line_error(code, err, "not from a GGUF file")
 
 
 # ---------------------------------------------------------------------------------------------- real files

@@ -135,7 +135,9 @@ class Meta:
                 raise self.fail(key, f"is missing: llama.cpp needs it for {brief(self.arch)} models")
             return default
         if value.element_type is not None or value.type not in gguf.INTEGERS or not 0 <= value.value < U32:
-            raise self.fail(key, f"is {value.type_name} {brief(value.value)}, not a whole number below 2^32")
+            shown = f"an {value.type_name}" if value.element_type is not None else \
+                f"{value.type_name} {brief(value.value)}"
+            raise self.fail(key, f"is {shown}, not a whole number below 2^32")
         return value.value
 
     def per_layer(self, name: str, n: int, default: int | list[int]) -> list[int]:
