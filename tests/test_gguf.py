@@ -340,6 +340,23 @@ def test_mamba_and_falcon_h1_hold_a_state_per_layer(tmp_path):
     assert len(spec.caches) == 8
 
 
+def test_mamba2_and_granite_hybrid_state(tmp_path):
+    """Mamba-2 with Granite 4.0-H-Tiny's mixer numbers (hidden 1536, inner 3072, state 128, 1 group, kernel 4, 48
+    heads): conv 3 x (3072 + 2 x 1 x 128) = 9,984 values, ssm 128 x 3072 = 393,216, in every layer of a mamba2
+    file, and in a granitehybrid file on the layers with no KV heads (attention, 4 KV heads of 1536 / 12 = 128,
+    on the others)."""
+    ssm = {".ssm.conv_kernel": 4, ".ssm.inner_size": 3072, ".ssm.state_size": 128, ".ssm.group_count": 1,
+           ".ssm.time_step_rank": 48}
+    meta = {".block_count": 4, ".context_length": 4096, ".embedding_length": 1536, **ssm}
+    spec = load_model(str(write_gguf(tmp_path / "m2.gguf", "mamba2", meta, embd(1536))))
+    assert {(c.kind, c.conv_elements, c.ssm_elements, c.heads, c.groups, c.state_size) for c in spec.caches} == \
+        {("recurrent", 9984, 393_216, 48, 1, 128)}
+    meta = {**meta, ".attention.head_count": 12, ".attention.head_count_kv": [0, 0, 4, 0]}
+    spec = load_model(str(write_gguf(tmp_path / "gh.gguf", "granitehybrid", meta, embd(1536))))
+    assert layout(spec) == [(0, "recurrent", 9984, 393_216), (1, "recurrent", 9984, 393_216),
+                            (2, "full", 4, 128, 128, None), (3, "recurrent", 9984, 393_216)]
+
+
 def test_llama4_chunks_3_layers_in_4_and_nextn_layers_get_no_cache(tmp_path):
     """Llama 4 in llama.cpp: chunked attention of 8192 on layers il % 4 < 3 (pattern 4), full on the rest.
     GLM-4.5 style nextn_predict_layers 1 of 3 blocks: the last block is loaded but not cached."""
