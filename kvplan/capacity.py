@@ -36,7 +36,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan import engines
-from kvplan.dtypes import DType, kv_dtype, weight_dtype
+from kvplan.dtypes import WEIGHT_DTYPES, DType, kv_dtype, weight_dtype
 from kvplan.engines import Engine, EngineOptions, KVPool, VllmPool
 from kvplan.errors import KvplanError
 from kvplan.memory import weights_by_group, weights_bytes
@@ -674,7 +674,8 @@ def _suggestions(model: ModelSpec, workload: Workload, cap: Capacity, engine: En
         if alt.max_concurrent_users > cap.max_concurrent_users:
             out.append(f"{name} KV fits {users_label(alt.max_concurrent_users)}")
     if cap.kv_budget_bytes <= 0 and not cap.kv_budget_given:
-        current = weight_dtype(cap.weights_dtype).bits
+        current = (weight_dtype(cap.weights_dtype).bits if cap.weights_dtype in WEIGHT_DTYPES  # GGUF: a mix of types
+                   else 8 * weights_bytes(model)[0] / model.params.total)
         for name in ("fp8", "int4"):
             if weight_dtype(name).bits >= current:
                 continue

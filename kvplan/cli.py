@@ -34,7 +34,10 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_print_
     """VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users."""
 
 Model = Annotated[str, typer.Option("--model", "-m", help="library name or alias, config.json, a directory holding "
-                                    "one, a YAML spec, or a Hugging Face Hub id (org/name)")]
+                                    "one, a YAML spec, a GGUF file, or a Hugging Face Hub id (org/name; "
+                                    "org/name:Q4_K_M for a GGUF in it)")]
+GgufFile = Annotated[str | None, typer.Option("--gguf-file", help="the GGUF file of the Hub repo --model names to "
+                                              "read (its header alone)")]
 Revision = Annotated[str | None, typer.Option(help="Hub revision: branch, tag or commit (default: main)")]
 Token = Annotated[str | None, typer.Option(help="Hugging Face token for gated or private repos "
                                            "(default: HF_TOKEN or the stored login)")]
@@ -100,6 +103,7 @@ def estimate(
     ctx: Ctx,
     revision: Revision = None,
     token: Token = None,
+    gguf_file: GgufFile = None,
     batch: Annotated[int, typer.Option(help="concurrent sequences")] = 1,
     kv_dtype: Annotated[str | None, typer.Option(help="KV cache dtype (default: the model's)")] = None,
     weights_dtype: Annotated[str | None, typer.Option(help="weights dtype (default: the checkpoint's)")] = None,
@@ -136,7 +140,7 @@ def estimate(
     capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
                       overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
                       async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values())
-    spec = load_model(model, revision, token)
+    spec = load_model(model, revision, token, gguf_file)
     cap = None
     if any(flag is not None for flag in capacity_flags) or enable_expert_parallel:
         from kvplan import capacity
@@ -148,7 +152,7 @@ def estimate(
             ctx=tokens, users=users if users is not None else batch,
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
             shared_prefix=parse_tokens(shared_prefix, "shared-prefix") if shared_prefix else 0)
-        engine_name = engine or "vllm"
+        engine_name = engine or _default_engine(spec)
         hardware, gpus = _hardware(gpu, vram, gpus)
         cap = capacity.capacity(
             spec, workload, engine_name=engine_name, options=options, hardware=hardware,
@@ -177,6 +181,11 @@ def estimate(
             print_capacity(console, cap)
     if cap is not None and not cap.fits:
         raise typer.Exit(DOES_NOT_FIT)
+
+
+def _default_engine(spec) -> str:
+    """vLLM, or llama.cpp for a GGUF file: its cache layout is llama.cpp's."""
+    return "llama.cpp" if spec.checkpoint is not None and spec.checkpoint.format == "gguf" else "vllm"
 
 
 def _engine_options(*, version=None, fraction=None, block_size=None, batched_tokens=None, async_scheduling=None,
@@ -247,6 +256,7 @@ def plan(
     users: Annotated[int, typer.Option(help="concurrent users to serve")],
     revision: Revision = None,
     token: Token = None,
+    gguf_file: GgufFile = None,
     gpu: Gpu = None, vram: Vram = None, engine: Engine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None, block_size: BlockSize = None,
     max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
@@ -275,9 +285,9 @@ def plan(
                               kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation,
                               ubatch_size=ubatch_size, batch_size=batch_size, flash_attn=flash_attn,
                               speculative_tokens=speculative_tokens, frontend=frontend)
-    spec = load_model(model, revision, token)
+    spec = load_model(model, revision, token, gguf_file)
     result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,
-                           engine_name=engine or "vllm", options=options,
+                           engine_name=engine or _default_engine(spec), options=options,
                            overhead=_size(overhead, "--overhead", allow_zero=True), max_gpus=max_gpus)
     if as_json:
         print(json.dumps(result.model_dump(), indent=2))
@@ -303,11 +313,12 @@ def list_gpus(as_json: Json = False) -> None:
 
 
 @app.command()
-def show(model: Model, revision: Revision = None, token: Token = None, as_json: Json = False) -> None:
+def show(model: Model, revision: Revision = None, token: Token = None, gguf_file: GgufFile = None,
+         as_json: Json = False) -> None:
     """The model's normalised layer layout: what each layer caches, and its parameters by group."""
     from kvplan.sources import load_model
 
-    spec = load_model(model, revision, token)
+    spec = load_model(model, revision, token, gguf_file)
     if as_json:
         params = spec.params.model_dump() | {"total": spec.params.total, "active": spec.params.active}
         print(json.dumps(spec.model_dump(mode="json") | {"params": params}, indent=2))

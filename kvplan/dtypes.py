@@ -73,6 +73,50 @@ SAFETENSORS_BITS = {
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 
+# ggml's tensor types, as a GGUF file's tensor infos number them (`enum ggml_type` in ggml/include/ggml.h), with
+# each type's block: elements per block (`blck_size`) and bytes per block (`type_size`) from the type traits table
+# in ggml/src/ggml.c, whose block structs' sizes ggml/src/ggml-common.h asserts (llama.cpp 0c1e57098b). A tensor
+# of n elements takes n / block x bytes per block: ggml refuses a tensor whose rows are not whole blocks.
+# QK_K = 256; the K-quants and most IQ types pack a 256-element super-block with its scales.
+GGML_TYPES = {number: dtype for number, dtype in (
+    (0, DType("F32", 1, 4, "32-bit float")),
+    (1, DType("F16", 1, 2, "IEEE half")),
+    (2, DType("Q4_0", 32, 18, "32 x 4 bit + fp16 scale")),
+    (3, DType("Q4_1", 32, 20, "32 x 4 bit + fp16 scale and min")),
+    (6, DType("Q5_0", 32, 22, "32 x 5 bit + fp16 scale")),
+    (7, DType("Q5_1", 32, 24, "32 x 5 bit + fp16 scale and min")),
+    (8, DType("Q8_0", 32, 34, "32 x 8 bit + fp16 scale")),
+    (9, DType("Q8_1", 32, 36, "32 x 8 bit + fp16 scale and sum")),
+    (10, DType("Q2_K", 256, 84, "2 fp16 + 16 scale bytes + 64 bytes of 2-bit quants")),
+    (11, DType("Q3_K", 256, 110, "fp16 + 32 high-bit + 64 quant + 12 scale bytes")),
+    (12, DType("Q4_K", 256, 144, "2 fp16 + 12 scale bytes + 128 bytes of 4-bit quants")),
+    (13, DType("Q5_K", 256, 176, "2 fp16 + 12 scale + 32 high-bit + 128 quant bytes")),
+    (14, DType("Q6_K", 256, 210, "128 low + 64 high quant bytes + 16 int8 scales + fp16")),
+    (15, DType("Q8_K", 256, 292, "fp32 scale + 256 int8 + 16 int16 block sums")),
+    (16, DType("IQ2_XXS", 256, 66, "fp16 + 32 uint16")),
+    (17, DType("IQ2_XS", 256, 74, "fp16 + 32 uint16 + 8 scale bytes")),
+    (18, DType("IQ3_XXS", 256, 98, "fp16 + 96 bytes")),
+    (19, DType("IQ1_S", 256, 50, "fp16 + 32 quant bytes + 8 uint16")),
+    (20, DType("IQ4_NL", 32, 18, "32 x 4 bit non-linear + fp16 scale")),
+    (21, DType("IQ3_S", 256, 110, "fp16 + 64 quant + 8 high-bit + 32 sign + 4 scale bytes")),
+    (22, DType("IQ2_S", 256, 82, "fp16 + 64 quant + 16 scale bytes")),
+    (23, DType("IQ4_XS", 256, 136, "fp16 + uint16 + 4 + 128 bytes")),
+    (24, DType("I8", 1, 1, "8-bit integer")),
+    (25, DType("I16", 1, 2, "16-bit integer")),
+    (26, DType("I32", 1, 4, "32-bit integer")),
+    (27, DType("I64", 1, 8, "64-bit integer")),
+    (28, DType("F64", 1, 8, "64-bit float")),
+    (29, DType("IQ1_M", 256, 56, "32 quant + 16 + 8 scale bytes")),
+    (30, DType("BF16", 1, 2, "bfloat16")),
+    (34, DType("TQ1_0", 256, 54, "ternary: 48 + 4 bytes + fp16")),
+    (35, DType("TQ2_0", 256, 66, "ternary: 64 bytes + fp16")),
+    (39, DType("MXFP4", 32, 17, "32 x 4 bit + 8-bit shared exponent")),
+    (40, DType("NVFP4", 64, 36, "64 x 4 bit + 4 fp8 scales")),
+    (41, DType("Q1_0", 128, 18, "128 x 1 bit + fp16 scale")),
+    (42, DType("Q2_0", 64, 18, "64 x 2 bit + fp16 scale")),
+)}
+GGML_BY_NAME = {dtype.name: dtype for dtype in GGML_TYPES.values()}
+
 ALIASES = {
     "float32": "fp32", "f32": "fp32", "float": "fp32",
     "bfloat16": "bf16",

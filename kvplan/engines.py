@@ -1143,7 +1143,9 @@ class LlamaCpp(Engine):
         self.check_model_kv(model, kv)
         k, v = self.cache_types(kv)
         flash_attn = self.resolve_flash_attn(model, v)
-        ignores_swa = model.architecture not in LLAMA_CPP_SWA
+        # a GGUF's windows are llama.cpp's already: kvplan.sources.gguf_model reads its hparams as llama.cpp does
+        from_gguf = model.checkpoint is not None and model.checkpoint.format == "gguf"
+        ignores_swa = not from_gguf and model.architecture not in LLAMA_CPP_SWA
         # With flash attention off (-fa off, not auto: the cache is made before auto is resolved) V is stored
         # transposed, each layer's row as wide as the widest layer's (n_embd_v_gqa_max, [TAG_V_CACHE_VARIABLE] in
         # src/llama-kv-cache.cpp).

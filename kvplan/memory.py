@@ -8,8 +8,10 @@ For each cache layer (see `kvplan.model`):
                          ctx // m entries of a compressed cache (DeepSeek V4: bytes per token are per entry)
 and for the model: the sum over layers, times the batch. For plain attention this is the familiar
 2 x layers x kv_heads x head_dim x bytes x tokens x batch (e.g. vLLM's `AttentionSpec.page_size_bytes` per token).
-Weights, when the checkpoint's safetensors headers were read and no --weights-dtype is given, are exact:
+Weights, when the checkpoint's safetensors headers (or its GGUF file's header) were read and no --weights-dtype is
+given, are exact:
     weights = sum over dtypes of ceil(elements x bits of the dtype / 8)
+    (GGUF: sum over ggml types of elements / elements per block x bytes per block, `kvplan.dtypes.GGML_TYPES`)
 (the bytes the tensors hold, packed quantised ones included); otherwise parameters x bytes per parameter of the
 dtype each parameter group is stored in.
 """
@@ -18,7 +20,7 @@ from collections import defaultdict
 
 from pydantic import BaseModel
 
-from kvplan.dtypes import FLOAT_DTYPES, SAFETENSORS_BITS, DType, kv_dtype, weight_dtype
+from kvplan.dtypes import FLOAT_DTYPES, GGML_BY_NAME, SAFETENSORS_BITS, DType, kv_dtype, weight_dtype
 from kvplan.model import KV_KINDS, LINEAR_GROUPS, CheckpointTensors, ModelSpec, ParamCounts
 
 
@@ -44,7 +46,7 @@ class Estimate(BaseModel):
     kv_bytes_total: int
     state_bytes_per_sequence: int
     weights_bytes: int
-    weights_source: str = "config"  # "checkpoint": exact, from the safetensors tensors; "config": derived
+    weights_source: str = "config"  # "checkpoint": exact, from the safetensors or GGUF tensors; "config": derived
     total_bytes: int
     params_total: int
     params_active: int
@@ -60,7 +62,11 @@ def default_kv_dtype(model: ModelSpec) -> str:
 
 
 def checkpoint_bytes_by_dtype(checkpoint: CheckpointTensors) -> dict[str, int]:
-    """Bytes the checkpoint's tensors hold, by safetensors dtype: ceil(elements x bits / 8)."""
+    """Bytes the checkpoint's tensors hold, by stored dtype: ceil(elements x bits / 8) for safetensors; whole
+    blocks of the ggml type for GGUF (every GGUF tensor's rows are whole blocks, so the elements of a type are
+    too)."""
+    if checkpoint.format == "gguf":
+        return {dtype: GGML_BY_NAME[dtype].bytes_for(count) for dtype, count in checkpoint.elements.items()}
     return {dtype: -(-count * SAFETENSORS_BITS[dtype] // 8) for dtype, count in checkpoint.elements.items()}
 
 
@@ -82,6 +88,7 @@ def weights_bytes(model: ModelSpec, dtype_name: str | None = None) -> tuple[int,
     An override is applied to the config's parameter counts: a float one (fp32/bf16/fp16) to every parameter,
     a quantised one (fp8, int8, int4, mxfp4, nf4) to the linear layers only, with embeddings, lm_head and norms
     kept in the checkpoint's float dtype, as AWQ, GPTQ and vLLM's fp8 quantisation leave them.
+    A GGUF file's label is its file type (Q4_K_M), a mix of ggml types no single weights dtype names.
     """
     by_group, label = weights_by_group(model, dtype_name)
     if weights_from_checkpoint(model, dtype_name):
@@ -99,6 +106,10 @@ def weights_by_group(model: ModelSpec, dtype_name: str | None = None) -> tuple[d
         chosen = weight_dtype(dtype_name)
         label = chosen.name
         groups = tuple(ParamCounts.model_fields) if chosen.name in FLOAT_DTYPES else LINEAR_GROUPS
+    elif model.quantization and model.quantization.method == "gguf":
+        # each tensor of a GGUF file has its own ggml type (its file type, Q4_K_M, names the mix): the groups in
+        # the model dtype, which the file's exact bytes scale (`kvplan.capacity.weights_on_gpu`)
+        chosen, label = native, model.quantization.weights_dtype
     elif model.quantization:
         chosen = weight_dtype(model.quantization.weights_dtype)
         label = chosen.name

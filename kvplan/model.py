@@ -8,9 +8,9 @@ in `kvplan.memory`. A new architecture is a new reader rule in `kvplan.sources`,
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
-from kvplan.dtypes import SAFETENSORS_BITS, DType, kv_dtype
+from kvplan.dtypes import GGML_BY_NAME, SAFETENSORS_BITS, DType, kv_dtype
 
 
 class _Cache(BaseModel):
@@ -353,26 +353,28 @@ class Quantization(BaseModel):
 
 
 class CheckpointTensors(BaseModel):
-    """The checkpoint's real tensor inventory, read from its safetensors headers: element counts by the dtype
-    each tensor is stored in. Weights are then the bytes the files hold (packed quantised tensors included),
-    not a count derived from the config."""
+    """The checkpoint's real tensor inventory, read from its safetensors headers or its GGUF file's header: element
+    counts by the dtype each tensor is stored in. Weights are then the bytes the files hold (packed quantised
+    tensors included), not a count derived from the config."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
-    elements: dict[str, int] = Field(description="tensor elements by safetensors dtype: BF16, F16, I32, U8, ...")
+    elements: dict[str, int] = Field(description="tensor elements by stored dtype: safetensors dtypes (BF16, F16, "
+                                                 "I32, U8, ...), or ggml types (Q4_K, Q6_K, F32, ...) for GGUF")
     tensors: int = Field(ge=0, description="number of tensors")
-    files: int = Field(ge=1, description="safetensors files read")
+    files: int = Field(ge=1, description="files read")
     source: str = Field(description="where the headers were read")
+    format: Literal["safetensors", "gguf"] = "safetensors"
 
-    @field_validator("elements")
-    @classmethod
-    def _known_dtypes(cls, value: dict[str, int]) -> dict[str, int]:
-        for dtype, count in value.items():
-            if dtype not in SAFETENSORS_BITS:
-                raise ValueError(f"unknown safetensors dtype {dtype!r}")
+    @model_validator(mode="after")
+    def _known_dtypes(self) -> "CheckpointTensors":
+        known = GGML_BY_NAME if self.format == "gguf" else SAFETENSORS_BITS
+        for dtype, count in self.elements.items():
+            if dtype not in known:
+                raise ValueError(f"unknown {self.format} dtype {dtype!r}")
             if count < 0:
                 raise ValueError(f"negative element count for {dtype}")
-        return value
+        return self
 
     @property
     def total(self) -> int:
@@ -419,4 +421,5 @@ class ModelSpec(BaseModel):
     widths: Widths | None = Field(None, description="per-token forward widths, for activation memory; None "
                                                    "where the source does not say")
     checkpoint: CheckpointTensors | None = Field(
-        None, description="the safetensors tensor inventory, when kvplan could read it (Hub repos, local dirs)")
+        None, description="the tensor inventory, when kvplan could read it (safetensors of Hub repos and local dirs, "
+                          "GGUF files)")

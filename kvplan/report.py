@@ -83,7 +83,7 @@ def model_header(model: ModelSpec) -> Text:
     if model.params.active != model.params.total:
         params += f" ({billions(model.params.active)} active)"
     if model.checkpoint is not None:
-        params += f" (safetensors: {checkpoint_summary(model)})"
+        params += f" ({model.checkpoint.format}: {checkpoint_summary(model)})"
     quant = ""
     if model.quantization:
         method = model.quantization.method
@@ -125,7 +125,7 @@ def print_estimate(console: Console, model: ModelSpec, est: Estimate) -> None:
         state = "compressor" if any(c.kind == "compressed" for c in model.caches) else "recurrent"
         summary.add_row(f"  of which {state} state", both_units(est.state_bytes_per_sequence))
     summary.add_row(f"KV for batch {est.batch:,}", both_units(est.kv_bytes_total))
-    exact = ", exact from safetensors" if est.weights_source == "checkpoint" else ""
+    exact = f", exact from {model.checkpoint.format}" if est.weights_source == "checkpoint" else ""
     summary.add_row(f"weights ({est.weights_dtype}{exact})", both_units(est.weights_bytes))
     summary.add_row(styled("weights + KV", "bold"), styled(both_units(est.total_bytes), "bold"))
     print_table(console, summary, whole=())

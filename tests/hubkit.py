@@ -5,8 +5,9 @@ What the server answers (from huggingface_hub 2.4's `hf_api.model_info`, `file_d
 `hf_api.parse_safetensors_file_metadata` and `utils._http.hf_raise_for_status`):
 - GET /api/models/{repo} and /api/models/{repo}/revision/{rev}: model info JSON with `id`, `sha`, `siblings`;
 - HEAD/GET /{repo}/resolve/{rev}/{file}: regular files answer 200 with `X-Repo-Commit`, a quoted git-sha1
-  `ETag` and `Content-Length`; LFS files (*.safetensors) answer 302 to /cdn/{sha256} with `X-Linked-Etag`,
-  `X-Linked-Size` and `X-Repo-Commit`, and the CDN honours `Range: bytes=a-b` with 206 and `Content-Range`;
+  `ETag` and `Content-Length`; LFS files (*.safetensors, *.gguf) answer 302 to /cdn/{sha256} with
+  `X-Linked-Etag`, `X-Linked-Size` and `X-Repo-Commit`, and the CDN honours `Range: bytes=a-b` with 206 and
+  `Content-Range`; a file too large to hold (`Sparse`: a header, then zeros) is served by ranges only;
 - errors as the Hub sends them: 401 `X-Error-Code: RepoNotFound` (no token) / 404 (with a token) for a missing
   or private repo, 401 (no token) / 403 (token without access) `X-Error-Code: GatedRepo` on a gated repo's
   files, 404 `X-Error-Code: RevisionNotFound`, 404 `X-Error-Code: EntryNotFound` (with X-Repo-Commit), and 401
@@ -32,6 +33,30 @@ from urllib.parse import unquote, urlsplit
 GOOD_TOKEN = "hf_kvplanTestTokenWithAccess"  # a token the server knows, with access to everything
 NO_ACCESS_TOKEN = "hf_kvplanTestTokenNoAccess"  # known, but not granted gated or private repos
 BYTES = {"F32": 4, "F16": 2, "BF16": 2, "I32": 4, "I64": 8, "U8": 1, "I8": 1, "F8_E4M3": 1, "BOOL": 1}
+
+
+# ---------------------------------------------------------------------------------------------- large files
+
+
+class Sparse:
+    """A file of `size` bytes whose first bytes are `head` and the rest zeros (a GGUF of several GB whose
+    header alone matters), served by range requests; asking for all of it fails the test."""
+
+    def __init__(self, head: bytes, size: int) -> None:
+        self.head, self.size = head, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, part: slice) -> bytes:
+        start, stop, _ = part.indices(self.size)
+        if stop - start > 64 * 2**20:
+            raise AssertionError(f"{stop - start:,} bytes asked of a {self.size:,}-byte file")
+        return self.head[start:stop] + bytes(max(0, stop - max(start, len(self.head))))
+
+
+def sha256_of(data) -> str:
+    return hashlib.sha256(data.head + str(data.size).encode() if isinstance(data, Sparse) else data).hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------- safetensors
@@ -160,7 +185,9 @@ def commit_of(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def git_blob_sha1(data: bytes) -> str:
+def git_blob_sha1(data) -> str:
+    if isinstance(data, Sparse):
+        return hashlib.sha1(b"sparse %d\0" % len(data) + data.head).hexdigest()
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
@@ -174,7 +201,7 @@ def put_in_cache(
     snapshot.mkdir(parents=True, exist_ok=True)
     (repo / "blobs").mkdir(exist_ok=True)
     for name, data in files.items():
-        etag = hashlib.sha256(data).hexdigest() if name.endswith(".safetensors") else git_blob_sha1(data)
+        etag = hashlib.sha256(data).hexdigest() if name.endswith((".safetensors", ".gguf")) else git_blob_sha1(data)
         (repo / "blobs" / etag).write_bytes(data)
         link = snapshot / name
         link.unlink(missing_ok=True)
@@ -360,8 +387,8 @@ class FakeHub:
         data = repo.files.get(filename)
         if data is None:
             return self.error(req, head, 404, "EntryNotFound", "Entry not found", {"X-Repo-Commit": commit})
-        if filename.endswith(".safetensors"):  # LFS: redirect to the CDN, metadata in X-Linked-* headers
-            sha256 = hashlib.sha256(data).hexdigest()
+        if filename.endswith((".safetensors", ".gguf")):  # LFS: redirect to the CDN, metadata in X-Linked-*
+            sha256 = sha256_of(data)
             self.cdn_files[sha256] = data
             return self.send(
                 req,

@@ -362,9 +362,13 @@ def test_revision_not_found(env, hub, monkeypatch, capsys):
 
 
 def test_repo_without_config_json(env, hub, monkeypatch, capsys):
-    hub.add("org/gguf-only", {"model.gguf": b"GGUF", "README.md": b"# gguf"})
+    hub.add("org/diffusers", {"model_index.json": b"{}", "README.md": b"# not a transformers model"})
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", "org/diffusers", "--ctx", "1k")
+    assert_one_line_error(code, err, "org/diffusers has no config.json", "YAML spec")
+    hub.add("org/gguf-only", {"model-Q4_K_M.gguf": b"GGUF", "README.md": b"# gguf"})
     code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", "org/gguf-only", "--ctx", "1k")
-    assert_one_line_error(code, err, "org/gguf-only has no config.json", "YAML spec")
+    assert_one_line_error(code, err, "org/gguf-only has no config.json but GGUF files (model-Q4_K_M.gguf)",
+                          "org/gguf-only:TAG", "--gguf-file")
 
 
 def test_entry_not_found_from_the_download_itself(env, hub, monkeypatch, capsys):

@@ -58,6 +58,9 @@ def resolve(name: str, revision: str | None = None, token: str | None = None) ->
         raise KvplanError(f"{path}: a YAML spec describes caches, not a transformers architecture, so there "
                           "is no model class to build: profile a config.json, a directory holding one, or a "
                           "bundled model")
+    if path.exists() and path.suffix.lower() == ".gguf":
+        raise KvplanError(f"{path}: profile builds the model with transformers from its config.json, not from a "
+                          "GGUF file: profile the original model's config.json")
     spec = load_model(name, revision, token) if revision or token else load_model(name)
     entry = library.find(name)
     if path.exists():

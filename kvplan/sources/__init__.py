@@ -8,8 +8,10 @@ from kvplan.errors import KvplanError
 from kvplan.model import ModelSpec
 from kvplan.sources import library
 from kvplan.sources.hf_config import read_config_file
+from kvplan.text import brief
 
 _REPO_ID = re.compile(r"^\b[\w.-]+\b/\b[\w.-]{1,96}\b$")
+_GGUF_TAG = re.compile(r"^(?P<repo>[^:\s]+/[^:\s]+):(?P<tag>[\w.+-]+)$")  # org/name:Q4_K_M, org/name:file.gguf
 _FILE_SUFFIXES = (".json", ".yaml", ".yml", ".safetensors", ".gguf", ".bin")
 
 
@@ -21,16 +23,24 @@ def is_repo_id(name: str) -> bool:
             and not name.lower().endswith(_FILE_SUFFIXES))
 
 
-def load_model(name: str, revision: str | None = None, token: str | None = None) -> ModelSpec:
-    """Resolve `--model`: an existing local path (config.json, a directory, a YAML spec), then the bundled
-    library, then the Hub for names shaped `org/name` (docs/hub.md). `revision` asks for a Hub revision, so a
+def load_model(name: str, revision: str | None = None, token: str | None = None,
+               gguf_file: str | None = None) -> ModelSpec:
+    """Resolve `--model`: an existing local path (config.json, a directory, a YAML spec, a GGUF file), then the
+    bundled library, then the Hub for names shaped `org/name` (docs/hub.md), or `org/name:TAG` and `gguf_file`
+    for a GGUF file in a Hub repo (its header alone, by range requests). `revision` asks for a Hub revision, so a
     library name with one is read from the Hub; `token` is for gated and private repos (default: HF_TOKEN or
     the stored login, as huggingface_hub finds it). Nothing Hub-related is imported before the Hub is needed."""
     token = clean_token(token)
     path = Path(name).expanduser()
+    if gguf_file is not None or (_GGUF_TAG.match(name.strip()) and not path.exists()):
+        return _hub_gguf(name.strip(), revision, token, gguf_file)
     if path.exists():
         if revision:
             raise KvplanError(f"--revision is for Hub repos; {name} is a local path")
+        if path.suffix.lower() == ".gguf":
+            from kvplan.sources.gguf_model import load_file
+
+            return load_file(path)
         if path.suffix.lower() in (".yaml", ".yml"):
             from kvplan.sources.yaml_spec import read_yaml_spec  # lazy: spares library lookups its pydantic types
 
@@ -54,6 +64,25 @@ def load_model(name: str, revision: str | None = None, token: str | None = None)
     hint = f"; closest: {', '.join(close)}" if close else ""
     raise KvplanError(f"unknown model {name!r}: not a local file, not in the bundled library, and not a Hub id "
                       f"(org/name){hint} (`kvplan models` lists the library)")
+
+
+def _hub_gguf(name: str, revision: str | None, token: str | None, gguf_file: str | None) -> ModelSpec:
+    """A GGUF file in a Hub repo: `org/name --gguf-file F`, `org/name:F.gguf`, or `org/name:TAG` for the file
+    whose name carries the quantisation tag."""
+    tagged = _GGUF_TAG.match(name)
+    repo_id, tag = (tagged["repo"], tagged["tag"]) if tagged else (name, None)
+    if gguf_file is not None and tag is not None:
+        raise KvplanError(f"{name} names a GGUF file already: leave --gguf-file out, or the :{tag}")
+    if gguf_file is not None and not gguf_file.strip():
+        raise KvplanError("--gguf-file is empty: give the name of a .gguf file in the repo")
+    if not is_repo_id(repo_id):
+        raise KvplanError(f"{brief(name)}: --gguf-file and :TAG are for Hub repos, org/name (a local GGUF file is "
+                          "--model path/to/model.gguf)")
+    if tag is not None and tag.lower().endswith(".gguf"):
+        gguf_file, tag = tag, None
+    from kvplan.sources import hub
+
+    return hub.load_gguf(repo_id, revision, token, gguf_file=gguf_file, tag=tag)
 
 
 def clean_token(token: str | None, what: str = "--token") -> str | None:

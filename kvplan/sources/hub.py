@@ -15,6 +15,10 @@ imports huggingface_hub only when it runs, so the other paths never pay for it. 
    (HF_HOME/assets/kvplan/...) by commit, so a commit is read once. Without them weights are derived from
    the config, with a note.
 
+For a GGUF file (`org/name:Q4_K_M`, `--gguf-file`, `load_gguf`): `model_info` lists the repo's files, the file
+is chosen by name or quantisation tag, and its header alone is read by HTTP range requests that grow until it is
+whole (`kvplan.sources.gguf.read_header`), or from the cache when the file is there; a split model's parts each.
+
 The config is read as JSON data and nothing else: no remote code is imported or run, `auto_map` is ignored.
 Every failure becomes a KvplanError that says what to do (docs/hub.md has the table).
 """
@@ -39,11 +43,12 @@ from kvplan.model import CheckpointTensors, ModelSpec
 from kvplan.sources import safetensors as st
 from kvplan.sources.hf_config import model_from_config, parse_json, read_text
 from kvplan.sources.hf_config.fields import MAX_TEXT_FILE
-from kvplan.text import plain, shorten
+from kvplan.text import brief, plain, shorten
 
 _ASSETS_FORMAT = 1
 CALL_DEADLINE_TIMEOUTS = 3  # a call's deadline, in per-read timeouts: a request, a redirect, a slow answer
 HEADER_DEADLINE_CALLS = 4  # the safetensors headers: one range request per shard, so a longer deadline
+GGUF_DEADLINE_CALLS = 8  # a GGUF header: a few range requests that grow, several MiB in all
 T = TypeVar("T")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
@@ -55,7 +60,15 @@ def load(
 
     `closest`: bundled library names to mention when the repo does not exist."""
     repo_id = repo_id.strip()
-    _check_environment(token_given=bool(token))
+    return _guarded(repo_id, revision, closest, bool(token),
+                    lambda hub: _load(hub, repo_id, revision or None, token or None))
+
+
+def _guarded(repo_id: str, revision: str | None, closest: tuple[str, ...], token_given: bool,
+             call: Callable[[_Hub], T]) -> T:
+    """`call` with huggingface_hub started and quiet, any failure of the Hub's made one line (`explain`);
+    `token_given`: a --token replaces HF_TOKEN, which is then not checked."""
+    _check_environment(token_given)
     try:
         hub = _Hub()
     except Exception as err:  # huggingface_hub reads its environment variables on import
@@ -63,7 +76,7 @@ def load(
                           "variables") from None
     with _quiet():
         try:
-            return _load(hub, repo_id, revision or None, token or None)
+            return call(hub)
         except KvplanError:
             raise
         except Exception as err:
@@ -230,7 +243,7 @@ def _load(hub: _Hub, repo_id: str, revision: str | None, token: str | None) -> M
             online = False
             notes.append(f"the Hub did not answer ({trouble}): read the cached config.json")
     if files is not None and "config.json" not in files:
-        raise KvplanError(_no_config(repo_id, revision))
+        raise KvplanError(_no_config(repo_id, revision, files))
     if config_path is None:
         config_path = hub.download(repo_id, "config.json", revision, token)
     commit = config_path.parent.name  # snapshots/<commit>/config.json
@@ -338,10 +351,133 @@ def _assets_write(hub: _Hub, repo_id: str, commit: str, checkpoint: CheckpointTe
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"format": _ASSETS_FORMAT, **checkpoint.model_dump()}), encoding="utf-8")
+        # the inventory is a safetensors one: its own `format` field is left to the default when read back
+        tmp.write_text(json.dumps({"format": _ASSETS_FORMAT, **checkpoint.model_dump(exclude={"format"})}),
+                       encoding="utf-8")
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache only costs the next run its range requests
+
+
+# ---------------------------------------------------------------------------------------------- GGUF
+
+
+def load_gguf(repo_id: str, revision: str | None = None, token: str | None = None, gguf_file: str | None = None,
+              tag: str | None = None) -> ModelSpec:
+    """A GGUF file of `repo_id` at `revision`: `gguf_file`, or the one file (or split model) whose name carries
+    `tag` (Q4_K_M). Only its header is read: from the Hugging Face cache when the file is there, else by HTTP
+    range requests on the file's resolve URL with huggingface_hub's session and headers (as its
+    `get_safetensors_metadata` reads safetensors headers), growing until the header is whole, never the
+    tensors."""
+    repo_id = repo_id.strip()
+    return _guarded(repo_id, revision, (), bool(token),
+                    lambda hub: _load_gguf(hub, repo_id, revision or None, token or None, gguf_file, tag))
+
+
+def _load_gguf(hub: _Hub, repo_id: str, revision: str | None, token: str | None, gguf_file: str | None,
+               tag: str | None) -> ModelSpec:
+    from kvplan.sources import gguf_model
+
+    if hub.offline:
+        if gguf_file is None:
+            raise KvplanError(f"HF_HUB_OFFLINE is set: kvplan cannot list {repo_id}'s files to find the {tag} "
+                              "GGUF; name it with --gguf-file")
+        first = hub.download(repo_id, gguf_file, revision, token, local_only=True)
+        return gguf_model.load_file(first)
+    info = _within(hub.deadline, lambda: hub.api(token).model_info(
+        repo_id, revision=revision, token=token, timeout=hub.etag_timeout))
+    commit, files = info.sha, {s.rfilename for s in info.siblings or ()}
+    filename = gguf_file.strip() if gguf_file is not None else _tagged_gguf(repo_id, files, tag)
+    if filename not in files:
+        raise KvplanError(f"{repo_id} has no file {brief(filename)}: {_gguf_list(files)}")
+    fetched = [0]  # bytes the range requests brought
+    header = _gguf_header(hub, repo_id, commit, filename, token, fetched)
+    no, count = gguf_model.split_count(header, filename)
+    names, headers = [filename], [header]
+    if count > 1:
+        names = gguf_model.part_names(filename, no, count, f"{repo_id}/{filename}")
+        missing = [name for name in names if name not in files]
+        if missing:
+            raise KvplanError(f"{repo_id} lacks {missing[0]}, a part of the split model {filename}")
+        headers = [header if name == filename else _gguf_header(hub, repo_id, commit, name, token, fetched)
+                   for name in names]
+        gguf_model.check_parts(headers, names)
+    parts = f" and its {count - 1} other part{'s' * (count > 2)}" if count > 1 else ""
+    source = f"Hub: {repo_id} @ {commit}" + (f" (revision {revision})" if revision and revision != commit else "")
+    return gguf_model.model_from_headers(
+        headers, name=f"{repo_id}:{names[0]}", source=f"{source}, GGUF {names[0]}{parts}",
+        read=f"GGUF header{'s' * (count > 1)} of {names[0]}{parts} in {repo_id} @ {commit[:12]}"
+             + (f", {fetched[0]:,} bytes of {sum(h.file_bytes for h in headers):,} by range requests" if fetched[0]
+                else ", in the Hugging Face cache"), where=f"{repo_id}/{names[0]}")
+
+
+def _gguf_list(files: set[str]) -> str:
+    ggufs = sorted(f for f in files if f.lower().endswith(".gguf"))
+    if not ggufs:
+        return "it has no .gguf files"
+    return f"its GGUF files are {', '.join(ggufs[:8])}" + (f" and {len(ggufs) - 8} more" if len(ggufs) > 8 else "")
+
+
+def _tagged_gguf(repo_id: str, files: set[str], tag: str) -> str:
+    """The GGUF file whose path carries `tag` as a whole word (between -, ., / or the ends; case aside, as
+    quantisers name them: Model-Q4_K_M.gguf, Q4_K_M/Model-Q4_K_M-00001-of-00002.gguf), the first part of a split
+    one; multimodal projectors (mmproj-*) left out."""
+    from kvplan.sources.gguf_model import SPLIT_NAME
+
+    word = re.compile(rf"(?:^|[-./]){re.escape(tag)}(?:[-./]|$)", re.IGNORECASE)
+    found = set()
+    for name in files:
+        if not name.lower().endswith(".gguf") or Path(name).name.lower().startswith("mmproj") or not word.search(name):
+            continue
+        part = SPLIT_NAME.match(name)
+        if part is None or part["no"] == "00001":
+            found.add(name)
+    if len(found) != 1:
+        which = f"several GGUF files: {', '.join(sorted(found)[:8])}" if found else "no GGUF file"
+        raise KvplanError(f"{repo_id}: {brief(tag)} matches {which}; name one with --gguf-file "
+                          f"({_gguf_list(files)})")
+    return found.pop()
+
+
+def _gguf_header(hub: _Hub, repo_id: str, commit: str, filename: str, token: str | None, fetched: list[int]):
+    """One file's header: from the cache if the file is there, else by range requests (their bytes added to
+    fetched[0])."""
+    from kvplan.sources import gguf
+
+    cached = hub.hf.try_to_load_from_cache(repo_id, filename, cache_dir=hub.constants.HF_HUB_CACHE, revision=commit)
+    if isinstance(cached, str):
+        return gguf.read_file(Path(cached))
+    url = hub.hf.hf_hub_url(repo_id, filename, revision=commit, endpoint=hub.endpoint)
+    headers = hub.utils.build_hf_headers(token=token, library_name="kvplan", library_version=__version__)
+    meta = _within(hub.deadline, lambda: hub.hf.get_hf_file_metadata(
+        url, token=token, timeout=hub.etag_timeout, library_name="kvplan", library_version=__version__))
+    if meta.size is None:
+        raise KvplanError(f"{repo_id}/{filename}: the Hub did not give the file's size")
+    where = f"{repo_id}/{filename}"
+
+    def read_at(offset: int, length: int) -> bytes:
+        data = _read_range(hub, url, headers, offset, length, where)
+        fetched[0] += len(data)
+        return data
+
+    return _within(GGUF_DEADLINE_CALLS * hub.deadline, lambda: gguf.read_header(read_at, meta.size, where))
+
+
+def _read_range(hub: _Hub, url: str, headers: dict, offset: int, length: int, where: str) -> bytes:
+    """Bytes offset .. offset + length - 1 of the file at `url`, by one HTTP range request (redirects followed,
+    as to the Hub's CDN); at most `length` bytes are taken from the answer, whatever the server sends."""
+    ranged = {**headers, "range": f"bytes={offset}-{offset + length - 1}"}
+    with hub.utils.get_session().stream("GET", url, headers=ranged, timeout=hub.download_timeout) as response:
+        hub.utils.hf_raise_for_status(response)
+        if response.status_code != 206:
+            raise KvplanError(f"{where}: the server answered {response.status_code} to a range request, not 206: "
+                              "kvplan reads a GGUF's header by range requests, never the whole file")
+        data = bytearray()
+        for chunk in response.iter_bytes():
+            data += chunk
+            if len(data) >= length:
+                break
+    return bytes(data[:length])
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -386,8 +522,13 @@ def _first_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
-def _no_config(repo_id: str, revision: str | None) -> str:
+def _no_config(repo_id: str, revision: str | None, files: set[str] | None = None) -> str:
     at = f" at revision {revision}" if revision else ""
+    ggufs = sorted(f for f in files or () if f.lower().endswith(".gguf"))
+    if ggufs:
+        shown = ", ".join(ggufs[:6]) + (f" and {len(ggufs) - 6} more" if len(ggufs) > 6 else "")
+        return (f"{repo_id}{at} has no config.json but GGUF files ({shown}): read one's header with "
+                f"{repo_id}:TAG (its quantisation, e.g. Q4_K_M) or --gguf-file NAME")
     return (
         f"{repo_id}{at} has no config.json (not a transformers model, e.g. GGUF-only or a diffusers "
         "repo): give kvplan a config.json or a YAML spec (docs/yaml-spec.md)"

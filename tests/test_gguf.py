@@ -1,0 +1,758 @@
+"""GGUF files as a model source: kvplan's own header reader against llama.cpp's Python package (gguf-py: its
+writer makes the files, its GGUFReader and block table are the outside figures), llama.cpp's cache layouts worked
+by hand from the metadata, and kvplan's own config.json reading of the same models (checked against transformers
+elsewhere) where llama.cpp and transformers cache alike."""
+
+import json
+import os
+import random
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SPECS, assert_one_line_error, load, run_main
+from gguf import GGML_QUANT_SIZES, GGUFReader
+from ggufkit import (
+    ARCH_LLAMA,
+    LLAMA3_8B,
+    Q,
+    Typed,
+    V,
+    header_bytes,
+    llama3_8b_q4_k_m,
+    raw_header,
+    raw_kv,
+    raw_tensor,
+    reader_bytes,
+    reader_elements,
+    tensor_nbytes,
+    use_more_bits,
+    write_gguf,
+)
+from hubkit import GOOD_TOKEN, FakeHub, Sparse, hub_environment, put_in_cache
+
+from kvplan.dtypes import GGML_TYPES, kv_dtype
+from kvplan.errors import KvplanError
+from kvplan.sources import gguf, gguf_model, load_model
+
+F16 = kv_dtype("fp16")
+# A small Llama: 2 layers, hidden 256, 4 heads of 64, 2 KV heads, MLP 512, vocab 1024.
+TINY = {".block_count": 2, ".context_length": 4096, ".embedding_length": 256, ".feed_forward_length": 512,
+        ".attention.head_count": 4, ".attention.head_count_kv": 2, "general.file_type": 15}
+
+
+def tiny_tensors(types=(Q.Q4_K, Q.Q6_K, Q.IQ4_XS, Q.IQ2_XXS, Q.Q8_0, Q.Q5_K)):
+    q, v, o, gate, up, down = types
+    out = [("token_embd.weight", [256, 1024], Q.Q4_K)]
+    for i in range(2):
+        out += [(f"blk.{i}.attn_norm.weight", [256], Q.F32), (f"blk.{i}.attn_q.weight", [256, 256], q),
+                (f"blk.{i}.attn_k.weight", [256, 128], q), (f"blk.{i}.attn_v.weight", [256, 128], v),
+                (f"blk.{i}.attn_output.weight", [256, 256], o), (f"blk.{i}.ffn_norm.weight", [256], Q.F32),
+                (f"blk.{i}.ffn_gate.weight", [256, 512], gate), (f"blk.{i}.ffn_up.weight", [256, 512], up),
+                (f"blk.{i}.ffn_down.weight", [512, 256], down)]
+    return out + [("output_norm.weight", [256], Q.F32), ("output.weight", [256, 1024], Q.Q6_K)]
+
+
+def estimate_json(monkeypatch, capsys, *args: str) -> dict:
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--ctx", "8k", "--json", *args)
+    assert code == 0, err
+    return json.loads(out)
+
+
+# ---------------------------------------------------------------------------------------------- bytes
+
+
+def test_ggml_block_table_is_gguf_pys():
+    """Every ggml type gguf-py knows has kvplan's name, elements per block and bytes per block, but two:
+    Q2_0 (42), newer than gguf-py 0.19, is ggml-common.h's block_q2_0, an fp16 scale and 64 2-bit values (2 + 16
+    bytes); Q8_1 (an intermediate type, in no model file) is 40 bytes in gguf-py 0.19 from when its scale and
+    sum were fp32, 2 x fp16 + 32 = 36 in ggml-common.h and in llama.cpp's own gguf-py since."""
+    for qtype, (block, size) in GGML_QUANT_SIZES.items():
+        ours = GGML_TYPES[int(qtype)]
+        if qtype != Q.Q8_1:
+            assert (ours.name, ours.block_elements, ours.block_bytes) == (qtype.name, block, size)
+    assert set(GGML_TYPES) - {int(q) for q in GGML_QUANT_SIZES} == {42}
+    assert (GGML_TYPES[42].block_elements, GGML_TYPES[42].block_bytes) == (64, 2 + 64 * 2 // 8)
+    assert GGML_QUANT_SIZES[Q.Q8_1] == (32, 4 + 4 + 32) and GGML_TYPES[9].block_bytes == 2 + 2 + 32
+
+
+@pytest.mark.parametrize("types", [
+    (Q.Q4_K, Q.Q6_K, Q.IQ4_XS, Q.IQ2_XXS, Q.Q8_0, Q.Q5_K),
+    (Q.Q2_K, Q.Q3_K, Q.IQ3_XXS, Q.IQ3_S, Q.IQ2_XS, Q.IQ2_S),
+    (Q.IQ1_S, Q.IQ1_M, Q.TQ1_0, Q.TQ2_0, Q.MXFP4, Q.IQ4_NL),
+    (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.BF16, Q.F16),
+])
+def test_weights_are_the_tensor_bytes_gguf_reader_reports(tmp_path, monkeypatch, capsys, types):
+    """K-quants, IQ types, ternary, MXFP4 and float tensors: kvplan's weights are the sum of the tensors' bytes
+    as gguf-py's GGUFReader reports them (n_bytes), and its elements by type are the reader's."""
+    path = write_gguf(tmp_path / "tiny.gguf", "llama", TINY, tiny_tensors(types))
+    data = estimate_json(monkeypatch, capsys, "--model", str(path))
+    assert data["weights_bytes"] == reader_bytes(path)
+    assert data["weights_source"] == "checkpoint" and data["weights_dtype"] == "Q4_K_M"
+    spec = load_model(str(path))
+    assert spec.checkpoint.elements == reader_elements(path)
+    assert spec.checkpoint.tensors == len(GGUFReader(str(path)).tensors) == 21
+
+
+def test_llama_3_8b_q4_k_m(tmp_path, monkeypatch, capsys):
+    """Llama-3-8B's metadata and 291 tensors typed by the Q4_K_M recipe (the file is sparse: the weights are a
+    4.6 GiB hole). Weights = the sum of the tensors' bytes as GGUFReader reports them; 32 full-attention layers of
+    8 KV heads x 128 (f16: 32 x 2 x 8 x 128 x 2 = 131,072 B per token, llama.cpp's default cache type); and the
+    parameters by group are those kvplan reads from the model's own config.json (8,030,261,248 in all)."""
+    path = write_gguf(tmp_path / "Meta-Llama-3-8B-Q4_K_M.gguf", "llama", LLAMA3_8B, llama3_8b_q4_k_m(), sparse=True)
+    expected = reader_bytes(path)
+    q6_layers = sum(use_more_bits(i, 32) for i in range(32))
+    assert q6_layers == 16  # layers 0-3 and 28-31, and 6, 9, ..., 27 ((i - 4) % 3 == 2)
+    assert expected == (tensor_nbytes([4096, 128256], Q.Q4_K) + tensor_nbytes([4096, 128256], Q.Q6_K)
+                        + 32 * (tensor_nbytes([4096, 4096], Q.Q4_K) * 2 + tensor_nbytes([4096, 1024], Q.Q4_K)
+                                + tensor_nbytes([4096, 14336], Q.Q4_K) * 2 + 2 * 4096 * 4)
+                        + q6_layers * (tensor_nbytes([4096, 1024], Q.Q6_K) + tensor_nbytes([14336, 4096], Q.Q6_K))
+                        + (32 - q6_layers) * (tensor_nbytes([4096, 1024], Q.Q4_K)
+                                              + tensor_nbytes([14336, 4096], Q.Q4_K)) + 4096 * 4)
+    data = estimate_json(monkeypatch, capsys, "--model", str(path))
+    assert data["weights_bytes"] == expected
+    assert data["kv_dtype"] == "fp16" and data["kv_bytes_per_token"] == 131_072
+    spec = load_model(str(path))
+    assert {c.kind for c in spec.caches} == {"full"} and len(spec.caches) == 32
+    hf = load("meta-llama__Meta-Llama-3-8B.json")
+    assert spec.params == hf.params and spec.params.total == 8_030_261_248
+    assert spec.max_context == 8192 and spec.quantization.weights_dtype == "Q4_K_M"
+
+
+def test_every_value_type_reads_as_gguf_reader_reads_it(tmp_path):
+    """Scalars of all twelve GGUF types, strings, and arrays of each (short ones kept, long ones stepped over)
+    read as GGUFReader reads them."""
+    meta = {
+        "t.u8": Typed(V.UINT8, 200), "t.i8": Typed(V.INT8, -5), "t.u16": Typed(V.UINT16, 60000),
+        "t.i16": Typed(V.INT16, -30000), "t.u32": Typed(V.UINT32, 4_000_000_000), "t.i32": Typed(V.INT32, -7),
+        "t.f32": Typed(V.FLOAT32, 0.5), "t.bool": Typed(V.BOOL, True), "t.str": "héllo",
+        "t.u64": Typed(V.UINT64, 2**60), "t.i64": Typed(V.INT64, -(2**60)), "t.f64": Typed(V.FLOAT64, 1e300),
+        "t.strs": ["a", "", "ccc"], "t.many": [f"token{i}" for i in range(5000)],
+        "t.bools": [True, False, True], "t.long": Typed(V.ARRAY, list(range(10_000)), V.UINT32),
+        **{f"t.arr_{k.name.lower()}": Typed(V.ARRAY, [1, 2, 3], k)
+           for k in (V.UINT8, V.INT8, V.UINT16, V.INT16, V.UINT32, V.INT32, V.UINT64, V.INT64)},
+        "t.floats": Typed(V.ARRAY, [0.25, 1.5], V.FLOAT64),
+    }
+    path = write_gguf(tmp_path / "types.gguf", "llama", meta, [("token_embd.weight", [32, 4], Q.F32)])
+    header = gguf.read_file(path)
+    ours = header.metadata
+    theirs = {k: f for k, f in GGUFReader(str(path)).fields.items() if not k.startswith("GGUF.")}
+    assert (header.version, len(ours), len(header.tensors)) == (3, len(theirs), 1)
+    assert set(ours) == set(theirs)
+    for key, field in theirs.items():
+        value = ours[key]
+        if value.element_type is None:
+            expected = field.contents()
+            assert value.value == pytest.approx(expected) if isinstance(expected, float) else value.value == expected
+        else:
+            items = field.contents()
+            assert value.length == len(items)
+            assert value.items is None if len(items) > gguf.KEPT_ARRAY else list(value.items) == items
+    assert ours["t.many"].items is None and ours["t.long"].length == 10_000
+
+
+# ---------------------------------------------------------------------------------------------- layouts
+
+
+def layout(spec) -> list[tuple]:
+    """What a layer caches and how wide, comparable across sources."""
+    out = []
+    for c in spec.caches:
+        if c.kind in ("full", "sliding", "chunked"):
+            out.append((c.layer, c.kind, c.kv_heads, c.head_dim, c.head_dim_v, getattr(c, "window", None)
+                        or getattr(c, "chunk", None)))
+        elif c.kind == "mla":
+            out.append((c.layer, c.kind, c.latent_dim, c.rope_dim))
+        elif c.kind == "recurrent":
+            out.append((c.layer, c.kind, c.conv_elements, c.ssm_elements))
+        else:
+            out.append((c.layer, c.kind))
+    return out
+
+
+def embd(n_embd: int, vocab: int = 256):
+    return [("token_embd.weight", [n_embd, vocab], Q.Q8_0)]
+
+
+def from_config(filename: str) -> dict:
+    """A bundled config.json (its text_config for a multimodal one), whose values a converter writes."""
+    data = json.loads((SPECS / filename).read_text(encoding="utf-8"))
+    return data.get("text_config", data)
+
+
+def config_meta(cfg: dict, context: int | None = None, **keys) -> dict:
+    """The keys every llama.cpp converter writes from a config.json (TextModel.set_gguf_parameters), and more
+    (`attention__key_length` for `<arch>.attention.key_length`)."""
+    return {".block_count": cfg["num_hidden_layers"], ".context_length": context or cfg["max_position_embeddings"],
+            ".embedding_length": cfg["hidden_size"], ".attention.head_count": cfg["num_attention_heads"],
+            **{"." + k.replace("__", "."): v for k, v in keys.items()}}
+
+
+def test_gemma_3_27b_slides_5_layers_in_6_as_transformers_does(tmp_path):
+    """Gemma 3 27B as llama.cpp's converter writes it (Gemma3Model: sliding_window, key/value_length =
+    head_dim, head_count_kv): llama.cpp's default pattern 6 makes layer il sliding unless il % 6 == 5, window
+    1024, 16 KV heads of 128 - the layout kvplan reads from the model's config.json."""
+    cfg = from_config("google__gemma-3-27b-it.json")
+    meta = config_meta(cfg, 131072, attention__head_count_kv=cfg["num_key_value_heads"],
+                       attention__key_length=cfg["head_dim"], attention__value_length=cfg["head_dim"],
+                       attention__sliding_window=cfg["sliding_window"])
+    spec = load_model(str(write_gguf(tmp_path / "g.gguf", "gemma3", meta, embd(cfg["hidden_size"]))))
+    assert layout(spec) == layout(load("google__gemma-3-27b-it.json"))
+    assert [c.layer for c in spec.caches if c.kind == "full"] == [5, 11, 17, 23, 29, 35, 41, 47, 53, 59]
+
+
+def test_gemma_2_and_gpt_oss_slide_every_other_layer_as_transformers_does(tmp_path):
+    """Gemma 2 (window 4096) and gpt-oss (window 128, K and V of 64): llama.cpp's pattern 2 makes the even layers
+    sliding, as their config.json layer types do."""
+    cfg = from_config("google__gemma-2-9b.json")
+    meta = config_meta(cfg, attention__head_count_kv=cfg["num_key_value_heads"],
+                       attention__key_length=cfg["head_dim"], attention__value_length=cfg["head_dim"],
+                       attention__sliding_window=cfg["sliding_window"])
+    spec = load_model(str(write_gguf(tmp_path / "g2.gguf", "gemma2", meta, embd(cfg["hidden_size"]))))
+    assert layout(spec) == layout(load("google__gemma-2-9b.json"))
+    cfg = from_config("openai__gpt-oss-20b.json")
+    meta = config_meta(cfg, attention__head_count_kv=cfg["num_key_value_heads"],
+                       attention__key_length=cfg["head_dim"], attention__value_length=cfg["head_dim"],
+                       attention__sliding_window=cfg["sliding_window"], expert_count=cfg["num_local_experts"],
+                       expert_used_count=cfg["num_experts_per_tok"],
+                       expert_feed_forward_length=cfg["intermediate_size"])
+    spec = load_model(str(write_gguf(tmp_path / "oss.gguf", "gpt-oss", meta, embd(cfg["hidden_size"]))))
+    assert layout(spec) == layout(load("openai__gpt-oss-20b.json"))
+    assert [c.kind for c in spec.caches[:3]] == ["sliding", "full", "sliding"] and spec.caches[0].window == 128
+
+
+def test_a_gguf_is_planned_by_its_family_rules_under_llama_cpp(tmp_path):
+    """gpt-oss-20b as its GGUF (architecture gpt-oss, model_type gpt_oss): llama.cpp keeps the 12 sliding layers at
+    PAD(min(8,192, 128 + 512), 256) = 768 cells and the 12 full ones at 8,192, as for its config.json; 8 KV heads
+    of 64 in f16 are 2,048 B a token a layer, so 12 x 2,048 x (768 + 8,192) B = 220,200,960 B a user."""
+    from kvplan.capacity import Workload, capacity
+
+    cfg = from_config("openai__gpt-oss-20b.json")
+    meta = config_meta(cfg, attention__head_count_kv=cfg["num_key_value_heads"],
+                       attention__key_length=cfg["head_dim"], attention__value_length=cfg["head_dim"],
+                       attention__sliding_window=cfg["sliding_window"], expert_count=cfg["num_local_experts"],
+                       expert_used_count=cfg["num_experts_per_tok"],
+                       expert_feed_forward_length=cfg["intermediate_size"])
+    spec = load_model(str(write_gguf(tmp_path / "oss.gguf", "gpt-oss", meta, embd(cfg["hidden_size"]))))
+    assert spec.architecture == "gpt_oss"
+    for model in (spec, load("openai__gpt-oss-20b.json")):
+        cap = capacity(model, Workload(ctx=8192), engine_name="llama.cpp", kv_budget=64 << 30)
+        assert cap.engine_kv_bytes_per_sequence == 12 * 2048 * (768 + 8192)
+
+
+@pytest.mark.parametrize("arch, keys, kinds", [
+    ("gemma3", {".attention.sliding_window": 512, ".attention.sliding_window_pattern": 3}, "SSFSSFS"),
+    ("gemma3", {".attention.sliding_window": 512,
+                ".attention.sliding_window_pattern": [True, False, False, True]}, "SFFSFFF"),
+    ("gemma3", {}, "FFFFFFF"),
+    ("cohere2", {".attention.sliding_window": 512}, "SSSFSSS"),
+    ("olmo2", {".attention.sliding_window": 0}, "FFFFFFF"),
+    ("phi3", {".attention.sliding_window": 512}, "FFFFFFF"),
+    ("llama", {".attention.sliding_window": 512}, "FFFFFFF"),
+])
+def test_sliding_window_patterns_as_llama_cpp_sets_them(tmp_path, arch, keys, kinds):
+    """`set_swa_pattern(n)`: every n-th layer full, the others sliding; a bool array marks each layer (the layers
+    past its end full); Gemma 3 without a window, OLMo 2 with a window of 0, Phi-3 (llama.cpp disables its window)
+    and Llama (whose hyperparameters have no window) are all full. S sliding, F full, over 7 layers."""
+    meta = {".block_count": 7, ".context_length": 4096, ".embedding_length": 256, ".attention.head_count": 4,
+            ".attention.head_count_kv": 2, **keys}
+    spec = load_model(str(write_gguf(tmp_path / "swa.gguf", arch, meta, embd(256))))
+    assert "".join("S" if c.kind == "sliding" else "F" for c in spec.caches) == kinds
+    assert all(c.window == 512 for c in spec.caches if c.kind == "sliding")
+
+
+def test_deepseek_v3_caches_the_mla_latent(tmp_path):
+    """DeepSeek-V3 converted with the MLA keys (key_length 576 = kv_lora_rank 512 + rope 64, value_length 512,
+    key_length_mla 192, value_length_mla 128, one KV head): llama.cpp caches one K row of 576 and no V (f16:
+    1,152 B per layer per token), kvplan's MLA latent of 512 + 64 as from the config. Converted before the MLA
+    keys existed (head_count_kv 128, key_length 192, value_length 128): every head's K and V, 128 x (192 + 128)
+    x 2 = 81,920 B per layer per token."""
+    cfg = from_config("deepseek-ai__DeepSeek-V3.json")
+    rank, rope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    base = config_meta(cfg, attention__kv_lora_rank=rank, attention__q_lora_rank=cfg["q_lora_rank"],
+                       rope__dimension_count=rope)
+    mla = {**base, ".attention.head_count_kv": 1, ".attention.key_length": rank + rope,
+           ".attention.value_length": rank, ".attention.key_length_mla": cfg["qk_nope_head_dim"] + rope,
+           ".attention.value_length_mla": cfg["v_head_dim"]}
+    spec = load_model(str(write_gguf(tmp_path / "ds.gguf", "deepseek2", mla, embd(cfg["hidden_size"]))))
+    assert layout(spec) == layout(load("deepseek-ai__DeepSeek-V3.json"))
+    assert spec.caches[0].bytes_per_token(F16) == 1152
+    legacy = {**base, ".attention.head_count_kv": 128, ".attention.key_length": 192, ".attention.value_length": 128}
+    spec = load_model(str(write_gguf(tmp_path / "old.gguf", "deepseek2", legacy, embd(cfg["hidden_size"]))))
+    assert {(c.kind, c.kv_heads, c.head_dim, c.head_dim_v) for c in spec.caches} == {("full", 128, 192, 128)}
+    assert spec.caches[0].bytes_per_token(F16) == 81_920
+    assert any("MLA latent" in note for note in spec.notes)
+
+
+def test_jamba_mamba_where_no_kv_heads_as_transformers_does(tmp_path):
+    """Jamba-v0.1 as llama.cpp's JambaModel converter writes it: head_count_kv 8 on layers i % 8 == 4 (attn offset 4,
+    period 8) and 0 elsewhere, the Mamba layers. Mamba state: conv (4 - 1) x d_inner 8192 = 24,576, ssm d_state 16
+    x 8192 = 131,072 values (f32 in llama.cpp) - as kvplan reads the config.json."""
+    cfg = from_config("ai21labs__Jamba-v0.1.json")
+    kv = [cfg["num_key_value_heads"] if i % 8 == 4 else 0 for i in range(cfg["num_hidden_layers"])]
+    meta = config_meta(cfg, attention__head_count_kv=kv, ssm__conv_kernel=4, ssm__inner_size=2 * cfg["hidden_size"],
+                       ssm__state_size=16, ssm__time_step_rank=256, expert_count=16, expert_used_count=2)
+    spec = load_model(str(write_gguf(tmp_path / "j.gguf", "jamba", meta, embd(cfg["hidden_size"]))))
+    assert layout(spec) == layout(load("ai21labs__Jamba-v0.1.json"))
+    state = spec.caches[0]
+    assert (state.conv_elements, state.ssm_elements, state.ssm_dtype, state.conv_dtype) == (24_576, 131_072, "fp32",
+                                                                                            "fp32")
+
+
+def test_lfm2_short_convolutions_and_qwen3_next_gated_deltanet_as_transformers_does(tmp_path):
+    """LFM2-1.2B (LFM2Model converter: head_count_kv 0 on its conv layers, shortconv.l_cache 3): conv state
+    2048 x (3 - 1) = 4,096 values; attention on full_attn_idxs with 8 KV heads of 2048 / 32 = 64.
+    Qwen3-Next-80B (Qwen3NextModel: ssm.conv_kernel 4, state_size = key head dim 128, group_count = 16 key heads,
+    time_step_rank = 32 value heads, inner_size 32 x 128 = 4096; full_attention_interval 4): Gated DeltaNet
+    state conv (4 - 1) x (4096 + 2 x 16 x 128) = 24,576 and ssm 128 x 4096 = 524,288; attention on layers 3, 7,
+    ..., 47 with 2 KV heads of 256."""
+    cfg = from_config("LiquidAI__LFM2-1.2B.json")
+    kv = [cfg["num_key_value_heads"] if i in cfg["full_attn_idxs"] else 0 for i in range(cfg["num_hidden_layers"])]
+    meta = config_meta(cfg, attention__head_count_kv=kv, shortconv__l_cache=cfg["conv_L_cache"])
+    spec = load_model(str(write_gguf(tmp_path / "lfm.gguf", "lfm2", meta, embd(cfg["hidden_size"]))))
+    assert layout(spec) == layout(load("LiquidAI__LFM2-1.2B.json"))
+    assert spec.caches[0].conv_elements == 4096
+    cfg = from_config("Qwen__Qwen3-Next-80B-A3B-Thinking.json")
+    meta = config_meta(cfg, attention__head_count_kv=2, attention__key_length=256, attention__value_length=256,
+                       ssm__conv_kernel=4, ssm__state_size=128, ssm__group_count=16, ssm__time_step_rank=32,
+                       ssm__inner_size=4096, full_attention_interval=4, expert_count=512, expert_used_count=10)
+    spec = load_model(str(write_gguf(tmp_path / "next.gguf", "qwen3next", meta, embd(cfg["hidden_size"]))))
+    assert layout(spec) == layout(load("Qwen__Qwen3-Next-80B-A3B-Thinking.json"))
+    assert (spec.caches[0].conv_elements, spec.caches[0].ssm_elements) == (24_576, 524_288)
+    assert [c.layer for c in spec.caches if c.kind == "full"] == list(range(3, 48, 4))
+
+
+def test_nemotron_h_caches_mamba_and_attention_not_the_mlp_layers(tmp_path):
+    """Nemotron-H-56B (NemotronHModel converter: head_count_kv 8 on '*' layers, feed_forward_length 32768 on '-'
+    layers, 0 elsewhere): llama.cpp caches Mamba-2 state where both are 0 - conv (4 - 1) x (16384 + 2 x 8 x 256) =
+    61,440, ssm 256 x 16384 = 4,194,304 - K and V where only the FFN length is 0, and nothing for the MLP layers,
+    as kvplan reads the config.json."""
+    cfg = from_config("nvidia__Nemotron-H-56B-Base-8K.json")
+    pattern = cfg["hybrid_override_pattern"]
+    inner = cfg["mamba_num_heads"] * cfg["mamba_head_dim"]
+    meta = config_meta(cfg, attention__head_count_kv=[8 if p == "*" else 0 for p in pattern],
+                       feed_forward_length=[32768 if p == "-" else 0 for p in pattern], attention__key_length=128,
+                       attention__value_length=128, ssm__conv_kernel=4, ssm__inner_size=inner, ssm__state_size=256,
+                       ssm__group_count=8, ssm__time_step_rank=256, attention__layer_norm_epsilon=1e-5)
+    spec = load_model(str(write_gguf(tmp_path / "nh.gguf", "nemotron_h", meta, embd(cfg["hidden_size"]))))
+    assert layout(spec) == layout(load("nvidia__Nemotron-H-56B-Base-8K.json"))
+    assert (spec.caches[0].conv_elements, spec.caches[0].ssm_elements) == (61_440, 4_194_304)
+    assert spec.caches[1].kind == "none" and spec.caches[0].heads == 256 and spec.caches[0].groups == 8
+
+
+def test_mamba_and_falcon_h1_hold_a_state_per_layer(tmp_path):
+    """Mamba-130m's numbers (MambaModel converter: d_inner 2 x 768, d_conv 4, d_state 16): conv 3 x 1536 = 4,608,
+    ssm 16 x 1536 = 24,576 values in every layer, no attention. Falcon-H1: every layer both K/V and a Mamba-2
+    state (here 2 heads of 64, inner 512, 1 group, state 16: conv 3 x (512 + 32) = 1,632, ssm 16 x 512)."""
+    meta = {".block_count": 24, ".context_length": 2048, ".embedding_length": 768, ".ssm.conv_kernel": 4,
+            ".ssm.inner_size": 1536, ".ssm.state_size": 16, ".ssm.time_step_rank": 48}
+    spec = load_model(str(write_gguf(tmp_path / "m.gguf", "mamba", meta, embd(768))))
+    assert {(c.kind, c.conv_elements, c.ssm_elements) for c in spec.caches} == {("recurrent", 4608, 24_576)}
+    assert len(spec.caches) == 24 and spec.num_attention_heads == 0
+    meta = {".block_count": 4, ".context_length": 16384, ".embedding_length": 256, ".attention.head_count": 4,
+            ".attention.head_count_kv": 2, ".attention.key_length": 64, ".attention.value_length": 64,
+            ".ssm.conv_kernel": 4, ".ssm.inner_size": 512, ".ssm.state_size": 16, ".ssm.group_count": 1,
+            ".ssm.time_step_rank": 8}
+    spec = load_model(str(write_gguf(tmp_path / "h1.gguf", "falcon-h1", meta, embd(256))))
+    assert layout(spec)[:2] == [(0, "full", 2, 64, 64, None), (0, "recurrent", 1632, 8192)]
+    assert len(spec.caches) == 8
+
+
+def test_mamba2_and_granite_hybrid_state(tmp_path):
+    """Mamba-2 with Granite 4.0-H-Tiny's mixer numbers (hidden 1536, inner 3072, state 128, 1 group, kernel 4, 48
+    heads): conv 3 x (3072 + 2 x 1 x 128) = 9,984 values, ssm 128 x 3072 = 393,216, in every layer of a mamba2
+    file, and in a granitehybrid file on the layers with no KV heads (attention, 4 KV heads of 1536 / 12 = 128,
+    on the others)."""
+    ssm = {".ssm.conv_kernel": 4, ".ssm.inner_size": 3072, ".ssm.state_size": 128, ".ssm.group_count": 1,
+           ".ssm.time_step_rank": 48}
+    meta = {".block_count": 4, ".context_length": 4096, ".embedding_length": 1536, **ssm}
+    spec = load_model(str(write_gguf(tmp_path / "m2.gguf", "mamba2", meta, embd(1536))))
+    assert {(c.kind, c.conv_elements, c.ssm_elements, c.heads, c.groups, c.state_size) for c in spec.caches} == \
+        {("recurrent", 9984, 393_216, 48, 1, 128)}
+    meta = {**meta, ".attention.head_count": 12, ".attention.head_count_kv": [0, 0, 4, 0]}
+    spec = load_model(str(write_gguf(tmp_path / "gh.gguf", "granitehybrid", meta, embd(1536))))
+    assert layout(spec) == [(0, "recurrent", 9984, 393_216), (1, "recurrent", 9984, 393_216),
+                            (2, "full", 4, 128, 128, None), (3, "recurrent", 9984, 393_216)]
+
+
+def test_llama4_chunks_3_layers_in_4_and_nextn_layers_get_no_cache(tmp_path):
+    """Llama 4 in llama.cpp: chunked attention of 8192 on layers il % 4 < 3 (pattern 4), full on the rest.
+    GLM-4.5 style nextn_predict_layers 1 of 3 blocks: the last block is loaded but not cached."""
+    meta = {".block_count": 8, ".context_length": 10_485_760, ".embedding_length": 512, ".attention.head_count": 8,
+            ".attention.head_count_kv": 2, ".expert_count": 16, ".expert_used_count": 1}
+    spec = load_model(str(write_gguf(tmp_path / "l4.gguf", "llama4", meta, embd(512))))
+    assert [c.kind for c in spec.caches] == ["chunked", "chunked", "chunked", "full"] * 2
+    assert spec.caches[0].chunk == 8192
+    meta = {".block_count": 3, ".context_length": 4096, ".embedding_length": 256, ".attention.head_count": 4,
+            ".attention.head_count_kv": 2, ".nextn_predict_layers": 1}
+    spec = load_model(str(write_gguf(tmp_path / "glm.gguf", "glm4moe", meta, embd(256))))
+    assert [c.kind for c in spec.caches] == ["full", "full", "none"]
+    assert any("NextN" in note for note in spec.notes)
+
+
+def test_moe_parameters_from_the_expert_tensors(tmp_path):
+    """Qwen3-30B-A3B's tensors as llama.cpp names them (ffn_*_exps [n_embd, n_ff_exp, 128] per layer, the router
+    ffn_gate_inp): the parameters by group, total and active (8 of 128 experts), are those kvplan reads from the
+    config.json."""
+    cfg = from_config("Qwen__Qwen3-30B-A3B.json")
+    h, e, ff, n, vocab = cfg["hidden_size"], cfg["num_experts"], cfg["moe_intermediate_size"], 48, cfg["vocab_size"]
+    q, kv = cfg["num_attention_heads"] * cfg["head_dim"], cfg["num_key_value_heads"] * cfg["head_dim"]
+    tensors = [("token_embd.weight", [h, vocab], Q.Q4_K), ("output.weight", [h, vocab], Q.Q6_K),
+               ("output_norm.weight", [h], Q.F32)]
+    for i in range(n):
+        tensors += [(f"blk.{i}.attn_norm.weight", [h], Q.F32), (f"blk.{i}.attn_q.weight", [h, q], Q.Q4_K),
+                    (f"blk.{i}.attn_k.weight", [h, kv], Q.Q4_K), (f"blk.{i}.attn_v.weight", [h, kv], Q.Q6_K),
+                    (f"blk.{i}.attn_output.weight", [q, h], Q.Q4_K), (f"blk.{i}.attn_q_norm.weight", [128], Q.F32),
+                    (f"blk.{i}.attn_k_norm.weight", [128], Q.F32), (f"blk.{i}.ffn_norm.weight", [h], Q.F32),
+                    (f"blk.{i}.ffn_gate_inp.weight", [h, e], Q.F32),
+                    (f"blk.{i}.ffn_gate_exps.weight", [h, ff, e], Q.Q4_K),
+                    (f"blk.{i}.ffn_up_exps.weight", [h, ff, e], Q.Q4_K),
+                    (f"blk.{i}.ffn_down_exps.weight", [ff, h, e], Q.Q6_K)]
+    meta = {".block_count": n, ".context_length": 40960, ".embedding_length": h, ".attention.head_count": 32,
+            ".attention.head_count_kv": 4, ".attention.key_length": 128, ".attention.value_length": 128,
+            ".expert_count": e, ".expert_used_count": cfg["num_experts_per_tok"], ".expert_feed_forward_length": ff}
+    path = write_gguf(tmp_path / "moe.gguf", "qwen3moe", meta, tensors, sparse=True)
+    spec = load_model(str(path))
+    assert spec.params == load("Qwen__Qwen3-30B-A3B.json").params
+    assert spec.checkpoint.total == spec.params.total
+    assert spec.params.active_experts == spec.params.experts * 8 // 128
+
+
+def test_unmapped_architecture_is_refused_naming_it(tmp_path, monkeypatch, capsys):
+    path = write_gguf(tmp_path / "bert.gguf", "bert", {".block_count": 2}, embd(64))
+    code, _, err = run_main(monkeypatch, capsys, "show", "--model", str(path))
+    assert_one_line_error(code, err, "general.architecture 'bert'", "bert.gguf")
+
+
+@pytest.mark.parametrize("meta, fragment", [
+    ({".context_length": 8, ".embedding_length": 64}, "llama.block_count is missing"),
+    ({".block_count": 100_000, ".context_length": 8, ".embedding_length": 64}, "1 to 512"),
+    ({**TINY, ".attention.head_count_kv": [2, 2, 2]}, "3 values for 2 layers"),
+    ({**TINY, ".attention.head_count_kv": 0}, "layer 0 is an attention layer with 0 KV heads"),
+    ({**TINY, ".block_count": 1.5}, "not a whole number"),
+    ({**TINY, ".expert_used_count": 2}, "routes 2 experts of 0"),
+])
+def test_metadata_llama_cpp_would_refuse_is_one_line(tmp_path, monkeypatch, capsys, meta, fragment):
+    path = write_gguf(tmp_path / "bad.gguf", "llama", meta, embd(256))
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "1k")
+    assert_one_line_error(code, err, fragment, "bad.gguf")
+
+
+def test_a_vocabulary_only_file_is_refused(tmp_path, monkeypatch, capsys):
+    path = write_gguf(tmp_path / "vocab.gguf", "llama", TINY, [])
+    code, _, err = run_main(monkeypatch, capsys, "show", "--model", str(path))
+    assert_one_line_error(code, err, "no tensors")
+
+
+# ---------------------------------------------------------------------------------------------- split files
+
+
+def write_split(directory: Path) -> list[Path]:
+    """The tiny model split in 3 parts by gguf-py's writer (split_max_tensors 8), as llama.cpp names them."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(directory / "tiny.gguf"), "llama", split_max_tensors=8)
+    for key, value in TINY.items():
+        writer.add_uint32("llama" + key if key.startswith(".") else key, value)
+    for name, shape, qtype in tiny_tensors():
+        block, size = GGML_QUANT_SIZES[qtype]
+        writer.add_tensor(name, np.zeros((*reversed(shape[1:]), shape[0] // block * size), np.uint8), raw_dtype=qtype)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    parts = sorted(directory.glob("tiny-*-of-00003.gguf"))
+    assert [p.name for p in parts] == [f"tiny-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+    return parts
+
+
+def test_a_split_model_counts_every_part(tmp_path, monkeypatch, capsys):
+    """Naming any part of a split model reads all three; the weights are the tensors of all of them."""
+    parts = write_split(tmp_path)
+    total = sum(reader_bytes(p) for p in parts)
+    for part in parts:
+        data = estimate_json(monkeypatch, capsys, "--model", str(part))
+        assert data["weights_bytes"] == total
+    assert load_model(str(parts[1])).checkpoint.files == 3
+    parts[2].unlink()
+    code, _, err = run_main(monkeypatch, capsys, "show", "--model", str(parts[0]))
+    assert_one_line_error(code, err, "tiny-00003-of-00003.gguf", "not beside it")
+
+
+def test_a_split_model_on_the_hub(monkeypatch, tmp_path, capsys):
+    """A split model in a folder of its repo (Q4_K_M/tiny-0000N-of-00003.gguf): the tag picks its first part and
+    the header of each part is read."""
+    parts = write_split(tmp_path)
+    hub = FakeHub()
+    hub.add("org/tiny-GGUF", {f"Q4_K_M/{p.name}": p.read_bytes() for p in parts})
+    hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url)
+    try:
+        data = estimate_json(monkeypatch, capsys, "--model", "org/tiny-GGUF:Q4_K_M")
+        assert data["weights_bytes"] == sum(reader_bytes(p) for p in parts)
+        assert data["model"] == "org/tiny-GGUF:Q4_K_M/tiny-00001-of-00003.gguf"
+    finally:
+        hub.close()
+
+
+# ---------------------------------------------------------------------------------------------- hostile files
+
+
+def raw_file(tmp_path, data: bytes, name: str = "bad.gguf") -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+HOSTILE = {
+    "empty": (b"", "cut short"),
+    "not gguf": (b"GGML" + bytes(40), "not a GGUF file"),
+    "version 1": (raw_header(0, 0, version=1), "version 1"),
+    "big-endian": (b"GGUF" + struct.pack(">IQQ", 3, 0, 0), "big-endian"),
+    "absurd kv count": (raw_header(0, 2**63), "cannot fit"),
+    "absurd tensor count": (raw_header(2**40, 1) + ARCH_LLAMA, "cannot fit"),
+    "key longer than the file": (raw_header(0, 1) + struct.pack("<Q", 2**40) + b"k", "runs past the end"),
+    "string longer than the file": (raw_header(0, 1) + raw_kv("general.name", 8, struct.pack("<Q", 2**62)),
+                                    "runs past the end"),
+    "huge array": (raw_header(0, 1) + raw_kv("x", 9, struct.pack("<IQ", 4, 2**61)), "runs past the end"),
+    "huge string array": (raw_header(0, 1) + raw_kv("x", 9, struct.pack("<IQ", 8, 2**50)), "more than the file"),
+    "array of arrays": (raw_header(0, 1) + raw_kv("x", 9, struct.pack("<IQIQ", 9, 1, 9, 2**40)),
+                        "array of arrays"),
+    "unknown value type": (raw_header(0, 1) + raw_kv("x", 13, b"\0" * 8), "not one GGUF defines"),
+    "duplicate key": (raw_header(0, 2) + ARCH_LLAMA + ARCH_LLAMA, "appears twice"),
+    "empty key": (raw_header(0, 1) + raw_kv("", 4, b"\0" * 4), "empty key"),
+    "bad alignment": (raw_header(0, 1) + raw_kv("general.alignment", 4, struct.pack("<I", 48)), "power of 2"),
+    "five dimensions": (raw_header(1, 1) + ARCH_LLAMA + raw_tensor("t", [1] * 5, 0), "5 dimensions"),
+    "2^64 elements": (raw_header(1, 1) + ARCH_LLAMA + raw_tensor("t", [2**32, 2**32], 0), "past 2^63"),
+    "removed type": (raw_header(1, 1) + ARCH_LLAMA + raw_tensor("t", [32], 31), "Q4_0_4_4, removed"),
+    "unknown type": (raw_header(1, 1) + ARCH_LLAMA + raw_tensor("t", [32], 99), "type 99"),
+    "partial blocks": (raw_header(1, 1) + ARCH_LLAMA + raw_tensor("t", [100], int(Q.Q4_K)), "not whole blocks"),
+    "long name": (raw_header(1, 1) + ARCH_LLAMA + raw_tensor("t" * 64, [32], 0), "allows 63"),
+    "duplicate tensor": (raw_header(2, 1) + ARCH_LLAMA + raw_tensor("t", [8], 0) + raw_tensor("t", [8], 0, 32),
+                         "appears twice"),
+    "offsets out of order": (raw_header(1, 1) + ARCH_LLAMA + raw_tensor("t", [8], 0, 64), "starts at offset 64"),
+    "data missing": (raw_header(1, 1) + ARCH_LLAMA + raw_tensor("t", [1024], 0), "cut short (a partial download"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_or_damaged_file_is_one_line_quickly(tmp_path, monkeypatch, capsys, case):
+    data, fragment = HOSTILE[case]
+    path = raw_file(tmp_path, data)
+    start = time.monotonic()
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "1k")
+    assert time.monotonic() - start < 5
+    assert_one_line_error(code, err, fragment, "bad.gguf")
+
+
+def test_a_header_past_64_mib_is_refused_without_reading_on(tmp_path, monkeypatch, capsys):
+    """A string of 70 MiB in a 100 MiB file (a hole): past the header cap, refused after reading at most the cap."""
+    path = raw_file(tmp_path, raw_header(0, 1) + raw_kv("general.name", 8, struct.pack("<Q", 70 * 2**20)))
+    os.truncate(path, 100 * 2**20)
+    reads = []
+    original = gguf.read_header
+
+    def counting(read_at, size, where):
+        return original(lambda offset, length: reads.append(length) or read_at(offset, length), size, where)
+
+    monkeypatch.setattr(gguf, "read_header", counting)
+    code, _, err = run_main(monkeypatch, capsys, "show", "--model", str(path))
+    assert_one_line_error(code, err, "larger than 64 MiB")
+    assert sum(reads) <= 64 * 2**20
+
+
+def test_every_cut_and_byte_flip_of_a_file_is_a_spec_or_one_error(tmp_path):
+    """The tiny model cut at every 5th byte of its header, and 400 random bytes of its header changed: each
+    reads as a model or fails with kvplan's one error, never another exception (in-process, so it is fast)."""
+    path = write_gguf(tmp_path / "tiny.gguf", "llama", TINY, tiny_tensors())
+    data = path.read_bytes()
+    end = GGUFReader(str(path)).data_offset
+    damaged = tmp_path / "damaged.gguf"
+    rng = random.Random(0)
+    cases = [data[:cut] for cut in range(0, end, 5)]
+    for _ in range(400):
+        flipped = bytearray(data)
+        flipped[rng.randrange(end)] = rng.randrange(256)
+        cases.append(bytes(flipped))
+    outcomes = {"spec": 0, "error": 0}
+    for case in cases:
+        damaged.write_bytes(case)
+        try:
+            gguf_model.load_file(damaged)
+            outcomes["spec"] += 1
+        except KvplanError as err:
+            assert "\n" not in str(err)
+            outcomes["error"] += 1
+    assert outcomes["error"] >= len(range(0, end, 5)) and outcomes["spec"] > 0
+
+
+# ---------------------------------------------------------------------------------------------- the Hub
+
+
+@pytest.fixture(scope="module")
+def llama_gguf_files(tmp_path_factory):
+    """Llama-3-8B at Q4_K_M with a 128,256-token vocabulary (a header of ~2.4 MiB, so reading it takes several
+    range requests) and at Q8_0; their headers, and their tensor bytes as GGUFReader reports them (read from
+    vocabulary-less twins: the tensors are the same, and gguf-py reads big string arrays slowly)."""
+    root = tmp_path_factory.mktemp("llama-gguf")
+    tokens = {"tokenizer.ggml.tokens": [f"token-{i}" for i in range(128_256)]}
+    q4_tensors = llama3_8b_q4_k_m()
+    q8_tensors = [(n, s, Q.Q8_0 if len(s) > 1 else Q.F32) for n, s, _ in q4_tensors]
+    q4 = write_gguf(root / "q4.gguf", "llama", {**LLAMA3_8B, **tokens}, q4_tensors, sparse=True)
+    q8 = write_gguf(root / "q8.gguf", "llama", {**LLAMA3_8B, "general.file_type": 7}, q8_tensors, sparse=True)
+    twin = write_gguf(root / "twin.gguf", "llama", LLAMA3_8B, q4_tensors, sparse=True)
+    return {"Meta-Llama-3-8B-Q4_K_M.gguf": Sparse(header_bytes(q4, q4_tensors), q4.stat().st_size),
+            "Meta-Llama-3-8B-Q8_0.gguf": Sparse(header_bytes(q8, q8_tensors), q8.stat().st_size),
+            "mmproj-Meta-Llama-3-8B-Q4_K_M.gguf": b"not read", "README.md": b"# GGUF\n"}, \
+        {"Q4_K_M": reader_bytes(twin), "Q8_0": reader_bytes(q8), "header": len(header_bytes(q4, q4_tensors))}
+
+
+@pytest.fixture
+def gguf_hub(monkeypatch, tmp_path, llama_gguf_files):
+    """A loopback Hub holding org/Llama-3-8B-GGUF: the two GGUF files of several GB whose headers alone exist, a
+    README and a multimodal projector."""
+    files, expected = llama_gguf_files
+    hub = FakeHub()
+    hub.add("org/Llama-3-8B-GGUF", files)
+    hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url)
+    yield hub, expected
+    hub.close()
+
+
+def served_bytes(hub: FakeHub) -> int:
+    """Bytes the CDN was asked for by range requests."""
+    total = 0
+    for _, path, wanted, _ in hub.requests:
+        if wanted and path.startswith("/cdn/"):
+            start, _, end = wanted.removeprefix("bytes=").partition("-")
+            total += int(end) - int(start) + 1
+    return total
+
+
+def test_hub_gguf_by_quant_tag_reads_only_the_header(gguf_hub, monkeypatch, capsys):
+    """`org/name:Q4_K_M` picks the one file carrying the tag (not the mmproj); weights = the tensors' bytes as
+    GGUFReader reports them; the server is asked for a few MiB by range requests (the header is ~1.5 MiB of
+    vocabulary), not the 4.6 GiB file."""
+    hub, expected = gguf_hub
+    data = estimate_json(monkeypatch, capsys, "--model", "org/Llama-3-8B-GGUF:q4_k_m")
+    assert data["weights_bytes"] == expected["Q4_K_M"] and data["weights_dtype"] == "Q4_K_M"
+    assert data["model"] == "org/Llama-3-8B-GGUF:Meta-Llama-3-8B-Q4_K_M.gguf"
+    gets = [(path, wanted) for method, path, wanted, _ in hub.requests
+            if method == "GET" and (path.endswith(".gguf") or path.startswith("/cdn/"))]
+    assert all(wanted for _, wanted in gets)  # every GET of the file is a range request
+    assert sum(path.startswith("/cdn/") for path, _ in gets) >= 2  # the header grew past the first read
+    assert expected["header"] < served_bytes(hub) <= 4 * expected["header"] + 2**20
+
+
+def test_hub_gguf_by_file_name(gguf_hub, monkeypatch, capsys):
+    hub, expected = gguf_hub
+    data = estimate_json(monkeypatch, capsys, "--model", "org/Llama-3-8B-GGUF", "--gguf-file",
+                         "Meta-Llama-3-8B-Q8_0.gguf")
+    assert data["weights_bytes"] == expected["Q8_0"] and data["weights_dtype"] == "Q8_0"
+    data = estimate_json(monkeypatch, capsys, "--model", "org/Llama-3-8B-GGUF:Meta-Llama-3-8B-Q8_0.gguf")
+    assert data["weights_bytes"] == expected["Q8_0"]
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--model", "org/Llama-3-8B-GGUF:Q5_K_M"], ["no GGUF file", "Meta-Llama-3-8B-Q8_0.gguf"]),
+    (["--model", "org/Llama-3-8B-GGUF:Meta-Llama-3-8B"], ["several GGUF files", "--gguf-file"]),
+    (["--model", "org/Llama-3-8B-GGUF", "--gguf-file", "other.gguf"], ["has no file 'other.gguf'"]),
+    (["--model", "org/Llama-3-8B-GGUF:Q8_0", "--gguf-file", "x.gguf"], ["leave --gguf-file out"]),
+    (["--model", "org/Llama-3-8B-GGUF"], ["no config.json but GGUF files", ":TAG"]),
+    (["--model", "llama-3-8b", "--gguf-file", "x.gguf"], ["for Hub repos"]),
+])
+def test_hub_gguf_choices_kvplan_cannot_make_are_one_line(gguf_hub, monkeypatch, capsys, args, fragments):
+    code, _, err = run_main(monkeypatch, capsys, "show", *args)
+    assert_one_line_error(code, err, *fragments)
+
+
+def test_hub_gguf_in_the_cache_is_read_offline(monkeypatch, tmp_path, capsys):
+    """A GGUF already in the Hugging Face cache (hf download) is read there with HF_HUB_OFFLINE: no request."""
+    hub = FakeHub()
+    path = write_gguf(tmp_path / "tiny.gguf", "llama", TINY, tiny_tensors())
+    put_in_cache(tmp_path / "hf" / "hub", "org/tiny-GGUF", "a" * 40, {"tiny-Q4_K_M.gguf": path.read_bytes()})
+    hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url, offline=True)
+    try:
+        data = estimate_json(monkeypatch, capsys, "--model", "org/tiny-GGUF", "--gguf-file", "tiny-Q4_K_M.gguf")
+        assert data["weights_bytes"] == reader_bytes(path) and not hub.requests
+        code, _, err = run_main(monkeypatch, capsys, "show", "--model", "org/tiny-GGUF:Q4_K_M")
+        assert_one_line_error(code, err, "HF_HUB_OFFLINE", "--gguf-file")
+    finally:
+        hub.close()
+
+
+def test_a_gated_gguf_repo_wants_a_token(monkeypatch, tmp_path, capsys):
+    hub = FakeHub()
+    path = write_gguf(tmp_path / "tiny.gguf", "llama", TINY, tiny_tensors())
+    hub.add("org/gated-GGUF", {"tiny-Q4_K_M.gguf": path.read_bytes()}, gated=True)
+    hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url)
+    try:
+        code, _, err = run_main(monkeypatch, capsys, "show", "--model", "org/gated-GGUF:Q4_K_M")
+        assert_one_line_error(code, err, "gated")
+        data = estimate_json(monkeypatch, capsys, "--model", "org/gated-GGUF:Q4_K_M", "--token", GOOD_TOKEN)
+        assert data["weights_bytes"] == reader_bytes(path)
+    finally:
+        hub.close()
+
+
+# ---------------------------------------------------------------------------------------------- planning
+
+
+def test_a_gguf_plans_for_llama_cpp_unless_told(tmp_path, monkeypatch, capsys):
+    """With a GPU and no --engine, a GGUF is planned with llama.cpp's rules (f16 cache, its pool); --engine still
+    chooses."""
+    path = write_gguf(tmp_path / "tiny.gguf", "llama", TINY, tiny_tensors())
+    data = estimate_json(monkeypatch, capsys, "--model", str(path), "--gpu", "rtx-4090")
+    assert data["engine"] == "llama.cpp" and data["kv_dtype"] == "fp16"
+    data = estimate_json(monkeypatch, capsys, "--model", str(path), "--gpu", "rtx-4090", "--engine", "vllm")
+    assert data["engine"] == "vllm"
+    code, out, err = run_main(monkeypatch, capsys, "plan", "--model", str(path), "--ctx", "8k", "--users", "4",
+                              "--gpu", "rtx-4090", "--json")
+    assert code == 0, err
+    assert json.loads(out)["engine"] == "llama.cpp"
+
+
+def test_show_and_table_name_the_file_type(tmp_path, monkeypatch, capsys):
+    path = write_gguf(tmp_path / "tiny.gguf", "llama", TINY, tiny_tensors())
+    code, out, err = run_main(monkeypatch, capsys, "show", "--model", str(path))
+    assert code == 0, err
+    assert "weights Q4_K_M (gguf)" in out and "gguf:" in out
+    code, out, err = run_main(monkeypatch, capsys, "table", "--models", str(path), "--ctx", "4k", "--format", "csv")
+    assert code == 0, err
+    assert "Q4_K_M" in out
+
+
+def test_profile_does_not_take_a_gguf(tmp_path, monkeypatch, capsys):
+    """profile builds with transformers from a config.json: a GGUF file is refused before anything is built."""
+    path = write_gguf(tmp_path / "tiny.gguf", "llama", TINY, tiny_tensors())
+    code, _, err = run_main(monkeypatch, capsys, "profile", "--model", str(path), "--ctx", "1k", "--device", "cpu")
+    assert_one_line_error(code, err, "not from a GGUF file")
+
+
+# ---------------------------------------------------------------------------------------------- real files
+
+
+REAL = os.environ.get("KVPLAN_REAL_GGUF_DIR")
+
+
+@pytest.mark.skipif(not REAL, reason="KVPLAN_REAL_GGUF_DIR names no directory of real GGUF files")
+def test_real_gguf_files_read_as_gguf_reader_reads_them():
+    """Real files from llama.cpp's converter (e.g. the vocabulary GGUFs llama.cpp ships in models/): every key,
+    its type and value (or array length), and every tensor, as GGUFReader reads them."""
+    paths = sorted(Path(REAL).glob("*.gguf"))
+    assert paths
+    for path in paths:
+        header = gguf.read_file(path)
+        reader = GGUFReader(str(path))
+        fields = {k: f for k, f in reader.fields.items() if not k.startswith("GGUF.")}
+        assert set(header.metadata) == set(fields), path
+        for key, field in fields.items():
+            value = header.metadata[key]
+            if value.element_type is None:
+                expected = field.contents()
+                assert value.value == pytest.approx(expected) if isinstance(expected, float) \
+                    else value.value == expected, (path, key)
+            else:
+                assert value.length == len(field.data), (path, key)
+        assert [(t.name, t.nbytes) for t in header.tensors] == [(t.name, int(t.n_bytes)) for t in reader.tensors]
