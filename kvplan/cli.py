@@ -416,8 +416,8 @@ Ctxs = _flag(str, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024)", "--ctx")
 Gpus_ = _flag(str | None, "GPUs from the catalogue, a comma list (h100,l40s,4xh100): adds max users on each GPU "
               "set")
 Vrams = _flag(str | None, "memory of GPUs not in the catalogue, a comma list: 24GiB,48GB")
-TableEngine = _flag(str | None, "engine whose rules and dtypes apply: vllm (default with a GPU), sglang, "
-                    "llama.cpp, transformers, tensorrt-llm or ideal")
+TableEngine = _flag(str | None, "engine whose rules and dtypes apply: vllm (default with a GPU; llama.cpp on Apple "
+                    "silicon), sglang, llama.cpp, transformers, tensorrt-llm or ideal")
 KeepGoing = _flag(bool, "leave out models that fail (still named on stderr, exit 2) instead of stopping",
                   "--keep-going")
 TableFormat = _flag(str | None, "rich, markdown, csv or json (default: from --out's extension, else rich)",

@@ -30,6 +30,7 @@ from kvplan.model import (
     IndexerKeys,
     LayerCache,
     ModelSpec,
+    MultimodalInput,
     NoCache,
     RecurrentState,
     SlidingWindow,
@@ -745,11 +746,9 @@ class Vllm(Engine):
                 notes.append(f"text-only: vLLM does not load the vision tower ({tower_bytes / GiB:,.2f} GiB)")
             if text_only:
                 notes.append("text-only: no encoder cache and no multimodal profile run")
-            elif mm.tokens_per_item is None:
+            elif mm.tokens_per_item is None or limits[mm.item_modality] == 0:
                 notes.append(f"vLLM's encoder cache and multimodal profile run for {model.architecture} are not "
                              "counted (kvplan does not know its tokens per item); --language-model-only drops them")
-            elif limits[mm.item_modality] == 0:
-                notes.append(f"vLLM's encoder cache for {model.architecture}'s other inputs is not counted")
             else:
                 overhead["mm_encoder_cache"] = self._encoder_cache(model, mm, limits[mm.item_modality], max_len,
                                                                    notes)
@@ -767,7 +766,8 @@ class Vllm(Engine):
                              if backend == "lmcache" else ""))
         return ServingExtras(tower_not_loaded=dropped, overhead=overhead, kv_offload_bytes=offload, notes=notes)
 
-    def _encoder_cache(self, model: ModelSpec, mm, limit: int, max_len: int, notes: list[str]) -> int:
+    def _encoder_cache(self, model: ModelSpec, mm: MultimodalInput, limit: int, max_len: int,
+                       notes: list[str]) -> int:
         tokens, batched = mm.tokens_per_item, self.max_num_batched_tokens()
         if model.architecture in self.MM_PREFIX_LM and tokens > batched:
             raise KvplanError(f"vLLM: Chunked MM input disabled but max_tokens_per_mm_item ({tokens}) is larger than "

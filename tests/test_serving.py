@@ -237,3 +237,11 @@ def test_plan_carries_the_multimodal_reservation():
     text_only = plan(model, Workload(ctx=32_768, users=16), H100, options=EngineOptions(language_model_only=True))
     assert text_only.rows[0].gpus <= with_images.rows[0].gpus
     assert text_only.rows[0].weights_bytes_per_gpu < with_images.rows[0].weights_bytes_per_gpu
+
+
+def test_table_plans_llama_cpp_on_apple_silicon(monkeypatch, capsys):
+    code, out, _ = run_main(monkeypatch, capsys, "table", "-m", LLAMA3, "--ctx", "8k", "--gpu", "m2-ultra",
+                            "--format", "json")
+    assert code == 0 and json.loads(out)[0]["engine"] == "llama.cpp"
+    code, _, err = run_main(monkeypatch, capsys, "table", "-m", LLAMA3, "--ctx", "8k", "--gpu", "m2-ultra,h100")
+    assert code == 2 and "give --engine" in err
