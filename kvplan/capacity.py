@@ -37,9 +37,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan import engines
 from kvplan.dtypes import WEIGHT_DTYPES, DType, kv_dtype, weight_dtype
-from kvplan.engines import Engine, EngineOptions, KVPool, VllmPool
+from kvplan.engines import Engine, EngineOptions, KVPool, ServingExtras, VllmPool
 from kvplan.errors import KvplanError
-from kvplan.memory import weights_by_group, weights_bytes
+from kvplan.memory import vision_bytes, weights_by_group, weights_bytes
 from kvplan.model import LayerCache, ModelSpec, RecurrentState
 
 SEARCH_LIMIT = 1 << 24  # longest context searched for models that state no maximum
@@ -154,6 +154,17 @@ class Capacity(BaseModel):
     vllm_block_bytes: int | None = None
     vllm_blocks_per_sequence: int | None = None
     vllm_kv_bytes_per_sequence_decode: int | None = None
+    vllm_kv_offload_blocks: int | None = Field(None, description="blocks the native CPU offloading connector holds, "
+                                               "each one GPU block of every worker")
+    vllm_kv_offload_tokens: int | None = Field(None, description="prefix tokens those blocks hold (one KV-cache "
+                                               "group); None for hybrid layouts")
+    weights_not_loaded_bytes: int = Field(0, description="vision tower weights the engine does not load (text-only "
+                                          "serving), all GPUs together")
+    weights_offloaded_bytes_per_gpu: int = Field(0, description="weights each GPU keeps in host memory (vLLM "
+                                                 "--cpu-offload-gb)")
+    kv_offload_bytes: int = Field(0, description="host memory for offloaded KV blocks, per engine instance")
+    host_memory_bytes: int = Field(0, description="host memory the deployment pins: offloaded weights of every GPU "
+                                   "and offloaded KV of every replica")
 
     @property
     def headroom_bytes(self) -> int:
@@ -424,6 +435,8 @@ class _Deployment:
     stages: list
     pools: list[KVPool]
     notes: list[str]
+    extras: ServingExtras
+    offloaded: int
 
 
 def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, options: EngineOptions,
@@ -449,7 +462,12 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
     if weights_dtype_name is None and engine.default_weights_dtype(model):
         weights_dtype_name = engine.default_weights_dtype(model)
         notes.append(f"fp32 checkpoint: {engine.label} loads it in {weights_dtype_name}")
-    weights_label, weights_per_gpu, experts_per_gpu = weights_on_gpu(model, engine, weights_dtype_name)
+    extras = engine.serving_extras(model, vision_bytes(model, weights_dtype_name), max(w.ctx for w in workloads))
+    notes += extras.notes
+    weights_label, weights_per_gpu, experts_per_gpu = weights_on_gpu(model, engine, weights_dtype_name,
+                                                                      extras.tower_not_loaded)
+    offloaded = engine.weights_offloaded(weights_per_gpu)
+    weights_per_gpu -= offloaded
     fraction = overhead_bytes = breakdown = None
     if kv_budget is not None:
         budget = kv_budget
@@ -463,24 +481,27 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
             raise KvplanError(f"{engine.label}'s default {engine.fraction_flag} for a GPU of "
                               f"{hardware.memory_bytes / 2**30:,.2f} GiB is {fraction}: it reserves more than the GPU "
                               "has; give a GPU with more memory or set the fraction yourself")
-        breakdown = {"given": overhead} if overhead is not None else engine.overhead().model_dump()
+        breakdown = {"given": overhead} if overhead is not None else engine.overhead().model_dump() | extras.overhead
         overhead_bytes = sum(breakdown.values())
         budget = engine.kv_budget(hardware.memory_bytes, fraction, weights_per_gpu, overhead_bytes)
     if stages is None:
         stages = gpu_layers(engine.cached_layers(model), model.num_layers, parallel.tp, parallel.pp)
     pools = [engine.pool(layers, model, kv) for layers in stages]
     return _Deployment(engine, kv, weights_label, weights_dtype_name, weights_per_gpu, experts_per_gpu, fraction,
-                       overhead_bytes, breakdown, budget, stages, pools, notes)
+                       overhead_bytes, breakdown, budget, stages, pools, notes, extras, offloaded)
 
 
-def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None) -> tuple[str, int, int]:
+def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None,
+                   tower_not_loaded: int = 0) -> tuple[str, int, int]:
     """(dtype label, weights on the fullest GPU, of which routed experts), in bytes:
         ceil(scale x sum over groups of bytes x the engine's share for the group)
     scale = the checkpoint's exact bytes / the config's where its safetensors headers were read (its tensors are not
-    grouped), else 1. With every share 1 / (tp x pp) this is ceil(weights / (tp x pp))."""
+    grouped), else 1. With every share 1 / (tp x pp) this is ceil(weights / (tp x pp)). `tower_not_loaded`: the
+    vision tower's bytes the engine leaves out (text-only serving), taken from its group."""
     groups, label = weights_by_group(model, dtype_name)
     total = weights_bytes(model, dtype_name)[0]
     scale = Fraction(total, sum(groups.values()) or 1)
+    groups["vision"] -= min(groups["vision"], tower_not_loaded)
     shares = engine.weight_shares(model)
     per_gpu = math.ceil(scale * sum(size * shares[group] for group, size in groups.items()))
     return label, per_gpu, math.ceil(scale * groups["experts"] * shares["experts"])
@@ -558,6 +579,7 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         avg_ctx=workload.avg_ctx, max_users_at_avg_ctx=at_avg, shared_prefix=prefix, fits=users >= workload.target,
         reasons=[], suggestions=[], notes=notes,
         **(_vllm_numbers(binding, budget, ctx) if isinstance(binding, VllmPool) else {}),
+        **_host_memory(d, parallel, binding),
     )
     if result.fits:
         return result
@@ -608,6 +630,21 @@ def _vllm_numbers(pool: VllmPool, budget: int, ctx: int) -> dict:
             "vllm_max_concurrency": log.max_concurrency, "vllm_log": log.lines,
             "vllm_block_bytes": pool.block_bytes, "vllm_blocks_per_sequence": pool.blocks_per_request(ctx),
             "vllm_kv_bytes_per_sequence_decode": pool.bytes_per_sequence_decode(ctx)}
+
+
+def _host_memory(d: _Deployment, parallel: Parallelism, pool: KVPool) -> dict:
+    """Host memory the deployment pins: each GPU's offloaded weights (--cpu-offload-gb) on every GPU, and each
+    engine instance's KV offloading buffer (--kv-offloading-size, already summed over its TP x PP workers) once per
+    data-parallel replica; the native connector's blocks and, for one KV-cache group, the prefix tokens they hold."""
+    kv = d.extras.kv_offload_bytes
+    out = {"weights_not_loaded_bytes": d.extras.tower_not_loaded, "weights_offloaded_bytes_per_gpu": d.offloaded,
+           "kv_offload_bytes": kv, "host_memory_bytes": d.offloaded * parallel.gpus + kv * parallel.replicas}
+    if kv and isinstance(pool, VllmPool) and (d.engine.options.kv_offloading_backend or "native") == "native":
+        blocks = d.engine.offload_blocks(pool.block_bytes)
+        one_group = len(pool.groups) == 1 and pool.groups[0].groups == 1
+        out |= {"vllm_kv_offload_blocks": blocks,
+                "vllm_kv_offload_tokens": blocks * pool.groups[0].block_size if one_group else None}
+    return out
 
 
 def users_label(n: int) -> str:
@@ -781,7 +818,7 @@ class Plan(BaseModel):
     users: int
     rows: list[PlanRow]
     warnings: list[str]
-    notes: list[str]
+    notes: list[str] = []
 
 
 def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_name: str = "vllm",

@@ -95,6 +95,16 @@ SpeculativeTokens = _flag(int | None, "draft tokens per step of speculative deco
                           "states kept for rollback)", "--speculative-tokens")
 Frontend = _flag(str | None, "llama.cpp front end: server (llama-server, default) or python (llama-cpp-python "
                  "Llama())")
+# vLLM's multimodal and offloading flags (docs/engines.md)
+LimitMm = _flag(str | None, "vLLM: items per prompt, '{\"image\": 0}' or image=0,video=0 (0 for every modality: "
+                "text-only)", "--limit-mm-per-prompt")
+LanguageModelOnly = _flag(bool, "vLLM: serve a multimodal model as text only (no vision tower, no encoder cache)",
+                          "--language-model-only")
+KvOffloadSize = _flag(str | None, "vLLM: host memory for offloaded KV, GiB (64) or a size (64GiB)",
+                      "--kv-offloading-size")
+KvOffloadBackend = _flag(str | None, "vLLM: native (default) or lmcache", "--kv-offloading-backend")
+CpuOffload = _flag(str | None, "vLLM: GiB of each GPU's weights kept in host memory (10) or a size",
+                   "--cpu-offload-gb")
 
 
 @app.command()
@@ -117,6 +127,9 @@ def estimate(
     ubatch_size: UbatchSize = None, batch_size: BatchSize = None, cache_type_k: CacheTypeK = None,
     cache_type_v: CacheTypeV = None, flash_attn: FlashAttn = None, speculative_tokens: SpeculativeTokens = None,
     frontend: Frontend = None,
+    limit_mm_per_prompt: LimitMm = None, language_model_only: LanguageModelOnly = False,
+    kv_offloading_size: KvOffloadSize = None, kv_offloading_backend: KvOffloadBackend = None,
+    cpu_offload_gb: CpuOffload = None,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
@@ -137,9 +150,13 @@ def estimate(
     llama_cpp = dict(ubatch_size=ubatch_size, batch_size=batch_size, cache_type_k=cache_type_k,
                      cache_type_v=cache_type_v, flash_attn=flash_attn, speculative_tokens=speculative_tokens,
                      frontend=frontend)
+    serving = dict(limit_mm=limit_mm_per_prompt, language_model_only=language_model_only or None,
+                   kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
+                   cpu_offload_gb=cpu_offload_gb)
     capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
                       overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
-                      async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values())
+                      async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values(),
+                      *serving.values())
     spec = load_model(model, revision, token, gguf_file)
     cap = None
     if any(flag is not None for flag in capacity_flags) or enable_expert_parallel:
@@ -147,19 +164,22 @@ def estimate(
 
         options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
                                   batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                                  kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation, **llama_cpp)
+                                  kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation, **llama_cpp,
+                                  **serving)
         workload = capacity.Workload(
             ctx=tokens, users=users if users is not None else batch,
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
             shared_prefix=parse_tokens(shared_prefix, "shared-prefix") if shared_prefix else 0)
-        engine_name = engine or _default_engine(spec)
         hardware, gpus = _hardware(gpu, vram, gpus)
+        engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
         cap = capacity.capacity(
             spec, workload, engine_name=engine_name, options=options, hardware=hardware,
             parallel=capacity.parallelism(engine_name, gpus, tp, pp, dp, ep, enable_expert_parallel),
             kv_dtype_name=kv_dtype,
             weights_dtype_name=weights_dtype, kv_budget=_size(kv_budget, "--kv-budget"),
             overhead=_size(overhead, "--overhead", allow_zero=True))
+        if chosen:
+            cap = cap.model_copy(update={"notes": [chosen, *cap.notes]})
         kv_dtype, weights_dtype = cap.kv_dtype, cap.weights_dtype_override
     v_dtype = cap.v_dtype if cap is not None else None
     result = run_estimate(spec, tokens, batch, kv_dtype, weights_dtype, v_dtype)
@@ -183,15 +203,49 @@ def estimate(
         raise typer.Exit(DOES_NOT_FIT)
 
 
-def _default_engine(spec) -> str:
-    """vLLM, or llama.cpp for a GGUF file: its cache layout is llama.cpp's."""
-    return "llama.cpp" if spec.checkpoint is not None and spec.checkpoint.format == "gguf" else "vllm"
+def _default_engine(spec, gpu_name: str | None) -> tuple[str, str | None]:
+    """The engine planned when --engine is not given, and a note where the GPU chose it: llama.cpp for a GGUF file
+    (its cache layout is llama.cpp's) and on Apple silicon (`kvplan.engines.default_engine`), else vLLM."""
+    from kvplan.engines import default_engine
+
+    if spec.checkpoint is not None and spec.checkpoint.format == "gguf":
+        return "llama.cpp", None
+    return default_engine(gpu_name)
+
+
+def _limit_mm(text: str | None) -> tuple[tuple[str, int], ...] | None:
+    """--limit-mm-per-prompt as vLLM takes it, a JSON object of counts ('{"image": 0, "video": 2}'), or
+    image=0,video=2."""
+    if text is None:
+        return None
+    counts: dict = {}
+    if text.strip().startswith("{"):
+        try:
+            counts = json.loads(text)
+        except ValueError:
+            raise KvplanError(f"--limit-mm-per-prompt {brief(text)} is not a JSON object like "
+                              '\'{"image": 0}\'') from None
+    else:
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, sep, count = item.partition("=")
+            counts[name.strip()] = int(count) if sep and count.strip().isdigit() and count.isascii() else count
+    if not counts or not isinstance(counts, dict):
+        raise KvplanError(f"--limit-mm-per-prompt {brief(text)}: give counts like image=0,video=0 or "
+                          '\'{"image": 0}\'')
+    for name, count in counts.items():
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_COUNT:
+            raise KvplanError(f"--limit-mm-per-prompt: the count for {brief(name)} must be a whole number from 0 "
+                              f"(kvplan reads counts only), got {brief(str(count))}")
+    return tuple(sorted(counts.items()))
 
 
 def _engine_options(*, version=None, fraction=None, block_size=None, batched_tokens=None, async_scheduling=None,
                     kv_unified=None, swa_full=None, cache=None, ubatch_size=None, batch_size=None,
-                    cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None):
+                    cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None,
+                    limit_mm=None, language_model_only=None, kv_offloading_size=None, kv_offloading_backend=None,
+                    cpu_offload_gb=None):
     from kvplan.engines import EngineOptions
+    from kvplan.units import parse_gib
 
     _counts(block_size=block_size, max_num_batched_tokens=batched_tokens, ubatch_size=ubatch_size,
             batch_size=batch_size)
@@ -199,7 +253,8 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
         raise KvplanError(f"--gpu-memory-utilization must be in (0, 1], got {fraction}")
     for flag, value, choices in (("--cache-implementation", cache, ("dynamic", "static")),
                                  ("--flash-attn", flash_attn, ("on", "off", "auto")),
-                                 ("--frontend", frontend, ("server", "python"))):
+                                 ("--frontend", frontend, ("server", "python")),
+                                 ("--kv-offloading-backend", kv_offloading_backend, ("native", "lmcache"))):
         if value not in (None, *choices):
             raise KvplanError(f"{flag} is {' or '.join(choices)}, got {brief(value)}")
     if speculative_tokens is not None and not 0 <= speculative_tokens <= MAX_COUNT:
@@ -209,7 +264,13 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                          kv_unified=kv_unified, swa_full=swa_full, cache_implementation=cache,
                          ubatch_size=ubatch_size, batch_size=batch_size, cache_type_k=cache_type_k,
                          cache_type_v=cache_type_v, flash_attn=flash_attn, speculative_tokens=speculative_tokens,
-                         frontend=frontend)
+                         frontend=frontend, limit_mm_per_prompt=_limit_mm(limit_mm),
+                         language_model_only=language_model_only,
+                         kv_offloading_size=parse_gib(kv_offloading_size, "--kv-offloading-size")
+                         if kv_offloading_size is not None else None,
+                         kv_offloading_backend=kv_offloading_backend,
+                         cpu_offload_bytes=parse_gib(cpu_offload_gb, "--cpu-offload-gb")
+                         if cpu_offload_gb is not None else None)
 
 
 def _hardware(gpu: str | None, vram: str | None, gpus: int | None = None):
@@ -263,6 +324,9 @@ def plan(
     kv_unified: KvUnified = None, swa_full: SwaFull = None, cache_implementation: CacheImpl = None,
     ubatch_size: UbatchSize = None, batch_size: BatchSize = None, flash_attn: FlashAttn = None,
     speculative_tokens: SpeculativeTokens = None, frontend: Frontend = None,
+    limit_mm_per_prompt: LimitMm = None, language_model_only: LanguageModelOnly = False,
+    kv_offloading_size: KvOffloadSize = None, kv_offloading_backend: KvOffloadBackend = None,
+    cpu_offload_gb: CpuOffload = None,
     max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider")] = 64,
     as_json: Json = False,
 ) -> None:
@@ -284,11 +348,16 @@ def plan(
                               batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                               kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation,
                               ubatch_size=ubatch_size, batch_size=batch_size, flash_attn=flash_attn,
-                              speculative_tokens=speculative_tokens, frontend=frontend)
+                              speculative_tokens=speculative_tokens, frontend=frontend, limit_mm=limit_mm_per_prompt,
+                              language_model_only=language_model_only or None, kv_offloading_size=kv_offloading_size,
+                              kv_offloading_backend=kv_offloading_backend, cpu_offload_gb=cpu_offload_gb)
     spec = load_model(model, revision, token, gguf_file)
+    engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
     result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,
-                           engine_name=engine or _default_engine(spec), options=options,
+                           engine_name=engine_name, options=options,
                            overhead=_size(overhead, "--overhead", allow_zero=True), max_gpus=max_gpus)
+    if chosen:
+        result = result.model_copy(update={"notes": [chosen, *result.notes]})
     if as_json:
         print(json.dumps(result.model_dump(), indent=2))
     else:
@@ -365,8 +434,8 @@ Ctxs = _flag(str, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024)", "--ctx")
 Gpus_ = _flag(str | None, "GPUs from the catalogue, a comma list (h100,l40s,4xh100): adds max users on each GPU "
               "set")
 Vrams = _flag(str | None, "memory of GPUs not in the catalogue, a comma list: 24GiB,48GB")
-TableEngine = _flag(str | None, "engine whose rules and dtypes apply: vllm (default with a GPU), sglang, "
-                    "llama.cpp, transformers, tensorrt-llm or ideal")
+TableEngine = _flag(str | None, "engine whose rules and dtypes apply: vllm (default with a GPU; llama.cpp on Apple "
+                    "silicon), sglang, llama.cpp, transformers, tensorrt-llm or ideal")
 KeepGoing = _flag(bool, "leave out models that fail (still named on stderr, exit 2) instead of stopping",
                   "--keep-going")
 TableFormat = _flag(str | None, "rich, markdown, csv or json (default: from --out's extension, else rich)",

@@ -31,6 +31,7 @@ from kvplan.model import (
     IndexerKeys,
     LayerCache,
     ModelSpec,
+    MultimodalInput,
     NoCache,
     ParamCounts,
     RecurrentState,
@@ -72,6 +73,19 @@ class Overhead(BaseModel):
         return self.activations + self.non_torch + self.cuda_graphs + self.cuda_context
 
 
+class ServingExtras(BaseModel):
+    """What an engine keeps for a deployment besides the weights, the KV cache and its fixed overhead: a multimodal
+    model's start-up reservation for its inputs, the vision tower it does not load, and what it keeps in host
+    memory. Bytes per GPU unless named otherwise."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tower_not_loaded: int = 0  # vision tower weights left out (text-only serving), before the GPU split
+    overhead: dict[str, int] = {}  # further overhead terms, by name
+    kv_offload_bytes: int = 0  # host memory for offloaded KV, per engine instance (all its GPUs)
+    notes: list[str] = []
+
+
 class EngineOptions(BaseModel):
     """Engine flags as given on the command line; None means the engine's own default."""
 
@@ -92,6 +106,11 @@ class EngineOptions(BaseModel):
     flash_attn: Literal["on", "off", "auto"] | None = None
     speculative_tokens: int | None = None
     frontend: Literal["server", "python"] | None = None
+    limit_mm_per_prompt: tuple[tuple[str, int], ...] | None = None
+    language_model_only: bool | None = None
+    kv_offloading_size: int | None = None  # bytes of host memory
+    kv_offloading_backend: Literal["native", "lmcache"] | None = None
+    cpu_offload_bytes: int | None = None
 
 
 FLAG_NAMES = {
@@ -101,7 +120,9 @@ FLAG_NAMES = {
     "kv_unified": "--kv-unified", "swa_full": "--swa-full", "cache_implementation": "--cache-implementation",
     "ubatch_size": "--ubatch-size", "batch_size": "--batch-size", "cache_type_k": "--cache-type-k",
     "cache_type_v": "--cache-type-v", "flash_attn": "--flash-attn", "speculative_tokens": "--speculative-tokens",
-    "frontend": "--frontend",
+    "frontend": "--frontend", "limit_mm_per_prompt": "--limit-mm-per-prompt",
+    "language_model_only": "--language-model-only", "kv_offloading_size": "--kv-offloading-size",
+    "kv_offloading_backend": "--kv-offloading-backend", "cpu_offload_bytes": "--cpu-offload-gb",
 }
 
 
@@ -338,6 +359,14 @@ class Engine(ABC):
         """One line per default this engine applied, with its basis."""
         return []
 
+    def serving_extras(self, model: ModelSpec, tower_bytes: int, max_len: int) -> ServingExtras:
+        """What the engine keeps for a multimodal model's inputs and in host memory: nothing by default."""
+        return ServingExtras()
+
+    def weights_offloaded(self, weights_per_gpu: int) -> int:
+        """Bytes of each GPU's weights the engine keeps in host memory instead (0: none)."""
+        return 0
+
 
 # ----------------------------------------------------------------------------------------------------- vLLM
 
@@ -465,7 +494,9 @@ class Vllm(Engine):
     name = "vllm"
     label = "vLLM"
     default_version = "0.33.0"
-    reads = frozenset({"version", "memory_fraction", "block_size", "max_num_batched_tokens", "async_scheduling"})
+    reads = frozenset({"version", "memory_fraction", "block_size", "max_num_batched_tokens", "async_scheduling",
+                       "limit_mm_per_prompt", "language_model_only", "kv_offloading_size", "kv_offloading_backend",
+                       "cpu_offload_bytes"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
     data_parallel = True
 
@@ -649,9 +680,11 @@ class Vllm(Engine):
         if not table:
             raise KvplanError(f"{model.name} keeps no per-sequence cache: vLLM allocates no KV blocks for it")
         mla = any(cache.kind == "mla" for cache, _ in layers)
-        block = self.options.block_size or (64 if mla else 16)
+        mla_block = self.ROCM_MLA_BLOCK if self.on_rocm() else 64
+        block = self.options.block_size or (mla_block if mla else 16)
+        backends = "ROCm's MLA backends" if self.on_rocm() else "MLA backends"
         notes = [f"block size {block} tokens"
-                 + (" (MLA backends use 64)" if mla and not self.options.block_size else "")]
+                 + (f" ({backends} use {mla_block})" if mla and not self.options.block_size else "")]
         attention = [r for r in table if r.kind != "recurrent"]
         recurrent = [r for r in table if r.kind == "recurrent"]
         mamba_page = max((r.state_bytes for r in recurrent), default=0)
@@ -713,6 +746,10 @@ class Vllm(Engine):
                          for k, w, s, c in groups], group_size * max_page, in_flight, encoder,
                         self.max_num_batched_tokens(), formula, notes, state_pages=pages)
 
+    # ROCm's MLA backends (ROCM_AITER_MLA: any block size, MultipleOf(1); TRITON_MLA: MultipleOf(16),
+    # `platforms/rocm.py` _get_backend_priorities) take vLLM's default block size, 16 (`CacheConfig`,
+    # `AttentionBackend.get_preferred_block_size`), where CUDA's FlashMLA takes 64.
+    ROCM_MLA_BLOCK = 16
     KERNEL_BLOCK = 16  # the smallest kernel block of FlashAttention and Triton attention on CUDA (MultipleOf(16))
     MLA_HYBRID_BLOCK = 128  # MLA decode kernels' alignment for MLA/Mamba hybrids
 
@@ -724,6 +761,115 @@ class Vllm(Engine):
         align = max(self.KERNEL_BLOCK, block, self.MLA_HYBRID_BLOCK if mla else 0)
         needed = align * cdiv(mamba_page, align * attention_per_token)
         return max(block, self.KERNEL_BLOCK * cdiv(needed, self.KERNEL_BLOCK))
+
+    def max_num_seqs(self) -> int:
+        """`vllm serve` default (`EngineArgs.get_batch_defaults`, 0.33.0): 1,024 on GPUs with >= 70 GiB that are not
+        A100s, else 256."""
+        large = (self.gpu_bytes or 0) >= 70 * GiB and "a100" not in (self.gpu_name or "").lower()
+        return 1024 if large else 256
+
+    def on_rocm(self) -> bool:
+        """Whether the GPU is an AMD Instinct (vLLM's ROCm platform, `platforms/rocm.py`)."""
+        if not self.gpu_name:
+            return False
+        from kvplan.gpus import vendor
+
+        return vendor(self.gpu_name) == "amd"
+
+    def mm_limits(self, model: ModelSpec) -> dict[str, int]:
+        """Items allowed per prompt for each of the model's modalities (`MultiModalConfig.get_limit_per_prompt`): 0
+        with --language-model-only, else --limit-mm-per-prompt's count, 999 where it names none."""
+        given = dict(self.options.limit_mm_per_prompt or ())
+        mm = model.multimodal
+        if mm is None and (given or self.options.language_model_only):
+            raise KvplanError(f"--limit-mm-per-prompt and --language-model-only are for multimodal models: "
+                              f"{model.name} takes text only")
+        unknown = sorted(set(given) - set(mm.modalities)) if mm and mm.modalities else []
+        if unknown:
+            raise KvplanError(f"--limit-mm-per-prompt: {model.name} takes no {', '.join(unknown)} (it takes "
+                              f"{', '.join(mm.modalities)})")
+        if self.options.language_model_only:
+            return dict.fromkeys(mm.modalities, 0)
+        return {m: given.get(m, 999) for m in (mm.modalities if mm else ())}
+
+    # Model types (the text decoder's) that vLLM runs attending bidirectionally within an image (`is_mm_prefix_lm`:
+    # MM_PREFIX_LM_MODELS in transformers_utils/model_arch_config_convertor.py, models/gemma3_mm.py): the platform
+    # then forces disable_chunked_mm_input (platforms/cuda.py and rocm.py `check_and_update_config`), so one item
+    # must fit in one batch (`compute_mm_encoder_budget` raises otherwise).
+    MM_PREFIX_LM = frozenset({"gemma3_text"})
+
+    def serving_extras(self, model: ModelSpec, tower_bytes: int, max_len: int) -> ServingExtras:
+        """A multimodal model's inputs (vLLM 0.33.0) and the KV offloading buffer.
+
+        Text-only (--language-model-only, or --limit-mm-per-prompt 0 for every modality the tower encodes): the tower
+        is not built (`SupportsMultiModal._mark_tower_model`) and the encoder is not profiled.
+        Otherwise the start-up profile (`GPUModelRunner.profile_run`, v1/worker/gpu/mm/encoder_runner.py
+        `profile_encoder_cache`) encodes a batch of the largest items and keeps their outputs through the decoder's
+        dummy forward, so its peak holds, with T the largest item's embedding rows and M max_num_batched_tokens:
+            budget = max(M, T)                 (`compute_mm_encoder_budget`: encoder compute budget and encoder cache
+                                                size both default to M, `SchedulerConfig`)
+            items  = max(1, min(budget // T, max_num_seqs x max(1, min(limit, L // T))))   (`MultiModalBudget`)
+            encoder cache = items x T x hidden x dtype bytes     (embedding rows of the decoder's width)
+        The encoder's own forward over that batch is not modelled (a note says so)."""
+        notes, overhead, dropped = [], {}, 0
+        mm = model.multimodal
+        limits = self.mm_limits(model)
+        if mm is not None:
+            text_only = bool(mm.modalities) and all(limits[m] == 0 for m in mm.modalities)
+            if mm.tower_modalities and all(limits[m] == 0 for m in mm.tower_modalities):
+                dropped = tower_bytes
+                notes.append(f"text-only: vLLM does not load the vision tower ({tower_bytes / GiB:,.2f} GiB)")
+            if text_only:
+                notes.append("text-only: no encoder cache and no multimodal profile run")
+            elif mm.tokens_per_item is None or limits[mm.item_modality] == 0:
+                notes.append(f"vLLM's encoder cache and multimodal profile run for {model.architecture} are not "
+                             "counted (kvplan does not know its tokens per item); --language-model-only drops them")
+            else:
+                overhead["mm_encoder_cache"] = self._encoder_cache(model, mm, limits[mm.item_modality], max_len,
+                                                                   notes)
+        elif model.params.vision:
+            notes.append(f"vLLM's encoder cache and multimodal profile run for {model.architecture} are not counted")
+        offload = self.options.kv_offloading_size or 0
+        if self.options.kv_offloading_size == 0 or (self.options.kv_offloading_backend and not offload):
+            raise KvplanError("--kv-offloading-size must be more than 0: vLLM offloads KV only when it is set, and "
+                              "--kv-offloading-backend chooses where")
+        if offload:
+            backend = self.options.kv_offloading_backend or "native"
+            notes.append(f"KV offloading ({backend}): {offload / GiB:,.2f} GiB of host memory holds KV blocks "
+                         "for prefix-cache hits; it adds no concurrent users" + (
+                             " (LMCache's own server sizes it: kvplan counts what --kv-offloading-size says)"
+                             if backend == "lmcache" else ""))
+        return ServingExtras(tower_not_loaded=dropped, overhead=overhead, kv_offload_bytes=offload, notes=notes)
+
+    def _encoder_cache(self, model: ModelSpec, mm: MultimodalInput, limit: int, max_len: int,
+                       notes: list[str]) -> int:
+        tokens, batched = mm.tokens_per_item, self.max_num_batched_tokens()
+        if model.architecture in self.MM_PREFIX_LM and tokens > batched:
+            raise KvplanError(f"vLLM: Chunked MM input disabled but max_tokens_per_mm_item ({tokens}) is larger than "
+                              f"max_num_batched_tokens ({batched}): give --max-num-batched-tokens >= {tokens}")
+        budget = max(batched, tokens)
+        per_prompt = max(1, min(limit, max_len // tokens))
+        items = max(1, min(budget // tokens, self.max_num_seqs() * per_prompt))
+        dtype = kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype)
+        size = items * tokens * mm.embedding_width * dtype.bytes_for(1)
+        notes.append(f"encoder cache: vLLM's start-up profile encodes {items} {mm.item_modality}s of {tokens:,} "
+                     f"embedding rows ({mm.basis}) and holds their {items * tokens:,} rows of "
+                     f"{mm.embedding_width:,} ({dtype.name}) through the decoder's profile; the vision encoder's own "
+                     "activations are not modelled; --language-model-only drops it")
+        return size
+
+    def weights_offloaded(self, weights_per_gpu: int) -> int:
+        """--cpu-offload-gb (UVA offloading, `model_executor/offloader/uva.py`): parameters move to pinned host
+        memory, whole ones, until that many GiB per GPU are offloaded (the last may overshoot by less than one
+        parameter); at most all of the GPU's weights."""
+        return min(self.options.cpu_offload_bytes or 0, weights_per_gpu)
+
+    def offload_blocks(self, block_bytes: int) -> int:
+        """Blocks the native CPU offloading connector holds (`v1/kv_offload/cpu/spec.py`): kv_offloading_size bytes,
+        summed over the engine's tp x pp workers (`config/cache.py`), in chunks of one GPU block from every worker
+        (blocks_per_chunk 1), each rounded up to the host page, 4 KiB: size // round_up(block x workers, 4096)."""
+        chunk = pad(block_bytes * self.tp * self.pp, 4096)
+        return (self.options.kv_offloading_size or 0) // chunk
 
     def assumptions(self) -> list[str]:
         batches = self.in_flight_batches()
@@ -1612,3 +1758,16 @@ def engine_class(name: str) -> type[Engine]:
 def engine(name: str, options: EngineOptions, gpu_name: str | None = None, gpu_bytes: int | None = None,
            tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1) -> Engine:
     return engine_class(name)(options, gpu_name, gpu_bytes, tp, pp, dp, ep)
+
+
+def default_engine(gpu_name: str | None) -> tuple[str, str | None]:
+    """The engine planned when none is given, and a note where the GPU chose it: llama.cpp on Apple silicon, whose
+    GPU it runs on through Metal (`ggml/src/ggml-metal`), where vLLM 0.33.0 has no GPU platform on a Mac (CUDA, ROCm,
+    TPU, XPU, and its CPU platform on macOS: `vllm/platforms/__init__.py`); else vLLM."""
+    if gpu_name:
+        from kvplan.gpus import vendor
+
+        if vendor(gpu_name) == "apple":
+            return "llama.cpp", (f"engine: llama.cpp, the default on {gpu_name} (it runs on Metal; vLLM has no GPU "
+                                 "platform on a Mac); give --engine for another")
+    return "vllm", None

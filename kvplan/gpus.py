@@ -8,6 +8,7 @@ import difflib
 import re
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -15,12 +16,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvplan.errors import KvplanError
 
 CATALOGUE = Path(__file__).parent / "data" / "gpus.yaml"
+PAGE = 16 << 10  # Apple silicon's memory page
 
 
 class Gpu(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
+    vendor: Literal["nvidia", "amd", "apple"] = Field(description="whose GPU: engines' defaults differ by platform "
+                                                      "(CUDA, ROCm, Metal)")
     aliases: list[str] = []
     memory_bytes: int = Field(gt=0, description="total memory as the driver reports it")
     usable_fraction: float = Field(1.0, gt=0, le=1, description="share the GPU may use (unified memory)")
@@ -32,8 +36,12 @@ class Gpu(BaseModel):
 
     @property
     def usable_bytes(self) -> int:
-        """Memory the GPU can use: memory_bytes x usable_fraction."""
-        return int(self.memory_bytes * self.usable_fraction)
+        """Memory the GPU can use: memory_bytes x usable_fraction, for a share (Metal's
+        recommendedMaxWorkingSetSize) rounded up to whole 16 KiB pages, as the values llama.cpp logs are
+        (32 GiB x 2/3 = 21,845.333 MiB; logged 21,845.34 MiB)."""
+        if self.usable_fraction == 1:
+            return self.memory_bytes
+        return -(-int(self.memory_bytes * self.usable_fraction) // PAGE) * PAGE
 
 
 def _key(name: str) -> str:
@@ -81,3 +89,9 @@ def find(name: str) -> Gpu:
     names = list(dict.fromkeys(keys[k].name for k in close))[:3]
     hint = f"; closest: {', '.join(names)}" if names else ""
     raise KvplanError(f"unknown GPU {name!r}{hint} (`kvplan gpus` lists them; --vram 24GiB for any other)")
+
+
+def vendor(name: str) -> str | None:
+    """The vendor of the catalogue GPU called `name` (nvidia, amd, apple), None for a name not in it."""
+    gpu = _by_key().get(_key(name))
+    return gpu.vendor if gpu else None

@@ -74,6 +74,14 @@ def checkpoint_bytes(checkpoint: CheckpointTensors) -> int:
     return sum(checkpoint_bytes_by_dtype(checkpoint).values())
 
 
+def vision_bytes(model: ModelSpec, dtype_name: str | None = None) -> int:
+    """Bytes of the vision tower and projector within weights_bytes: in a float --weights-dtype where one is given,
+    else the checkpoint's float dtype (quantised checkpoints and quantised overrides leave towers unquantised)."""
+    chosen = weight_dtype(dtype_name) if dtype_name else None
+    dtype = chosen if chosen is not None and chosen.name in FLOAT_DTYPES else weight_dtype(model.dtype)
+    return dtype.bytes_for(model.params.vision)
+
+
 def weights_from_checkpoint(model: ModelSpec, dtype_name: str | None = None) -> bool:
     """Whether weights_bytes counts the checkpoint's real tensors (read, and no dtype override)."""
     return not dtype_name and model.checkpoint is not None

@@ -400,6 +400,23 @@ class Widths(BaseModel):
     expert_intermediate: int = Field(0, ge=0, description="one routed expert's intermediate size")
 
 
+class MultimodalInput(BaseModel):
+    """What a multimodal checkpoint takes besides text, as a serving engine's encoder budget sees it: its
+    modalities, those its counted vision tower encodes, and the most decoder embedding rows one item becomes at
+    the processor's defaults (None where kvplan does not know them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    modalities: tuple[str, ...] = Field(description="inputs besides text: image, video, audio")
+    tower_modalities: tuple[str, ...] = Field(description="the modalities the vision tower in params.vision "
+                                                          "encodes")
+    tokens_per_item: int | None = Field(None, gt=0, description="embedding rows of the largest item (of "
+                                        "`item_modality`), each text hidden_size wide")
+    item_modality: str | None = None
+    embedding_width: PositiveInt = Field(description="the width of an embedding row: the decoder's hidden size")
+    basis: str = Field("", description="how tokens_per_item was counted, for notes")
+
+
 class ModelSpec(BaseModel):
     """What kvplan knows of a model: its caches layer by layer, its parameters, dtypes and limits."""
 
@@ -423,3 +440,4 @@ class ModelSpec(BaseModel):
     checkpoint: CheckpointTensors | None = Field(
         None, description="the tensor inventory, when kvplan could read it (safetensors of Hub repos and local dirs, "
                           "GGUF files)")
+    multimodal: MultimodalInput | None = Field(None, description="a multimodal checkpoint's non-text inputs")

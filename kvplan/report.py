@@ -247,6 +247,9 @@ def print_capacity(console: Console, cap) -> None:
         if dp > 1 or ep > 1:
             for part, size in _weights_split(cap):
                 table.add_row(styled(f"    {part}", "dim"), styled(format_bytes(size), "dim"))
+        if cap.weights_offloaded_bytes_per_gpu:
+            table.add_row(styled("    and in host memory (--cpu-offload-gb)", "dim"),
+                          styled(format_bytes(cap.weights_offloaded_bytes_per_gpu), "dim"))
         table.add_row("- overhead" + ("" if any(cap.overhead.values()) else " (none)"), both_units(cap.overhead_bytes))
         for name, size in cap.overhead.items():
             if size:
@@ -280,6 +283,11 @@ def print_capacity(console: Console, cap) -> None:
         table.add_row("shared prefix cached once", f"{cap.shared_prefix:,} tokens")
     if cap.max_ctx_for_users:
         table.add_row(f"longest context for {_users(cap.users)}", f"{cap.max_ctx_for_users:,} tokens")
+    if cap.vllm_kv_offload_blocks is not None:
+        held = f" ({cap.vllm_kv_offload_tokens:,} tokens)" if cap.vllm_kv_offload_tokens is not None else ""
+        table.add_row("KV blocks offloaded to host memory, for prefix hits", f"{cap.vllm_kv_offload_blocks:,}{held}")
+    if cap.host_memory_bytes:
+        table.add_row("host memory pinned, all GPUs", both_units(cap.host_memory_bytes))
     print_table(console, table, whole=())
     if two_figures:
         console.print(plain(
@@ -332,6 +340,8 @@ def print_plan(console: Console, plan) -> None:
                        f"with {plan.engine} {plan.engine_version}"))
     for warning in plan.warnings:
         console.print(styled(f"warning: {warning}", "yellow"))
+    for note in plan.notes:
+        console.print(styled(f"note: {note}", "dim"))
     if not plan.rows:
         console.print(styled("no configuration of up to the largest GPU count considered fits", "red"))
         return

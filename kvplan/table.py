@@ -214,6 +214,12 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
     if weights_dtype_name:
         weight_dtype(weights_dtype_name)
     planning = bool(gpus) or engine_name is not None
+    if engine_name is None and gpus:  # llama.cpp on Apple silicon, vLLM elsewhere (`engines.default_engine`)
+        chosen = {engines.default_engine(gpu.name)[0] for gpu in gpus}
+        if len(chosen) > 1:
+            raise KvplanError("a table plans one engine for every GPU: give --engine (the default is llama.cpp on "
+                              "Apple silicon, vllm on the others)")
+        engine_name = chosen.pop()
     engine_name = engine_name or "vllm"
     options = options or engines.EngineOptions()
     engine = engines.engine(engine_name, options) if planning else None

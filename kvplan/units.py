@@ -76,3 +76,15 @@ def format_bytes(n: int | float, decimal: bool = False) -> str:
             return f"{int(value):,} B" if unit == "B" else f"{value:,.2f} {unit}"
         value /= base
     raise AssertionError("unreachable")
+
+
+def parse_gib(text: str, what: str) -> int:
+    """A size as vLLM's --kv-offloading-size and --cpu-offload-gb take it, GiB as a plain number (`64`, `2.5`; vLLM
+    keeps int(value x 2**30) bytes), or with a unit (`64GiB`, `80GB`) -> bytes; 0 allowed (nothing offloaded)."""
+    plain_number = _exact(str(text), {"": 1})
+    if plain_number is not None:
+        size = plain_number[0] * 2**30
+        if size > MAX_BYTES:
+            raise KvplanError(f"{what} {brief(text)} GiB is more memory than any host has (at most 1 EiB)")
+        return int(size)
+    return parse_bytes(text, what, allow_zero=True)

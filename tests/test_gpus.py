@@ -39,6 +39,46 @@ def test_apple_unified_memory_usable_fraction():
     assert m1.usable_bytes == 51_539_607_552
 
 
+# Metal's recommendedMaxWorkingSetSize as llama.cpp logged it, by unified memory: "MB" is 10**6 bytes in its logs
+# since 2024 and 2**20 bytes ("MiB") before; each value printed with two decimals.
+LOGGED_WORKING_SET = [
+    ("m1-pro-16gb", 11_453.25, 10**6),  # Apple M1 Pro 16 GB: 11453.25 MB (2/3)
+    ("m4-pro-24gb", 17_179.89, 10**6),  # Apple M2 24 GB: 17179.89 MB (2/3)
+    ("m2-max-32gb", 21_845.34, 2**20),  # M2 Max 32 GB: 21845.34 MiB (ollama issue #434; 2/3)
+    ("m4-max-36gb", 28_991.03, 10**6),  # Apple M4 Max 36 GB: 28991.03 MB (3/4)
+    ("m3-max-48gb", 38_654.71, 10**6),  # Apple M3 Max 48 GB: 38654.71 MB (3/4)
+    ("m1-max-64gb", 49_152.00, 2**20),  # M1 Max 64 GB: 49152.00 MiB (llama.cpp issue #1870; 3/4)
+    ("m2-max-96gb", 73_728.00, 2**20),  # M2 Max 96 GB: 73728.00 MiB (llama.cpp issue #3213; 3/4)
+]
+
+
+@pytest.mark.parametrize(("name", "logged", "unit"), LOGGED_WORKING_SET)
+def test_apple_usable_memory_is_metals_working_set(name, logged, unit):
+    """2/3 of RAM up to 32 GB, 3/4 from 36 GB, in whole 16 KiB pages; the 24 GB log is one page above 2/3."""
+    gpu = gpus.find(name)
+    assert gpu.vendor == "apple"
+    assert abs(gpu.usable_bytes - logged * unit) <= 16 * 1024 + 0.005 * unit
+
+
+def test_every_apple_part_is_a_whole_rule():
+    for gpu in gpus.catalogue():
+        if gpu.vendor == "apple":
+            share = 2 / 3 if gpu.memory_bytes <= 32 * GiB else 0.75
+            assert gpu.usable_fraction == pytest.approx(share) and gpu.memory_bytes % GiB == 0, gpu.name
+
+
+def test_mi355x_reports_288_gib():
+    # vLLM on MI355X: --gpu-memory-utilization 0.95 requests 273.6 GiB, 0.85 244.8 GiB (0.95 x 288, 0.85 x 288)
+    mi355x = gpus.find("mi355x")
+    assert mi355x.memory_bytes == 288 * GiB and mi355x.vendor == "amd"
+    assert round(0.95 * mi355x.memory_bytes / GiB, 1) == 273.6 and round(0.85 * mi355x.memory_bytes / GiB, 1) == 244.8
+
+
+def test_vendor_of_names():
+    assert (gpus.vendor("h100"), gpus.vendor("MI300X"), gpus.vendor("m3 ultra"), gpus.vendor("tpu")) == (
+        "nvidia", "amd", "apple", None)
+
+
 @pytest.mark.parametrize("alias", ["h100", "H100-80GB", "H100 80GB", "h100_sxm", "NVIDIA H100 80GB HBM3"])
 def test_aliases(alias):
     assert gpus.find(alias).name == "NVIDIA H100 SXM"
@@ -47,7 +87,8 @@ def test_aliases(alias):
 def test_the_issue_list_is_covered():
     wanted = ["h100", "h100-pcie", "h100-nvl", "h200", "h20", "b200", "a100-40gb", "a100-80gb", "a10g",
               "a10", "l4", "l40s", "v100", "t4", "rtx-3090", "rtx-4090", "rtx-5090", "rtx-6000-ada",
-              "mi300x", "mi325x", "m2-ultra"]
+              "mi300x", "mi325x", "mi355x", "m2-ultra", "m1-max", "m1-ultra", "m2-max", "m3-max", "m3-ultra",
+              "m4-max", "m3-pro", "m4-pro"]
     for name in wanted:
         gpus.find(name)
 

@@ -423,6 +423,33 @@ def test_multimodal_tower_kvplan_does_not_know_is_left_out_with_a_note():
     assert any("vision encoder of llava is not counted" in note for note in model.notes)
 
 
+def test_flat_multimodal_config_says_its_tower_is_not_counted():
+    # Qwen2-VL's config.json on the Hub keeps vision_config beside the decoder's fields, with no text_config
+    qwen2_vl = {"model_type": "qwen2_vl", "vision_config": {"depth": 32, "embed_dim": 1280}, "hidden_size": 3584,
+                "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                "intermediate_size": 18944, "vocab_size": 152064, "torch_dtype": "bfloat16"}
+    model = model_from_config(qwen2_vl, "qwen2-vl", "test")
+    assert model.params.vision == 0
+    assert any("the vision encoder of qwen2_vl is not counted" in note for note in model.notes)
+
+
+def test_qwen3_vl_235b_tower_against_vllms_loading_logs():
+    """vLLM PR #26000 (Qwen3-VL-235B-A22B, TP 8): "Model loading took 55.4919 GiB" per GPU with the tower's weights
+    split over the 8 ranks, 56.4331 GiB with the tower replicated on each (--mm-encoder-tp-mode data). The difference
+    is 7/8 of the tower: 0.9412 x 8 / 7 = 1.0756 GiB in bf16. Its vision_config is Qwen3-VL's published one."""
+    vision = {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16, "in_channels": 3,
+              "patch_size": 16, "temporal_patch_size": 2, "spatial_merge_size": 2, "num_position_embeddings": 2304,
+              "out_hidden_size": 4096, "deepstack_visual_indexes": [8, 16, 24]}
+    text = {"model_type": "qwen3_vl_moe_text", "hidden_size": 4096, "num_hidden_layers": 94, "num_attention_heads": 64,
+            "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 12288, "moe_intermediate_size": 1536,
+            "num_experts": 128, "num_experts_per_tok": 8, "vocab_size": 151936}
+    model = model_from_config({"model_type": "qwen3_vl_moe", "vision_config": vision, "text_config": text,
+                               "torch_dtype": "bfloat16"}, "qwen3-vl-235b", "test")
+    measured = (56.4331 - 55.4919) * 8 / 7 * 2**30
+    assert abs(model.params.vision * 2 - measured) <= 0.005 * measured
+    assert model.multimodal.tower_modalities == ("image", "video")
+
+
 def test_dense_models_have_active_equal_total():
     for filename in ("meta-llama__Llama-3.1-8B.json", "Qwen__Qwen3-32B.json", "microsoft__phi-4.json"):
         params = load(filename).params

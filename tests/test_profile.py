@@ -378,6 +378,11 @@ def test_transformers_fields():
     ("google__gemma-3-12b-it.json", "Gemma3ForConditionalGeneration", {}),
     ("google__gemma-3-4b-it.json", "Gemma3ForConditionalGeneration", {"vision_use_head": True}),
     ("meta-llama__Llama-4-Scout-17B-16E-Instruct.json", "Llama4ForConditionalGeneration", {}),
+    ("Qwen__Qwen3.5-27B.json", "Qwen3_5ForConditionalGeneration", {}),
+    ("Qwen__Qwen3.5-35B-A3B.json", "Qwen3_5MoeForConditionalGeneration", {}),
+    ("Qwen__Qwen3.5-27B.json", "Qwen3_5ForConditionalGeneration", {"deepstack_visual_indexes": [8, 16]}),
+    ("Qwen__Qwen3.5-27B.json", "Qwen3VLForConditionalGeneration", {"deepstack_visual_indexes": [8, 16],
+                                                                   "model_type": "qwen3_vl"}),
 ])
 def test_vision_tower_equals_transformers_modules(filename, class_name, vision_overrides):
     """The vision parameters kvplan reads from vision_config are those of transformers' own multimodal class,
@@ -386,8 +391,15 @@ def test_vision_tower_equals_transformers_modules(filename, class_name, vision_o
 
     data = raw(filename)
     data["vision_config"].update(vision_overrides)
+    if class_name.startswith("Qwen3VL"):  # Qwen3.5's tower under Qwen3-VL's class, which builds deepstack mergers
+        data["model_type"] = "qwen3_vl"
+        data["text_config"] = {"model_type": "qwen3_vl_text", "hidden_size": 5120, "num_hidden_layers": 1,
+                               "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256,
+                               "intermediate_size": 17408, "vocab_size": 248320}
     spec = model_from_config(data, filename, "test")
     data["text_config"]["num_hidden_layers"] = 1
+    if "layer_types" in data["text_config"]:
+        data["text_config"]["layer_types"] = data["text_config"]["layer_types"][:1]
     config_class = getattr(transformers, class_name.replace("ForConditionalGeneration", "Config"))
     with torch.device("meta"):
         model = getattr(transformers, class_name)(config_class.from_dict(data))

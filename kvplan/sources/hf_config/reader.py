@@ -37,7 +37,7 @@ from kvplan.sources.hf_config.layout import (
 )
 from kvplan.sources.hf_config.params import decoder_params, read_widths
 from kvplan.sources.hf_config.quantization import common
-from kvplan.sources.hf_config.vision import vision_params
+from kvplan.sources.hf_config.vision import flat_encoders_note, multimodal_input, vision_params
 
 
 def read_config_file(path: Path, name: str | None = None, source: str | None = None) -> ModelSpec:
@@ -62,6 +62,7 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
     text = config.get("text_config")
     notes: list[str] = []
     vision = 0
+    multimodal = None
     if isinstance(text, dict):
         data = dict(text)
         for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
@@ -72,9 +73,11 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
                         model_type=config["model_type"])
         else:
             vision = vision_params(top, Fields(data, f"{where} (text_config)"), notes)
+            multimodal = multimodal_input(top, Fields(data, f"{where} (text_config)"))
         where = f"{where} (text_config)"
     else:
         data = dict(config)
+        flat_encoders_note(top, notes)
     model_type = str(data.get("model_type") or config.get("model_type") or "")
     if model_type == "RefinedWeb":  # Falcon-40B's original format: the new decoder architecture
         data.setdefault("new_decoder_architecture", True)
@@ -100,7 +103,8 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
         return encoder_only(cfg, model_type or "encoder", name, source, notes)
     if model_type in ENCODER_DECODERS or top.flag("is_encoder_decoder"):
         return encoder_decoder(cfg, top, model_type, name, source, notes)
-    return decoder(cfg, model_type, name, source, notes, vision)
+    spec = decoder(cfg, model_type, name, source, notes, vision)
+    return spec.model_copy(update={"multimodal": multimodal}) if multimodal else spec
 
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from kvplan.model import MultimodalInput
 from kvplan.sources.hf_config.fields import Fields
 
 
@@ -63,7 +64,32 @@ def _gemma4_vision(vision: Fields, text_hidden: int) -> int:
     return tower + hidden * text_hidden
 
 
-VISION_TOWERS = {"gemma3": _gemma3_vision, "gemma4": _gemma4_vision, "llama4": _llama4_vision}  # by model_type
+def _qwen3_5_vision(vision: Fields, text_hidden: int, deepstack: bool = False) -> int:
+    """Qwen3.5 and Qwen3-VL (transformers `Qwen3_5VisionModel`, `Qwen3VLVisionModel`): a biased Conv3d patch
+    embedding (channels x temporal_patch_size x patch^2 -> hidden), a learned position table
+    (num_position_embeddings x hidden), depth pre-norm ViT layers, and the patch merger that is the projector into
+    the decoder: a LayerNorm over hidden, then two biased matrices over the merged width m = hidden x
+    spatial_merge_size^2 (m x m, m x out_hidden_size). Qwen3-VL (`deepstack`) adds one merger per
+    deepstack_visual_indexes entry, its LayerNorm over m; Qwen3.5's model builds none, whatever the config lists."""
+    hidden, intermediate = vision.int("hidden_size"), vision.int("intermediate_size")
+    patch = vision.int("patch_size")
+    merged = hidden * vision.int("spatial_merge_size") ** 2
+    out = vision.int("out_hidden_size")
+    embed = vision.int("in_channels", default=3) * vision.int("temporal_patch_size") * patch * patch * hidden + hidden
+    tower = (embed + vision.int("num_position_embeddings") * hidden
+             + vision.layers("depth") * _vit_layer(hidden, intermediate))
+    mlp = merged * merged + merged + merged * out + out
+    mergers = len(vision.list("deepstack_visual_indexes", int)) if deepstack else 0
+    return tower + 2 * hidden + mlp + mergers * (2 * merged + mlp)
+
+
+def _qwen3_vl_vision(vision: Fields, text_hidden: int) -> int:
+    return _qwen3_5_vision(vision, text_hidden, deepstack=True)
+
+
+VISION_TOWERS = {"gemma3": _gemma3_vision, "gemma4": _gemma4_vision, "llama4": _llama4_vision,  # by model_type
+                 "qwen3_vl": _qwen3_vl_vision, "qwen3_vl_moe": _qwen3_vl_vision, "qwen3_5": _qwen3_5_vision,
+                 "qwen3_5_moe": _qwen3_5_vision}
 
 
 def git_vision(cfg: Fields, text_hidden: int) -> int:
@@ -130,7 +156,7 @@ def vision_params(top: Fields, text: Fields, notes: list[str]) -> int:
     if counter is None or not top.has("vision_config"):
         encoders = " and ".join(name.removesuffix("_config") for name in others) or "non-text"
         notes.append(f"text decoder read from text_config; the {encoders} encoder of {model_type or 'this model'} "
-                     "is not counted (kvplan counts Gemma 3, Gemma 4 and Llama 4 vision towers)")
+                     "is not counted (kvplan counts Gemma 3, Gemma 4, Llama 4, Qwen3-VL and Qwen3.5 vision towers)")
         return 0
     count = counter(top.mapping("vision_config"), text.int("hidden_size", "n_embd", "d_model", "dim"))
     notes.append(f"text decoder read from text_config; weights include the vision tower and projector "
@@ -138,3 +164,65 @@ def vision_params(top: Fields, text: Fields, notes: list[str]) -> int:
     if top.has("audio_config"):
         notes.append(f"the audio encoder of {model_type} is not counted")
     return count
+
+
+# The largest item's decoder embedding rows at the processor's defaults, as vLLM 0.33.0 counts them for its encoder
+# budget (`get_mm_max_toks_per_item`: the embedding positions of its largest dummy item), by model_type.
+LLAMA4_MAX_TILES = 16  # transformers Llama4ImageProcessor max_patches; vLLM's dummy image is 16 tiles tall
+
+
+def _gemma3_tokens(top: Fields, vision: Fields) -> tuple[int, str]:
+    """Gemma 3 (vLLM models/gemma3_mm.py `get_num_image_tokens`): (crops + 1) x image_seq_length, with no crops unless
+    pan-and-scan is asked for (Gemma3ImageProcessor's do_pan_and_scan is off by default); image_seq_length is
+    the config's mm_tokens_per_image (the projector pools the SigLIP grid to it)."""
+    tokens = top.int("mm_tokens_per_image", default=256)
+    return tokens, "mm_tokens_per_image; pan-and-scan off, the processor's default"
+
+
+def _llama4_tokens(top: Fields, vision: Fields) -> tuple[int, str]:
+    """Llama 4 (vLLM models/mllama4.py): the dummy image is max_patches tiles tall, so it takes max_patches tiles
+    and a global one, each (image_size / patch_size)^2 // round(1 / pixel_shuffle_ratio^2) embedding rows
+    (`get_patch_per_chunk`; 336 / 14 = 24, 576 // 4 = 144)."""
+    ratio = vision.number("pixel_shuffle_ratio")
+    per_tile = (vision.int("image_size") // vision.int("patch_size")) ** 2 // round(1 / ratio**2)
+    tiles = LLAMA4_MAX_TILES + 1
+    return tiles * per_tile, (f"{tiles} tiles of {per_tile}: the image processor's max_patches {LLAMA4_MAX_TILES} "
+                              "and a global tile")
+
+
+ITEM_TOKENS = {"gemma3": _gemma3_tokens, "llama4": _llama4_tokens}
+# The modalities each family's vision tower encodes (vLLM `_mark_tower_model` in models/gemma4_mm.py, qwen3_5.py,
+# qwen3_vl.py); a family not listed takes images.
+TOWER_MODALITIES = {"gemma4": ("image", "video"), "qwen3_vl": ("image", "video"), "qwen3_vl_moe": ("image", "video"),
+                    "qwen3_5": ("image", "video"), "qwen3_5_moe": ("image", "video")}
+
+
+def multimodal_input(top: Fields, text: Fields) -> MultimodalInput | None:
+    """The non-text inputs of a checkpoint with a text_config beside a vision_config or audio_config: its modalities
+    (an audio_config adds audio), those the counted vision tower encodes (none where kvplan does not count the
+    tower), and the embedding rows of the largest item where kvplan knows the processor (Gemma 3, Llama 4)."""
+    if not (top.has("vision_config") or top.has("audio_config")):
+        return None
+    model_type = str(top.get("model_type", default=""))
+    tower = TOWER_MODALITIES.get(model_type, ("image",)) if top.has("vision_config") else ()
+    modalities = (*tower, *(("audio",) if top.has("audio_config") else ()))
+    counted = model_type in VISION_TOWERS and top.has("vision_config")
+    tokens, basis = None, ""
+    if model_type in ITEM_TOKENS and top.has("vision_config"):
+        tokens, basis = ITEM_TOKENS[model_type](top, top.mapping("vision_config"))
+    return MultimodalInput(modalities=modalities, tower_modalities=tower if counted else (), tokens_per_item=tokens,
+                           item_modality="image" if tokens else None,
+                           embedding_width=text.int("hidden_size", "n_embd", "d_model", "dim"), basis=basis)
+
+
+FLAT_ENCODERS = frozenset({"git", "phi4_multimodal"})  # decoders whose own config holds the towers they count
+
+
+def flat_encoders_note(top: Fields, notes: list[str]) -> None:
+    """A config with a vision_config or audio_config beside its text fields (no text_config; Qwen2-VL's config.json
+    on the Hub is one) whose family's towers kvplan does not count: say so, as for nested configs."""
+    model_type = str(top.get("model_type", default=""))
+    encoders = [name.removesuffix("_config") for name in ("vision_config", "audio_config") if top.has(name)]
+    if encoders and model_type not in FLAT_ENCODERS:
+        notes.append(f"the {' and '.join(encoders)} encoder of {model_type or 'this model'} is not counted (kvplan "
+                     "counts the towers of Gemma 3, Gemma 4, Llama 4, Qwen3-VL, Qwen3.5, GIT and Phi-4-multimodal)")
