@@ -286,3 +286,11 @@ def test_qwen4_exp_before_its_first_release(write_json, monkeypatch, capsys):
     code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(write_json(SMALL_QWEN4)), "--ctx", "8k",
                             "--gpu", "h100", "--engine", "vllm", "--engine-version", "0.28.0")
     assert_one_line_error(code, err, "first release that does is 0.29.0")
+
+
+def test_plans_try_deepseek_v4s_fp8_cache_once():
+    """kv_cache_dtype "auto" is already vLLM's 8-bit cache for DeepSeek V4, so `kvplan plan` has one KV dtype to try
+    (bf16 is refused), not the default and fp8 twice."""
+    from kvplan.capacity import kv_options
+
+    assert kv_options(vllm(), load_model(FLASH)) == ["fp8"]
