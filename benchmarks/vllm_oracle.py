@@ -89,6 +89,13 @@ CASES = [
          edits={"layer_types": ["mamba", "mamba", "mamba", "attention"], "max_position_embeddings": 131072}),
     Case("falcon-h1 block 32", "transformers:falcon_h1", 2, 8192, 32),
     Case("falcon-h1 block 64", "transformers:falcon_h1", 2, 8192, 64),
+    # DeepSeek V4: its windows, compressed entries, indexer keys and compressor states packed block by block. The
+    # CPU build, like CUDA's FlashMLA path, stores fp8_ds_mla rows in 256-token blocks (`platforms/cpu.py`); MLA
+    # turns chunked prefill off on the CPU, so max_num_batched_tokens is max_model_len.
+    Case("deepseek-v4-flash packed", "deepseek-ai/DeepSeek-V4-Flash", 6, 16384, 256,
+         edits={"compress_ratios": [0, 0, 4, 128, 4, 128]}),
+    Case("deepseek-v4-flash 7 layers", "deepseek-ai/DeepSeek-V4-Flash", 7, 4096, 256,
+         edits={"compress_ratios": [0, 0, 4, 128, 4, 128, 4]}),
 ]
 
 
@@ -200,7 +207,8 @@ LOGGED = re.compile(r"KV cache size: ([\d,]+) tokens, Maximum concurrency for [\
 
 # ----------------------------------------------------------------------------------------------- kvplan
 
-TORCH_TO_KVPLAN = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8", "fp8_e4m3": "fp8"}
+TORCH_TO_KVPLAN = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "fp8": "fp8", "fp8_e4m3": "fp8",
+                   "fp8_ds_mla": "fp8"}
 
 
 def run_kvplan(path: Path, case: Case, kv_space_gib: int, vllm: dict):

@@ -739,7 +739,8 @@ def kv_options(engine: Engine, model: ModelSpec) -> list[str]:
     """KV dtypes worth trying, the engine's default first: its 8-bit cache (and llama.cpp's q4_0), where the engine
     lets the model have it (llama.cpp: a quantised V cache needs flash attention)."""
     smaller = {"llama.cpp": ["q8_0", "q4_0"], "transformers": []}.get(engine.name, ["fp8"])
-    return [engine.default_kv_dtype(model), *(name for name in smaller if _offered(engine, model, name))]
+    options = [engine.default_kv_dtype(model), *(name for name in smaller if _offered(engine, model, name))]
+    return list(dict.fromkeys(options))  # the default may be the 8-bit cache itself (vLLM's DeepSeek V4)
 
 
 def _offered(engine: Engine, model: ModelSpec, name: str) -> bool:

@@ -30,11 +30,13 @@ from kvplan.model import (
     FullAttention,
     IndexerKeys,
     LayerCache,
+    MLALatent,
     ModelSpec,
     MultimodalInput,
     NoCache,
     ParamCounts,
     RecurrentState,
+    SlidingKV,
     SlidingWindow,
 )
 from kvplan.text import brief
@@ -389,8 +391,87 @@ class VllmGroup(BaseModel):
     window: int = 0
 
 
+class VllmSpec(BaseModel):
+    """One layer's KV-cache spec as vLLM builds it (`get_kv_cache_spec`; `vllm/v1/kv_cache_interface.py`): the block
+    table it keeps (`kind` and `window`: full, sliding, chunked, recurrent, cross), the tokens one block covers, the
+    bytes of one page as vLLM pads it (`page_size_bytes`), and the bytes a block's stride must be a multiple of
+    (`block_stride_alignment`; 1: none). Layers of one kind, window and block size are one type to the grouping
+    (`UniformTypeKVCacheSpecs.is_uniform_type`); Mamba states also need equal pages."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    window: int = 0
+    block_size: int
+    page: int
+    stride_alignment: int = 1
+
+    @property
+    def uniform_type(self) -> tuple:
+        return (self.kind, self.page) if self.kind == "recurrent" else (self.kind, self.window, self.block_size)
+
+
+def approximate_gcd(values: list[int], lower_bound: int) -> int:
+    """The d in [lower_bound, max(values)] that pads `values` least when each is rounded up to a multiple of d,
+    the larger d on a tie (`_approximate_gcd`, v1/core/kv_cache_planning.py)."""
+    best, least = lower_bound, None
+    for d in range(lower_bound, max(values) + 1):
+        padding = sum(-x % d for x in values)
+        if least is None or padding <= least:
+            best, least = d, padding
+    return best
+
+
+def packed_groups(specs: dict[VllmSpec, int], version: tuple[int, ...]) -> tuple[list[VllmGroup], int]:
+    """vLLM's grouping for a block-outermost layout, where a block holds one page of every layer of its group side
+    by side, whatever their sizes (`_get_packed_kv_cache_groups`, v1/core/kv_cache_planning.py, vLLM 0.29.0 to
+    0.33.0). Layers are bucketed by type; a bucket whose page sizes have equal layer counts is a repeating pattern
+    (one layer of each size per repeat), "balanced". The largest balanced bucket that mixes page sizes stays whole;
+    its layers per page size are the floor of the repeats per group, r = approximate_gcd(every balanced bucket's
+    largest count, that floor); a balanced bucket splits into cdiv(its largest count, r) groups of every
+    num_groups-th repeat, any other bucket is one group. State buckets (recurrent states; from 0.30.0 also sliding
+    windows when no bucket mixes page sizes) split further, to as many states as fit in the widest group. A block
+    costs the widest group's pages, rounded up, from 0.32.0, to the stride alignments
+    (`_get_kv_cache_bytes_per_block`).
+
+    Returns the groups, with their kinds, block sizes and windows, and the bytes of one block."""
+    buckets: dict[tuple, dict[VllmSpec, int]] = {}
+    for spec, count in specs.items():
+        bucket = buckets.setdefault(spec.uniform_type, {})
+        bucket[spec] = bucket.get(spec, 0) + count
+    balanced = {key: len(set(bucket.values())) == 1 for key, bucket in buckets.items()}
+    floor = max((max(bucket.values()) for key, bucket in buckets.items() if balanced[key] and len(bucket) > 1),
+                default=0)
+    repeats = approximate_gcd([max(b.values()) for k, b in buckets.items() if balanced[k]], floor) if floor else None
+
+    def is_state(key: tuple) -> bool:
+        return key[0] == "recurrent" or (repeats is None and key[0] == "sliding" and version >= (0, 30))
+
+    def splits(key: tuple) -> int:
+        return cdiv(max(buckets[key].values()), repeats) if balanced[key] and repeats else 1
+
+    def widest(key: tuple, n: int) -> int:
+        return sum(cdiv(count, n) * spec.page for spec, count in buckets[key].items())
+
+    anchor = max(widest(key, sum(buckets[key].values()) if is_state(key) else splits(key)) for key in buckets)
+    groups, widths = [], []
+    for key, bucket in buckets.items():
+        n = splits(key)
+        if is_state(key):
+            first = next(iter(bucket))
+            n = max(n, cdiv(sum(bucket.values()), max(anchor // first.page, 1)))
+        if n > 1 and not balanced[key]:
+            raise KvplanError("vLLM cannot split a KV-cache bucket whose page sizes have unequal layer counts")
+        widths.append(widest(key, n))
+        spec = next(iter(bucket))
+        groups.append(VllmGroup(kind=spec.kind, groups=n, block_size=spec.block_size, window=spec.window))
+    alignment = math.lcm(*(spec.stride_alignment for spec in specs)) if version >= (0, 32) else 1
+    return groups, pad(max(widths), alignment)
+
+
 class VllmPool(KVPool):
-    """vLLM's block pool: every block costs `block_bytes` (group size x page), whatever group uses it."""
+    """vLLM's block pool: every block costs `block_bytes` (group size x page; packed: the widest group's pages),
+    whatever group uses it."""
 
     def __init__(self, groups: list[VllmGroup], block_bytes: int, in_flight: int, encoder_tokens: int | None,
                  batched_tokens: int, log_formula: str, notes: list[str], state_pages: int):
@@ -650,22 +731,174 @@ class Vllm(Engine):
 
     # Model types vLLM runs with cache layouts kvplan's vLLM rules do not model, with what they keep, as of 0.33.0
     # (vllm/models/qwen4_exp: `QSAKeyStateCache` a CircularBufferSpec, `QSACompressedKeyCache` an MLAAttentionSpec
-    # of tokens_per_state indexer_compress_ratio; vllm/models/dots3_note: `Dots3NotePaddedMLAAttention`).
+    # of tokens_per_state indexer_compress_ratio).
     UNMODELLED_LAYOUTS = {
         "qwen4_exp_text": "beside each attention layer's K and V it keeps QSA caches of its own (a ring buffer of "
                           "raw indexer keys and one compressed key per indexer_compress_ratio tokens)",
-        "dots3_note_text": "it pads its DSA layers' latent rows to its sliding layers' width (swa_kv_lora_rank + "
-                           "swa_qk_rope_head_dim) and pages them beside the indexer keys and sliding MLA layers",
     }
-    compressed_attention = ("vLLM 0.33.0 lays it out in vllm/models/deepseek_v4/: fp8_ds_mla pages for the windows "
-                            "and compressed entries, fp8 indexer keys, fp32 compressor-state pages, packed block by "
-                            "block")
+    # The first release that ran each newer family (model_executor/models/registry.py), by config model_type.
+    FIRST_RELEASES = {"deepseek_v4": "0.20.0", "dots3_note_text": "0.28.0", "qwen4_exp_text": "0.29.0"}
+    # Families vLLM lays out with caches of its own (`own_specs`), with the first release whose layout rules kvplan
+    # follows, each checked unchanged from there to 0.33.0: the packing of pages of different sizes block by
+    # block (`_get_packed_kv_cache_groups`) arrived in 0.29.0.
+    OWN_LAYOUTS = {"deepseek_v4": "0.29.0", "dots3_note_text": "0.29.0"}
+
+    def check_release(self, model: ModelSpec) -> None:
+        """Refuse a release that did not run the family, or ran it with a layout kvplan does not follow."""
+        version = version_tuple(self.version)
+        first = self.FIRST_RELEASES.get(model.architecture)
+        if first and version < version_tuple(first):
+            raise KvplanError(f"vLLM {self.version} does not run {model.architecture} models ({model.name}): the "
+                              f"first release that does is {first} (give --engine-version {first} or later)")
+        followed = self.OWN_LAYOUTS.get(model.architecture)
+        if followed and version < version_tuple(followed):
+            raise KvplanError(f"vLLM {self.version} groups {model.architecture}'s caches in a way kvplan does not "
+                              f"model: kvplan follows vLLM's layout from {followed}, which packs pages of different "
+                              f"sizes block by block (give --engine-version {followed} or later)")
+
+    # DeepSeek V4 as vLLM lays it out on its default CUDA path, FlashMLA, with kv_cache_dtype fp8_ds_mla
+    # (models/deepseek_v4/attention.py `_resolve_dsv4_kv_cache_dtype`, `_select_dsv4_attn_cls` in nvidia/model.py).
+    # FlashMLA's sparse kernels run on SM90 and SM100 only (v1/attention/ops/flashmla.py); SM120 parts take
+    # FlashInfer's bf16 rows. The GPUs of those two families, by name:
+    DSV4_GPUS = ("h100", "h200", "h20", "h800", "b200", "b300")
+    DSV4_ROW = 584  # an fp8_ds_mla row: 448 fp8 NoPE + 64 bf16 RoPE + 8 UE8M0 scale bytes, for head_dim 512 only
+    DSV4_PAGE_ALIGNMENT = 576  # every page padded to a multiple of it (`alignment`, `_apply_alignment_padding`)
+    DSV4_WINDOW_BLOCK = 64  # `DeepseekV4SWACache` block_size (v1/attention/backends/mla/sparse_swa.py)
+    DSV4_BLOCK = 256  # cache_config.block_size: the sparse-MLA and indexer backends' one kernel block size
+    DSV4_STATE_BLOCK = {4: 4, 128: 8}  # `CompressorStateCache` block_size by compress ratio (compressor.py)
+    DSV4_HEAD_DIM, DSV4_INDEX_HEAD_DIM = 512, 128  # the only head sizes its kernels take
+    DOTS3_BLOCK = 64  # the DSA indexer's one kernel block size (`DeepseekV32IndexerBackend`)
+
+    def default_kv_dtype(self, model: ModelSpec) -> str:
+        """kv_cache_dtype "auto" is fp8 for DeepSeek V4, which vLLM stores as fp8_ds_mla."""
+        return "fp8" if model.architecture == "deepseek_v4" else super().default_kv_dtype(model)
+
+    def check_model_kv(self, model: ModelSpec, kv: DType) -> None:
+        """DeepSeek V4's FlashMLA layout takes fp8 only (`_resolve_dsv4_kv_cache_dtype`); dots3's DSA layers run
+        on FlashAttention's sparse MLA backend, whose KV dtypes are bf16 and fp16
+        (`FlashAttnMLASparseBackend.supported_kv_cache_dtypes`)."""
+        if model.architecture == "deepseek_v4" and not kv.name.startswith("fp8"):
+            raise KvplanError(f"vLLM stores DeepSeek V4's cache as fp8_ds_mla only (its FlashMLA path, "
+                              f"models/deepseek_v4/attention.py), not {kv.name}: use --kv-dtype fp8 or the default")
+        if model.architecture == "dots3_note_text" and kv.name not in ("bf16", "fp16"):
+            raise KvplanError(f"vLLM runs dots3's DSA layers on FlashAttention's sparse MLA backend, whose KV cache "
+                              f"is bf16 or fp16, not {kv.name} (v1/attention/backends/mla/flashattn_mla_sparse.py)")
+
+    def own_specs(self, layers: Layers, model: ModelSpec, kv: DType) -> tuple[dict[VllmSpec, int], list[str]]:
+        """The layer specs of a family in OWN_LAYOUTS, and a note on them."""
+        if model.architecture == "deepseek_v4":
+            found = self.deepseek_v4_specs(layers, model)
+            note = (f"DeepSeek V4 as vLLM's FlashMLA path stores it: fp8_ds_mla rows of {self.DSV4_ROW} B, pages "
+                    f"padded to multiples of {self.DSV4_PAGE_ALIGNMENT} B; windows in {self.DSV4_WINDOW_BLOCK}-token "
+                    f"blocks, compressed entries and indexer keys in {self.DSV4_BLOCK}-token blocks, fp32 compressor "
+                    "states in 4- and 8-token blocks")
+        else:
+            found = self.dots3_specs(layers, model, kv)
+            note = f"block size {self.DOTS3_BLOCK} tokens; DSA latent rows padded to the sliding layers' width"
+        specs: dict[VllmSpec, int] = {}
+        for spec, count in found:
+            specs[spec] = specs.get(spec, 0) + count
+        return specs, [note]
+
+    def deepseek_v4_specs(self, layers: Layers, model: ModelSpec) -> list[tuple[VllmSpec, int]]:
+        """DeepSeek V4's layer specs on vLLM's FlashMLA path (models/deepseek_v4/, vLLM 0.29.0 to 0.33.0), with
+        pages of n rows of r bytes padded to a multiple of 576, P(n x r):
+            every layer's window  `DeepseekV4SWACache`: SlidingWindowMLASpec of window sliding_window, 64-token
+                                  blocks, P(64 x 584)
+            compressed entries    `DeepseekV4Attention`: MLAAttentionSpec of tokens_per_state m, 256-token blocks
+                                  of 256 / m entries, P(256 / m x 584)
+            indexer keys (CSA)    `DeepseekV4IndexerCache`: the same with rows of 132 bytes (128 fp8 + an fp32
+                                  scale)
+            compressor state      `CompressorStateCache`, one per compressor (the attention's and the indexer's):
+                                  SlidingWindowMLASpec of window c x m in blocks of 4 tokens (m = 4) or 8 (m = 128),
+                                  a row of 2 x c x head_dim fp32 values (kv and score) per token; c = 2 with
+                                  overlapping windows (m = 4), 1 without
+        A request reserves cdiv(min(W - 1 + I, L), B) + 1 blocks of each sliding window and compressor state (I the
+        in-flight tokens), cdiv(L, 256) of the entries and keys."""
+        gpu = (self.gpu_name or "").lower()
+        if self.gpu_name and not any(part in gpu for part in self.DSV4_GPUS):
+            raise KvplanError(f"kvplan models vLLM's DeepSeek V4 cache as its FlashMLA path lays it out, on Hopper "
+                              f"and Blackwell data-centre GPUs (H100, H200, H20, B200); vLLM runs it on "
+                              f"{self.gpu_name} with another layout or not at all")
+        if self.options.block_size not in (None, self.DSV4_BLOCK):
+            raise KvplanError(f"kvplan models vLLM's DeepSeek V4 layout at its block size of {self.DSV4_BLOCK} "
+                              "tokens, the only one its sparse-MLA and indexer kernels take: drop --block-size")
+
+        def page(rows: int, row_bytes: int) -> int:
+            return pad(rows * row_bytes, self.DSV4_PAGE_ALIGNMENT)
+
+        out = []
+        for cache, count in layers:
+            if isinstance(cache, SlidingKV):
+                self.check_dsv4_width(model, cache.head_dim, self.DSV4_HEAD_DIM, "head_dim")
+                out.append((VllmSpec(kind="sliding", window=cache.window, block_size=self.DSV4_WINDOW_BLOCK,
+                                     page=page(self.DSV4_WINDOW_BLOCK, self.DSV4_ROW)), count))
+            elif isinstance(cache, CompressedKV):
+                if cache.ratio != (4 if cache.overlap else 128):
+                    raise KvplanError(f"vLLM runs DeepSeek V4's compressors at ratio 4 (compressed sparse attention, "
+                                      f"with its indexer) and 128 (heavily compressed) only (compressor.py "
+                                      f"CompressorStateCache); {model.name} compresses by {cache.ratio}")
+                if cache.indexer:
+                    self.check_dsv4_width(model, cache.head_dim, self.DSV4_INDEX_HEAD_DIM, "index_head_dim")
+                    row = cache.head_dim + cache.head_dim // self.INDEXER_QUANT_BLOCK * 4
+                else:
+                    self.check_dsv4_width(model, cache.head_dim, self.DSV4_HEAD_DIM, "head_dim")
+                    row = self.DSV4_ROW
+                out.append((VllmSpec(kind="full", block_size=self.DSV4_BLOCK,
+                                     page=page(self.DSV4_BLOCK // cache.ratio, row)), count))
+                block, coff = self.DSV4_STATE_BLOCK[cache.ratio], 2 if cache.overlap else 1
+                out.append((VllmSpec(kind="sliding", window=coff * cache.ratio, block_size=block,
+                                     page=page(block, 2 * coff * cache.head_dim * 4)), count))
+        return out
+
+    @staticmethod
+    def check_dsv4_width(model: ModelSpec, width: int, expected: int, field: str) -> None:
+        if width != expected:
+            raise KvplanError(f"vLLM's DeepSeek V4 kernels take {field} {expected} only (models/deepseek_v4/); "
+                              f"{model.name} has {width}")
+
+    def dots3_specs(self, layers: Layers, model: ModelSpec, kv: DType) -> list[tuple[VllmSpec, int]]:
+        """dots3's layer specs (vllm/models/dots3_note/nvidia/model.py, vLLM 0.29.0 to 0.33.0), in blocks of 64
+        tokens (the block size its three backends share), w = swa_kv_lora_rank + swa_qk_rope_head_dim:
+            sliding layers   SlidingWindowMLASpec: the latent and rotary key, w elements per token
+            other layers     every one a DSA layer (`Dots3NoteFullAttention`): an MLAAttentionSpec whose rows are
+                             padded to w (`Dots3NotePaddedMLAAttention`), its blocks a whole number of rows apart
+                             (`align_blocks_to_rows`, from 0.32.0), and the indexer's keys (`DeepseekV32IndexerCache`,
+                             as for DeepSeek-V3.2)."""
+        if self.options.block_size not in (None, self.DOTS3_BLOCK):
+            raise KvplanError(f"kvplan models vLLM's dots3 layout at its block size of {self.DOTS3_BLOCK} tokens: "
+                              "drop --block-size")
+        widths = {c.latent_dim + c.rope_dim for c in model.caches if isinstance(c, MLALatent) and c.window}
+        if not widths:
+            raise KvplanError(f"vLLM pads dots3's DSA rows to its sliding layers' width (swa_kv_lora_rank + "
+                              f"swa_qk_rope_head_dim), and {model.name} has no sliding layers to read it from")
+        indexed = {c.layer for c in model.caches if c.kind == "indexer"}
+        plain = next((c.layer for c in model.caches if c.kind == "mla" and not c.window and c.layer not in indexed),
+                     None)
+        if plain is not None:
+            raise KvplanError(f"vLLM runs every dots3 layer that is not sliding_attention as a DSA layer with an "
+                              f"indexer (Dots3NoteFullAttention); {model.name}'s layer {plain} has none (use_dsa "
+                              "false), so its indexer cache is unknown")
+        row = kv.bytes_for(max(widths))
+        out = []
+        for cache, count in layers:
+            if isinstance(cache, MLALatent) and cache.window:
+                spec = VllmSpec(kind="sliding", window=cache.window, block_size=self.DOTS3_BLOCK,
+                                page=self.DOTS3_BLOCK * row)
+            elif isinstance(cache, MLALatent):
+                spec = VllmSpec(kind="full", block_size=self.DOTS3_BLOCK, page=self.DOTS3_BLOCK * row,
+                                stride_alignment=row)
+            else:
+                spec = VllmSpec(kind="full", block_size=self.DOTS3_BLOCK,
+                                page=self.DOTS3_BLOCK * cache.bytes_per_token(kv))
+            out.append((spec, count))
+        return out
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> VllmPool:
-        self.refuse_compressed_attention(model)
         if model.architecture in self.NO_MODEL:
             raise KvplanError(f"vLLM has no {model.architecture} model (none as of vLLM 0.32): choose another "
                               "--engine")
+        self.check_release(model)
         if model.architecture in self.UNMODELLED_LAYOUTS:
             raise KvplanError(f"vLLM 0.33.0 runs {model.architecture} ({model.name}) with a cache layout kvplan "
                               f"does not model: {self.UNMODELLED_LAYOUTS[model.architecture]}; use --engine "
@@ -674,6 +907,9 @@ class Vllm(Engine):
         if last and version_tuple(self.version) > version_tuple(last):
             raise KvplanError(f"vLLM {self.version} does not run {model.architecture} models ({model.name}): its "
                               f"last release that did is {last} (give --engine-version {last})")
+        if model.architecture in self.OWN_LAYOUTS:
+            specs, notes = self.own_specs(layers, model, kv)
+            return self.grouped(specs, model, notes, state_pages=1, packed=True)
         # Recurrent states are kept in the dtype the model runs in (mamba_cache_dtype "auto"): bf16 for an fp32
         # checkpoint vLLM loads in bf16.
         table = rows(layers, kv, kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype))
@@ -702,49 +938,60 @@ class Vllm(Engine):
                          + (" (prefix caching off for hybrids before vLLM 0.28)" if pages == 1 else
                             " (prefix caching's align mode" + (", one a Mamba-2 prefill checkpoint)" if pages == 3
                                                                 else ")")))
-        # Each distinct layer spec: (kind, window, page bytes, block size).
-        specs: dict[tuple[str, int, int], int] = {}
+        specs: dict[VllmSpec, int] = {}
         for r in table:
             page = mamba_page if r.kind == "recurrent" else block * r.bytes_per_token
             kind = "cross" if r.cache.kind == "cross" else r.kind  # CrossAttentionSpec
-            key = (kind, r.window, page)
-            specs[key] = specs.get(key, 0) + r.count
-        kinds = {(kind, window) for kind, window, _ in specs}
-        in_flight = self.in_flight_tokens()
-        encoder = next((r.cache.encoder_tokens for r in table if r.cache.kind == "cross"), None)
-        formula = "concurrency" if self.modern else "groups"
+            spec = VllmSpec(kind=kind, window=r.window, block_size=block, page=page)
+            specs[spec] = specs.get(spec, 0) + r.count
+        return self.grouped(specs, model, notes, pages, packed=False)
+
+    def grouped(self, specs: dict[VllmSpec, int], model: ModelSpec, notes: list[str], state_pages: int,
+                packed: bool) -> VllmPool:
+        """The layers' specs in KV-cache groups over one block pool (`get_kv_cache_groups`,
+        v1/core/kv_cache_planning.py). One type of spec (UniformTypeKVCacheSpecs): one group, a block is one page
+        of every layer. Several, under a block-outermost layout with pages of different sizes: `packed_groups`.
+        Otherwise one page size for all (a smaller page that divides the largest gets a proportionally larger
+        block size; one that does not keeps its block size in a page padded to the largest, which MLA pages cannot
+        be: `unify_kv_cache_spec_page_size`), layers bucketed by spec, buckets cut into groups of group_size layers
+        (padding the last)."""
+        pool = {"in_flight": self.in_flight_tokens(), "batched_tokens": self.max_num_batched_tokens(),
+                "encoder_tokens": next((c.encoder_tokens for c in model.caches if c.kind == "cross"), None),
+                "log_formula": "concurrency" if self.modern else "groups", "notes": notes,
+                "state_pages": state_pages}
+        kinds = {(s.kind, s.window, s.block_size) for s in specs}
         if len(kinds) == 1:
-            # One spec, or one kind with different page sizes (UniformTypeKVCacheSpecs): one group, a block is
-            # one page of every layer.
-            (kind, window), = kinds
-            block_bytes = sum(page * count for (_, _, page), count in specs.items())
+            (kind, window, block), = kinds
             groups = [VllmGroup(kind=kind, groups=1, block_size=block, window=window)]
-            return VllmPool(groups, block_bytes, in_flight, encoder, self.max_num_batched_tokens(), formula, notes,
-                            state_pages=pages)
-        # Hybrid: one page size for all (a smaller page that divides the largest gets a proportionally larger
-        # block size; one that does not keeps its block size in a page padded to the largest, which MLA pages
-        # cannot be: `unify_kv_cache_spec_page_size`), layers bucketed by spec, buckets cut into groups of
-        # group_size layers (padding the last), one block pool.
-        max_page = max(page for _, _, page in specs)
-        groups, counts = [], []
-        for (kind, window, page), count in specs.items():
-            if max_page % page and mla:
+            return VllmPool(groups, sum(s.page * count for s, count in specs.items()), **pool)
+        if packed and len({s.page for s in specs}) > 1:
+            groups, block_bytes = packed_groups(specs, version_tuple(self.version))
+            notes.append(f"{sum(g.groups for g in groups)} KV-cache groups packed block by block (a block-outermost "
+                         f"layout): a block holds a page of every layer of the widest group, {block_bytes:,} B")
+            return VllmPool(groups, block_bytes, **pool)
+        mla = any(c.kind == "mla" for c in model.caches)
+        max_page = max(s.page for s in specs)
+        buckets = []
+        for spec, count in specs.items():
+            if max_page % spec.page and mla:
                 raise KvplanError(f"vLLM cannot give {model.name}'s layers one page size "
-                                  f"({page} vs {max_page} B)")
-            size = block if kind == "recurrent" or max_page % page else block * (max_page // page)
-            if max_page % page:
-                notes.append(f"{kind} pages of {page:,} B padded to {max_page:,} B")
-            groups.append((kind, window, size, count))
-            counts.append(count)
+                                  f"({spec.page} vs {max_page} B)")
+            size = spec.block_size
+            if spec.kind != "recurrent" and not max_page % spec.page:
+                size = spec.block_size * (max_page // spec.page)
+            if max_page % spec.page:
+                notes.append(f"{spec.kind} pages of {spec.page:,} B padded to {max_page:,} B")
+            buckets.append((spec, size, count))
+        counts = [count for _, _, count in buckets]
         group_size = min(counts)
         if max(counts) < 1.5 * min(counts):
             group_size = max(counts)
         padding = sum(cdiv(c, group_size) * group_size - c for c in counts)
         if padding:
             notes.append(f"{padding} padding layers: each KV-cache group has {group_size} layers")
-        return VllmPool([VllmGroup(kind=k, groups=cdiv(c, group_size), block_size=s, window=w)
-                         for k, w, s, c in groups], group_size * max_page, in_flight, encoder,
-                        self.max_num_batched_tokens(), formula, notes, state_pages=pages)
+        groups = [VllmGroup(kind=s.kind, groups=cdiv(c, group_size), block_size=size, window=s.window)
+                  for s, size, c in buckets]
+        return VllmPool(groups, group_size * max_page, **pool)
 
     # ROCm's MLA backends (ROCM_AITER_MLA: any block size, MultipleOf(1); TRITON_MLA: MultipleOf(16),
     # `platforms/rocm.py` _get_backend_priorities) take vLLM's default block size, 16 (`CacheConfig`,

@@ -244,7 +244,6 @@ def test_bf16_from_pretrained_keeps_overlap_gates_in_fp32(tmp_path):
 
 
 @pytest.mark.parametrize(("engine", "fragments"), [
-    ("vllm", ("vLLM 0.33.0", "vllm/models/deepseek_v4/")),
     ("sglang", ("SGLang 0.5.23", "deepseek_v4_memory_pool.py")),
     ("llama.cpp", ("llama.cpp 0c1e57098b", "llama-kv-cache-dsv4.cpp")),
     ("tensorrt-llm", ("TensorRT-LLM",)),
