@@ -235,6 +235,11 @@ def print_capacity(console: Console, cap) -> None:
         table.add_row("GPU memory", both_units(cap.gpu_memory_bytes))
         table.add_row("x memory fraction", f"{cap.memory_fraction:g}")
         table.add_row(f"- weights per GPU ({cap.weights_dtype})", both_units(cap.weights_bytes_per_gpu))
+        if cap.draft_weights_bytes_per_gpu:
+            table.add_row("- draft weights", both_units(cap.draft_weights_bytes_per_gpu))
+        if cap.lora_bytes_per_gpu:
+            table.add_row(f"- LoRA slots ({cap.lora_slots:,} x rank {cap.lora_rank:,})",
+                          both_units(cap.lora_bytes_per_gpu))
         table.add_row("- overhead" + ("" if any(cap.overhead.values()) else " (none)"), both_units(cap.overhead_bytes))
         for name, size in cap.overhead.items():
             if size:
@@ -249,6 +254,8 @@ def print_capacity(console: Console, cap) -> None:
         if cap.engine_kv_bytes_in_flight:
             table.add_row("  + in-flight tokens, once for the engine", both_units(cap.engine_kv_bytes_in_flight))
         table.add_row("KV per user reserved at start-up", both_units(cap.engine_kv_bytes_per_sequence))
+    if cap.engine_kv_bytes_per_sequence_draft:
+        table.add_row("  of which the draft", both_units(cap.engine_kv_bytes_per_sequence_draft))
     from kvplan.engines import engine_class  # capacity has imported it already
 
     if cap.engine_activation_bytes_for_users:
@@ -275,7 +282,7 @@ def print_capacity(console: Console, cap) -> None:
             f"each request's window plus all in-flight tokens: {_users(cap.max_users_at_startup)}, as it logs."))
     if cap.vllm_log:
         _print_vllm_log(console, cap)
-    for note in [*cap.engine_assumptions, *cap.notes]:
+    for note in [*cap.engine_assumptions, *_extras_notes(cap), *cap.notes]:
         console.print(styled(f"note: {note}", "dim"))
     if cap.fits:
         console.print(line(("fits", "green bold"), f": {_users(cap.users)} at {cap.ctx:,} tokens "
@@ -284,6 +291,18 @@ def print_capacity(console: Console, cap) -> None:
     console.print(line(("does not fit", "red bold"), f": {'; '.join(cap.reasons)}"))
     for suggestion in cap.suggestions:
         console.print(line(f"  - {suggestion}"))
+
+
+def _extras_notes(cap) -> list[str]:
+    """Speculative decoding and LoRA, in words."""
+    out = []
+    if cap.speculative_method:
+        out.append(f"speculative decoding ({cap.speculative_method}, {cap.speculative_tokens:,} draft token"
+                   f"{'s' if cap.speculative_tokens > 1 else ''} per step): {cap.draft_model}")
+    if cap.lora_slots:
+        out.append(f"LoRA host cache: up to {format_bytes(cap.lora_host_bytes_per_gpu)} of host memory per GPU "
+                   f"worker (max_cpu_loras adapters of rank {cap.lora_rank:,} on every LoRA module)")
+    return out
 
 
 def _print_vllm_log(console: Console, cap) -> None:
@@ -326,6 +345,11 @@ def print_plan(console: Console, plan) -> None:
                       f"{row.max_concurrent_users:,}",
                       f"{format_bytes(row.headroom_bytes)} ({row.headroom_fraction:.0%})")
     print_table(console, table)
+    first = plan.rows[0]
+    held = [f"{what} {format_bytes(size)}" for what, size in (("draft weights", first.draft_weights_bytes_per_gpu),
+                                                              ("LoRA slots", first.lora_bytes_per_gpu)) if size]
+    if held:
+        console.print(styled(f"note: each GPU of the first configuration also holds {', '.join(held)}", "dim"))
 
 
 def print_gpus(console: Console, gpus) -> None:
