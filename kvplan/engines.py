@@ -487,7 +487,22 @@ class Vllm(Engine):
                 return cache.model_copy(update={"window": cache.window + 1})
             return cache
 
-        return tuple(as_stored(c) for c in model.caches)
+        return tuple(self.speculative_conv(as_stored(c)) for c in model.caches)
+
+    # Mixers whose convolution state vLLM widens by the speculative tokens (`MambaStateShapeCalculator`: conv_kernel
+    # - 1 + num_spec rows for Mamba-2, Gated DeltaNet, short convolutions and KDA; Mamba-1's keeps kernel - 1).
+    SPECULATIVE_CONV = frozenset({"mamba2", "gated_deltanet", "short_conv", "kda"})
+
+    def speculative_conv(self, cache: LayerCache) -> LayerCache:
+        """A recurrent state's convolution as vLLM keeps it while speculating: K more rows, for the drafts' inputs
+        (the mixers' `num_spec`, num_speculative_tokens)."""
+        k = (self.options.speculative_tokens or 0) if self.options.speculative_method else 0
+        if not k or not isinstance(cache, RecurrentState) or cache.mixer not in self.SPECULATIVE_CONV \
+                or not cache.conv_kernel:
+            return cache
+        channels = cache.conv_elements // (cache.conv_kernel - 1)
+        return cache.model_copy(update={"conv_elements": channels * (cache.conv_kernel - 1 + k),
+                                        "conv_kernel": cache.conv_kernel + k})
 
     def default_fraction(self) -> float:
         return 0.92 if self.modern else 0.90

