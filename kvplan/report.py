@@ -163,6 +163,11 @@ def print_layout(console: Console, model: ModelSpec) -> None:
     print_table(console, params)
     if model.widths is not None:
         console.print(f"forward widths (for prefill activations): {_widths(model.widths)}")
+    if model.mtp is not None:
+        many = model.mtp.layers > 1
+        console.print(f"{model.mtp.layers} MTP layer{'s' if many else ''} beside the model "
+                      f"({billions(model.mtp.params.total)} params, not in the total; --speculative-method mtp runs "
+                      f"{'them' if many else 'it'})")
     if model.checkpoint is not None:
         _print_checkpoint(console, model)
 
