@@ -29,7 +29,7 @@ TP dp holds on the same GPUs, less what the attention weights each rank repeats 
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -37,9 +37,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan import engines
 from kvplan.dtypes import WEIGHT_DTYPES, DType, kv_dtype, weight_dtype
-from kvplan.engines import Engine, EngineOptions, KVPool, ServingExtras, VllmPool
+from kvplan.engines import Engine, EngineOptions, KVPool, LoraSlots, ServingExtras, VllmPool
 from kvplan.errors import KvplanError
-from kvplan.memory import vision_bytes, weights_by_group, weights_bytes
+from kvplan.memory import vision_bytes, weights_by_group, weights_bytes, weights_from_checkpoint
 from kvplan.model import LayerCache, ModelSpec, RecurrentState
 
 SEARCH_LIMIT = 1 << 24  # longest context searched for models that state no maximum
@@ -165,10 +165,32 @@ class Capacity(BaseModel):
     kv_offload_bytes: int = Field(0, description="host memory for offloaded KV blocks, per engine instance")
     host_memory_bytes: int = Field(0, description="host memory the deployment pins: offloaded weights of every GPU "
                                    "and offloaded KV of every replica")
+    speculative_method: str | None = Field(None, description="the speculative decoder: draft_model, mtp or ngram")
+    speculative_tokens: int | None = Field(None, description="draft tokens per step (num_speculative_tokens)")
+    draft_model: str | None = Field(None, description="the draft: a draft model, or the checkpoint's MTP layers")
+    draft_weights_bytes_per_gpu: int = 0
+    engine_kv_bytes_per_sequence_draft: int = Field(0, description="what speculative decoding adds to "
+                                                    "engine_kv_bytes_per_sequence: the draft's layers, and the slots "
+                                                    "of a step's drafts where the engine keeps them per request")
+    lora_slots: int | None = Field(None, description="LoRA adapters held on each GPU at once (vLLM max_loras)")
+    lora_rank: int | None = Field(None, description="the largest adapter rank a slot holds (max_lora_rank)")
+    lora_bytes_per_gpu: int = 0
+    lora_host_bytes_per_gpu: int | None = Field(None, description="host memory of each GPU's worker for "
+                                                "max_cpu_loras cached adapters, at most")
 
     @property
     def headroom_bytes(self) -> int:
         return self.kv_budget_bytes - self.engine_kv_bytes_for_users - self.engine_activation_bytes_for_users
+
+    def unused_extras(self) -> set[str]:
+        """The speculative-decoding and LoRA fields of a deployment that has neither, left out of --json."""
+        unused = set()
+        if self.speculative_method is None:
+            unused |= {"speculative_method", "speculative_tokens", "draft_model", "draft_weights_bytes_per_gpu",
+                       "engine_kv_bytes_per_sequence_draft"}
+        if self.lora_slots is None:
+            unused |= {"lora_slots", "lora_rank", "lora_bytes_per_gpu", "lora_host_bytes_per_gpu"}
+        return unused
 
 
 # ---------------------------------------------------------------------------------------------- parallelism
@@ -417,6 +439,125 @@ def engine_dtypes(model: ModelSpec, engine_name: str = "vllm", kv_dtype_name: st
     return kv.name, weights_dtype_name or engine.default_weights_dtype(model)
 
 
+# ------------------------------------------------------------------------------ speculative decoding and LoRA
+
+
+@dataclass
+class DraftAndAdapters:
+    """What a speculative decoder and LoRA adapters add to each GPU of a deployment: the draft's weights and its
+    layers' caches (`draft_layers`, as `gpu_layers` gives them; `draft_count` its layer count), the LoRA slots."""
+
+    method: str | None = None
+    tokens: int | None = None
+    draft: ModelSpec | None = None  # the draft model, or the MTP layers as one
+    draft_name: str | None = None
+    draft_weights_per_gpu: int = 0
+    draft_layers: list = field(default_factory=list)
+    draft_count: int = 0
+    lora: LoraSlots | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def gpu_bytes(self) -> int:
+        return self.draft_weights_per_gpu + (self.lora.gpu_bytes if self.lora else 0)
+
+
+def speculation_options(model: ModelSpec, draft: ModelSpec | None, engine_name: str, options: EngineOptions,
+                        parallel: Parallelism) -> EngineOptions:
+    """The engine options with the speculative method and its draft tokens K resolved as vLLM's
+    `SpeculativeConfig` resolves them: a --draft-model means method draft_model; mtp runs the checkpoint's own
+    MTP layers and K defaults to their count (n_predict), which a larger K must be a multiple of; draft_model and
+    ngram need K. Under llama.cpp --speculative-tokens stays its own setting (recurrent rollback rows)."""
+    method, tokens = options.speculative_method, options.speculative_tokens
+    engine_class = engines.engine_class(engine_name)
+    if draft is not None:
+        if not engine_class.speculative_methods:
+            raise KvplanError(f"kvplan does not size {engine_class.label}'s speculative-decoding drafts: "
+                              "--draft-model is for --engine vllm or sglang")
+        if method not in (None, "draft_model"):
+            raise KvplanError(f"--draft-model is the draft of --speculative-method draft_model, not {method}")
+        method = "draft_model"
+    if not engine_class.speculative_methods:  # llama.cpp's --speculative-tokens is its own; the engine refuses the rest
+        return options
+    if method is None:
+        if tokens is not None:
+            raise KvplanError(f"--speculative-tokens: {engine_class.label} speculates with a draft: give --draft-model "
+                              "or --speculative-method mtp or ngram")
+        return options
+    if method == "draft_model" and draft is None:
+        raise KvplanError("--speculative-method draft_model needs --draft-model")
+    if parallel.pp > 1:
+        raise KvplanError("kvplan sizes speculative decoding on one pipeline stage: give --pp 1")
+    if method == "mtp":
+        from kvplan.sources.hf_config.mtp import MTP_FAMILIES
+
+        if model.mtp is None:
+            raise KvplanError(f"--speculative-method mtp: kvplan reads no MTP layers in {model.name} (it reads those "
+                              f"of {MTP_FAMILIES} checkpoints that state them)")
+        layers = model.mtp.layers
+        if tokens is None and engine_name == "vllm":
+            tokens = layers  # SpeculativeConfig: "Default to max value defined in draft model config"
+        if tokens is not None and tokens > layers and tokens % layers:
+            raise KvplanError(f"--speculative-tokens {tokens} must be a multiple of the {layers} MTP layers "
+                              "(vLLM: num_speculative_tokens must be divisible by n_predict)")
+    if not tokens:
+        raise KvplanError(f"--speculative-method {method} needs --speculative-tokens, the draft tokens per step "
+                          "(vLLM num_speculative_tokens, SGLang --speculative-num-draft-tokens), at least 1")
+    if draft is not None and draft.vocab_size != model.vocab_size:
+        sizes = (f"{model.vocab_size:,} and {draft.vocab_size:,}" if draft.vocab_size and model.vocab_size
+                 else "one of them unknown")
+        raise KvplanError(f"--draft-model {draft.name}: target and draft model should have the same vocabulary size "
+                          f"({sizes}), as vLLM's SpeculativeConfig requires")
+    return options.model_copy(update={"speculative_method": method, "speculative_tokens": tokens})
+
+
+def draft_and_adapters(model: ModelSpec, draft: ModelSpec | None, engine: Engine, parallel: Parallelism,
+                       weights_dtype_name: str | None) -> DraftAndAdapters:
+    """The draft's weights and layers on each GPU, and the LoRA slots.
+
+    The draft shards like the model: vLLM's draft_tensor_parallel_size defaults to the model's TP and takes no
+    other value but 1, which its draft-model proposer refuses beside a larger TP ("must be the same",
+    v1/spec_decode/draft_model.py), while EAGLE and MTP heads are built on the model's TP group. A draft model
+    loads in the model's dtype (`SpeculativeConfig`: dtype=target_model_config.dtype), unquantised unless its own
+    checkpoint is; MTP layers follow the model's quantisation, --weights-dtype included ("Align the quantization
+    of draft model")."""
+    extras = DraftAndAdapters(lora=engine.lora_slots(model))
+    method = engine.options.speculative_method
+    if method is None:
+        return extras
+    extras.method, extras.tokens = method, engine.options.speculative_tokens
+    if method == "ngram":
+        extras.draft_name = "n-gram lookup (no draft weights or cache)"
+        return extras
+    if method == "mtp":
+        mtp = model.mtp
+        runner = model.model_copy(update={
+            "name": f"{model.name} MTP", "num_layers": mtp.layers, "params": mtp.params, "checkpoint": None,
+            "caches": tuple(c.model_copy(update={"layer": c.layer - model.num_layers}) for c in mtp.caches),
+            "mtp": None})
+        extras.draft_name = f"{model.name}'s {mtp.layers} MTP layer{'s' if mtp.layers > 1 else ''}"
+        if weights_from_checkpoint(model, weights_dtype_name):
+            extras.notes.append("the checkpoint's tensors, counted in the weights, hold the MTP layers")
+            drafted = 0
+        else:
+            drafted = weights_bytes(runner, weights_dtype_name)[0]
+    else:
+        runner = draft
+        engine.check_caches(draft)
+        compute = engine.default_weights_dtype(model) or model.dtype
+        drafted = weights_bytes(draft, None if draft.quantization or draft.dtype == compute else compute)[0]
+        extras.draft_name = draft.name
+    try:
+        check_parallel(runner, parallel.tp, 1)
+    except KvplanError as err:
+        raise KvplanError(f"the draft {runner.name}: {err}") from None
+    extras.draft = runner
+    extras.draft_weights_per_gpu = math.ceil(drafted / parallel.tp)
+    extras.draft_layers = gpu_layers(engine.cached_layers(runner), runner.num_layers, parallel.tp, 1)[0]
+    extras.draft_count = runner.num_layers
+    return extras
+
+
 @dataclass
 class _Deployment:
     """What one deployment builds before any search: the engine, the dtypes, the KV budget and its terms, and
@@ -437,13 +578,16 @@ class _Deployment:
     notes: list[str]
     extras: ServingExtras
     offloaded: int
+    added: DraftAndAdapters = field(default_factory=DraftAndAdapters)
+    target_pools: list[KVPool] | None = None  # the pools without the draft's layers, where a draft adds some
 
 
 def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, options: EngineOptions,
             hardware: Hardware, parallel: Parallelism, kv_dtype_name: str | None,
             weights_dtype_name: str | None, kv_budget: int | None, overhead: int | None,
-            stages: list | None = None) -> _Deployment:
+            stages: list | None = None, draft: ModelSpec | None = None) -> _Deployment:
     check_parallel(model, parallel.tp, parallel.pp, parallel.from_gpus, parallel.dp)
+    options = speculation_options(model, draft, engine_name, options, parallel)
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes, parallel.tp,
                             parallel.pp, parallel.dp, parallel.ep)
     engine.check_caches(model)
@@ -468,6 +612,7 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
                                                                       extras.tower_not_loaded)
     offloaded = engine.weights_offloaded(weights_per_gpu)
     weights_per_gpu -= offloaded
+    added = draft_and_adapters(model, draft, engine, parallel, weights_dtype_name)
     fraction = overhead_bytes = breakdown = None
     if kv_budget is not None:
         budget = kv_budget
@@ -483,12 +628,20 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
                               "has; give a GPU with more memory or set the fraction yourself")
         breakdown = {"given": overhead} if overhead is not None else engine.overhead().model_dump() | extras.overhead
         overhead_bytes = sum(breakdown.values())
-        budget = engine.kv_budget(hardware.memory_bytes, fraction, weights_per_gpu, overhead_bytes)
+        budget = engine.kv_budget(hardware.memory_bytes, fraction, weights_per_gpu + added.gpu_bytes,
+                                  overhead_bytes)
     if stages is None:
         stages = gpu_layers(engine.cached_layers(model), model.num_layers, parallel.tp, parallel.pp)
     pools = [engine.pool(layers, model, kv) for layers in stages]
+    target_pools = None
+    if added.method:  # one stage: speculation_options refuses PP
+        if added.draft_layers:
+            engine.pool(added.draft_layers, added.draft, kv)  # the engine's refusals of the draft's own kind
+        target_pools = pools
+        pools = [engine.speculative_pool(stages[0], added.draft_layers, added.draft_count, model, kv)]
     return _Deployment(engine, kv, weights_label, weights_dtype_name, weights_per_gpu, experts_per_gpu, fraction,
-                       overhead_bytes, breakdown, budget, stages, pools, notes, extras, offloaded)
+                       overhead_bytes, breakdown, budget, stages, pools, [*notes, *added.notes], extras, offloaded,
+                       added, target_pools)
 
 
 def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None,
@@ -538,12 +691,13 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
              options: EngineOptions | None = None, hardware: Hardware | None = None,
              parallel: Parallelism | None = None, kv_dtype_name: str | None = None,
              weights_dtype_name: str | None = None, kv_budget: int | None = None,
-             overhead: int | None = None, suggest: bool = True) -> Capacity:
-    """Capacity of `parallel.gpus` GPUs serving `model` under one engine, for the workload."""
+             overhead: int | None = None, suggest: bool = True, draft: ModelSpec | None = None) -> Capacity:
+    """Capacity of `parallel.gpus` GPUs serving `model` under one engine, for the workload; `draft`: the draft
+    model of speculative decoding (`draft_and_adapters`)."""
     options, hardware = options or EngineOptions(), hardware or Hardware()
     parallel = parallel or Parallelism()
     d = _deploy(model, [workload], engine_name, options, hardware, parallel, kv_dtype_name,
-                weights_dtype_name, kv_budget, overhead)
+                weights_dtype_name, kv_budget, overhead, draft=draft)
     engine, pools, budget = d.engine, d.pools, d.budget
     notes = list(dict.fromkeys([*d.notes, *(note for p in pools for note in p.notes)]))
     ctx, prefix = workload.ctx, workload.shared_prefix
@@ -580,13 +734,14 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         reasons=[], suggestions=[], notes=notes,
         **(_vllm_numbers(binding, budget, ctx) if isinstance(binding, VllmPool) else {}),
         **_host_memory(d, parallel, binding),
+        **_draft_and_adapter_numbers(d, binding, ctx),
     )
     if result.fits:
         return result
     update = {"reasons": [_reason(result)]}
     if suggest:
         settings = dict(engine_name=engine_name, options=options, hardware=hardware, kv_budget=kv_budget,
-                        overhead=overhead)
+                        overhead=overhead, draft=draft)
         update["suggestions"] = _suggestions(model, workload, result, engine, parallel, kv_dtype_name,
                                              d.weights_dtype_name, settings)
     return result.model_copy(update=update)
@@ -647,6 +802,24 @@ def _host_memory(d: _Deployment, parallel: Parallelism, pool: KVPool) -> dict:
     return out
 
 
+def _draft_and_adapter_numbers(d: _Deployment, binding: KVPool, ctx: int) -> dict:
+    """The Capacity fields of speculative decoding and LoRA: the draft's weights, what speculation adds to a
+    user's KV (what the binding stage's pool reserves per user beyond the same stage's pool without it), the LoRA
+    slots."""
+    e, out = d.added, {}
+    if e.method:
+        out.update(speculative_method=e.method, speculative_tokens=e.tokens, draft_model=e.draft_name,
+                   draft_weights_bytes_per_gpu=e.draft_weights_per_gpu)
+        if d.target_pools:  # what the pool reserves per user beyond the same pool without speculation
+            target = d.target_pools[d.pools.index(binding)]
+            out["engine_kv_bytes_per_sequence_draft"] = (binding.bytes_per_sequence(ctx)
+                                                         - target.bytes_per_sequence(ctx))
+    if e.lora:
+        out.update(lora_slots=e.lora.slots, lora_rank=e.lora.rank, lora_bytes_per_gpu=e.lora.gpu_bytes,
+                   lora_host_bytes_per_gpu=e.lora.host_bytes)
+    return out
+
+
 def users_label(n: int) -> str:
     return f"{n:,} user" + ("" if n == 1 else "s")
 
@@ -678,7 +851,9 @@ def _gib(n: int) -> str:
 def _reason(cap: Capacity) -> str:
     if cap.kv_budget_bytes <= 0 and not cap.kv_budget_given:
         usable = int(cap.gpu_memory_bytes * cap.memory_fraction)
-        return (f"weights ({_gib(cap.weights_bytes_per_gpu)} per GPU) and overhead "
+        beside = "".join(f", {what} ({_gib(size)})" for what, size in (
+            ("draft weights", cap.draft_weights_bytes_per_gpu), ("LoRA slots", cap.lora_bytes_per_gpu)) if size)
+        return (f"weights ({_gib(cap.weights_bytes_per_gpu)} per GPU){beside} and overhead "
                 f"({_gib(cap.overhead_bytes)}) leave no KV memory in the {_gib(usable)} the engine may use")
     activations = cap.engine_activation_bytes_per_sequence
     label = engines.engine_class(cap.engine).activations_label
@@ -772,10 +947,13 @@ def layouts(model: ModelSpec, gpus: int, engine: type[Engine]) -> list[Paralleli
 def best_layout(model: ModelSpec, workload: Workload, gpus: int, engine: type[Engine], kv_name: str | None,
                 weights_name: str | None, settings: dict) -> Capacity | None:
     """Of the layouts of `gpus` GPUs that fit, the one with the fewest pipeline stages (TP keeps a node's GPUs
-    in step; PP adds a stage of latency), then the most users, then the fewest DP ranks."""
+    in step; PP adds a stage of latency), then the most users, then the fewest DP ranks. A speculative decoder is
+    sized on one stage."""
+    options = settings.get("options")
+    one_stage = settings.get("draft") is not None or (options is not None and options.speculative_method)
     fitting = [capacity(model, workload, parallel=layout, kv_dtype_name=kv_name,
                         weights_dtype_name=weights_name, suggest=False, **settings)
-               for layout in layouts(model, gpus, engine)]
+               for layout in layouts(model, gpus, engine) if layout.pp == 1 or not one_stage]
     fitting = [cap for cap in fitting if cap.fits]
     return min(fitting, key=lambda cap: (cap.pipeline_parallel_size, -cap.max_concurrent_users,
                                          cap.data_parallel_size), default=None)
@@ -807,6 +985,8 @@ class PlanRow(BaseModel):
     max_concurrent_users: int
     headroom_bytes: int
     headroom_fraction: float
+    draft_weights_bytes_per_gpu: int = 0
+    lora_bytes_per_gpu: int = 0
 
 
 class Plan(BaseModel):
@@ -823,13 +1003,14 @@ class Plan(BaseModel):
 
 
 def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_name: str = "vllm",
-         options: EngineOptions | None = None, overhead: int | None = None, max_gpus: int = 64) -> Plan:
+         options: EngineOptions | None = None, overhead: int | None = None, max_gpus: int = 64,
+         draft: ModelSpec | None = None) -> Plan:
     """For each KV dtype x weights dtype worth trying, the fewest GPUs that serve workload.target users at
     ctx; ranked by GPUs, then precision (checkpoint weights and the engine's own KV dtype first), then
     headroom (KV budget left per GPU once the users are served)."""
     options = options or EngineOptions()
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes)
-    settings = dict(engine_name=engine_name, options=options, hardware=hardware, overhead=overhead)
+    settings = dict(engine_name=engine_name, options=options, hardware=hardware, overhead=overhead, draft=draft)
     checkpoint = weights_bytes(model)[0]
     weights = [None, *(w for w in ("fp8", "int4") if weights_bytes(model, w)[0] < checkpoint)]
     rows = []
@@ -845,7 +1026,9 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_nam
                     weights_dtype=best.weights_dtype, weights_bytes_per_gpu=best.weights_bytes_per_gpu,
                     kv_budget_bytes=best.kv_budget_bytes, max_concurrent_users=best.max_concurrent_users,
                     headroom_bytes=best.headroom_bytes,
-                    headroom_fraction=best.headroom_bytes / best.kv_budget_bytes)))
+                    headroom_fraction=best.headroom_bytes / best.kv_budget_bytes,
+                    draft_weights_bytes_per_gpu=best.draft_weights_bytes_per_gpu,
+                    lora_bytes_per_gpu=best.lora_bytes_per_gpu)))
     warnings = []
     if model.max_context and workload.ctx > model.max_context:
         warnings.append(f"ctx {workload.ctx:,} is beyond {model.name}'s max context of "

@@ -91,8 +91,18 @@ CacheTypeK = _flag(str | None, "llama.cpp K cache type (default --kv-dtype, else
 CacheTypeV = _flag(str | None, "llama.cpp V cache type (default --kv-dtype, else f16)", "--cache-type-v", "-ctv")
 FlashAttn = _flag(str | None, "llama.cpp -fa: on, off or auto (default auto; llama-cpp-python off)",
                   "--flash-attn", "-fa")
-SpeculativeTokens = _flag(int | None, "draft tokens per step of speculative decoding (llama.cpp: recurrent "
-                          "states kept for rollback)", "--speculative-tokens")
+SpeculativeTokens = _flag(int | None, "draft tokens per step of speculative decoding (vLLM num_speculative_tokens, "
+                          "SGLang --speculative-num-draft-tokens; llama.cpp: recurrent states kept for rollback)",
+                          "--speculative-tokens")
+# Speculative decoding and LoRA (vLLM, SGLang), docs/engines.md
+DraftModel = _flag(str | None, "draft model of speculative decoding, read as --model is (vllm, sglang)",
+                   "--draft-model")
+SpeculativeMethod = _flag(str | None, "draft_model (with --draft-model), mtp (the checkpoint's MTP layers) or "
+                          "ngram (vllm, sglang)", "--speculative-method")
+EnableLora = _flag(bool | None, "vLLM: preallocate LoRA adapter slots", "--enable-lora")
+MaxLoras = _flag(int | None, "vLLM: LoRA adapters on each GPU at once (default 1)", "--max-loras")
+MaxLoraRank = _flag(int | None, "vLLM: largest LoRA rank (default 16)", "--max-lora-rank")
+MaxCpuLoras = _flag(int | None, "vLLM: LoRA adapters cached in host memory (default --max-loras)", "--max-cpu-loras")
 Frontend = _flag(str | None, "llama.cpp front end: server (llama-server, default) or python (llama-cpp-python "
                  "Llama())")
 # vLLM's multimodal and offloading flags (docs/engines.md)
@@ -129,7 +139,9 @@ def estimate(
     frontend: Frontend = None,
     limit_mm_per_prompt: LimitMm = None, language_model_only: LanguageModelOnly = False,
     kv_offloading_size: KvOffloadSize = None, kv_offloading_backend: KvOffloadBackend = None,
-    cpu_offload_gb: CpuOffload = None,
+    cpu_offload_gb: CpuOffload = None, draft_model: DraftModel = None, speculative_method: SpeculativeMethod = None,
+    enable_lora: EnableLora = None, max_loras: MaxLoras = None, max_lora_rank: MaxLoraRank = None,
+    max_cpu_loras: MaxCpuLoras = None,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
@@ -153,10 +165,12 @@ def estimate(
     serving = dict(limit_mm=limit_mm_per_prompt, language_model_only=language_model_only or None,
                    kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
                    cpu_offload_gb=cpu_offload_gb)
+    added = dict(speculative_method=speculative_method, enable_lora=enable_lora, max_loras=max_loras,
+                 max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras)
     capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
                       overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
                       async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values(),
-                      *serving.values())
+                      *serving.values(), draft_model, *added.values())
     spec = load_model(model, revision, token, gguf_file)
     cap = None
     if any(flag is not None for flag in capacity_flags) or enable_expert_parallel:
@@ -165,7 +179,7 @@ def estimate(
         options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
                                   batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                                   kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation, **llama_cpp,
-                                  **serving)
+                                  **serving, **added)
         workload = capacity.Workload(
             ctx=tokens, users=users if users is not None else batch,
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
@@ -177,7 +191,7 @@ def estimate(
             parallel=capacity.parallelism(engine_name, gpus, tp, pp, dp, ep, enable_expert_parallel),
             kv_dtype_name=kv_dtype,
             weights_dtype_name=weights_dtype, kv_budget=_size(kv_budget, "--kv-budget"),
-            overhead=_size(overhead, "--overhead", allow_zero=True))
+            overhead=_size(overhead, "--overhead", allow_zero=True), draft=_draft(draft_model, token))
         if chosen:
             cap = cap.model_copy(update={"notes": [chosen, *cap.notes]})
         kv_dtype, weights_dtype = cap.kv_dtype, cap.weights_dtype_override
@@ -187,6 +201,7 @@ def estimate(
         data = result.model_dump(exclude=set() if v_dtype else {"v_dtype"})
         if cap is not None:
             unset = {"sequence_limit", "v_dtype"} - {k for k in ("sequence_limit", "v_dtype") if getattr(cap, k)}
+            unset |= cap.unused_extras()
             data |= cap.model_dump(exclude=unset | (set() if cap.engine == "vllm" else
                                                     {k for k in type(cap).model_fields if k.startswith("vllm_")}))
         print(json.dumps(data, indent=2))
@@ -243,18 +258,20 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                     kv_unified=None, swa_full=None, cache=None, ubatch_size=None, batch_size=None,
                     cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None,
                     limit_mm=None, language_model_only=None, kv_offloading_size=None, kv_offloading_backend=None,
-                    cpu_offload_gb=None):
+                    cpu_offload_gb=None, speculative_method=None, enable_lora=None, max_loras=None,
+                    max_lora_rank=None, max_cpu_loras=None):
     from kvplan.engines import EngineOptions
     from kvplan.units import parse_gib
 
     _counts(block_size=block_size, max_num_batched_tokens=batched_tokens, ubatch_size=ubatch_size,
-            batch_size=batch_size)
+            batch_size=batch_size, max_loras=max_loras, max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras)
     if fraction is not None and not 0 < fraction <= 1:
         raise KvplanError(f"--gpu-memory-utilization must be in (0, 1], got {fraction}")
     for flag, value, choices in (("--cache-implementation", cache, ("dynamic", "static")),
                                  ("--flash-attn", flash_attn, ("on", "off", "auto")),
                                  ("--frontend", frontend, ("server", "python")),
-                                 ("--kv-offloading-backend", kv_offloading_backend, ("native", "lmcache"))):
+                                 ("--kv-offloading-backend", kv_offloading_backend, ("native", "lmcache")),
+                                 ("--speculative-method", speculative_method, ("draft_model", "mtp", "ngram"))):
         if value not in (None, *choices):
             raise KvplanError(f"{flag} is {' or '.join(choices)}, got {brief(value)}")
     if speculative_tokens is not None and not 0 <= speculative_tokens <= MAX_COUNT:
@@ -270,7 +287,18 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                          if kv_offloading_size is not None else None,
                          kv_offloading_backend=kv_offloading_backend,
                          cpu_offload_bytes=parse_gib(cpu_offload_gb, "--cpu-offload-gb")
-                         if cpu_offload_gb is not None else None)
+                         if cpu_offload_gb is not None else None,
+                         speculative_method=speculative_method, enable_lora=enable_lora,
+                         max_loras=max_loras, max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras)
+
+
+def _draft(name: str | None, token: str | None):
+    """--draft-model, read as --model is (its Hub revision: main)."""
+    if name is None:
+        return None
+    from kvplan.sources import load_model
+
+    return load_model(name, None, token)
 
 
 def _hardware(gpu: str | None, vram: str | None, gpus: int | None = None):
@@ -326,7 +354,9 @@ def plan(
     speculative_tokens: SpeculativeTokens = None, frontend: Frontend = None,
     limit_mm_per_prompt: LimitMm = None, language_model_only: LanguageModelOnly = False,
     kv_offloading_size: KvOffloadSize = None, kv_offloading_backend: KvOffloadBackend = None,
-    cpu_offload_gb: CpuOffload = None,
+    cpu_offload_gb: CpuOffload = None, draft_model: DraftModel = None,
+    speculative_method: SpeculativeMethod = None, enable_lora: EnableLora = None, max_loras: MaxLoras = None,
+    max_lora_rank: MaxLoraRank = None, max_cpu_loras: MaxCpuLoras = None,
     max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider")] = 64,
     as_json: Json = False,
 ) -> None:
@@ -350,12 +380,15 @@ def plan(
                               ubatch_size=ubatch_size, batch_size=batch_size, flash_attn=flash_attn,
                               speculative_tokens=speculative_tokens, frontend=frontend, limit_mm=limit_mm_per_prompt,
                               language_model_only=language_model_only or None, kv_offloading_size=kv_offloading_size,
-                              kv_offloading_backend=kv_offloading_backend, cpu_offload_gb=cpu_offload_gb)
+                              kv_offloading_backend=kv_offloading_backend, cpu_offload_gb=cpu_offload_gb,
+                              speculative_method=speculative_method, enable_lora=enable_lora, max_loras=max_loras,
+                              max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras)
     spec = load_model(model, revision, token, gguf_file)
     engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
     result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,
                            engine_name=engine_name, options=options,
-                           overhead=_size(overhead, "--overhead", allow_zero=True), max_gpus=max_gpus)
+                           overhead=_size(overhead, "--overhead", allow_zero=True), max_gpus=max_gpus,
+                           draft=_draft(draft_model, token))
     if chosen:
         result = result.model_copy(update={"notes": [chosen, *result.notes]})
     if as_json:

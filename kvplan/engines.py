@@ -113,6 +113,11 @@ class EngineOptions(BaseModel):
     kv_offloading_size: int | None = None  # bytes of host memory
     kv_offloading_backend: Literal["native", "lmcache"] | None = None
     cpu_offload_bytes: int | None = None
+    speculative_method: Literal["draft_model", "mtp", "ngram"] | None = None
+    enable_lora: bool | None = None
+    max_loras: int | None = None
+    max_lora_rank: int | None = None
+    max_cpu_loras: int | None = None
 
 
 FLAG_NAMES = {
@@ -125,6 +130,8 @@ FLAG_NAMES = {
     "frontend": "--frontend", "limit_mm_per_prompt": "--limit-mm-per-prompt",
     "language_model_only": "--language-model-only", "kv_offloading_size": "--kv-offloading-size",
     "kv_offloading_backend": "--kv-offloading-backend", "cpu_offload_bytes": "--cpu-offload-gb",
+    "speculative_method": "--speculative-method", "enable_lora": "--enable-lora",
+    "max_loras": "--max-loras", "max_lora_rank": "--max-lora-rank", "max_cpu_loras": "--max-cpu-loras",
 }
 
 
@@ -241,6 +248,8 @@ class Engine(ABC):
     holds_transformers_only_caches: ClassVar[bool] = False  # runs the models with TRANSFORMERS_ONLY_KINDS caches
     data_parallel: ClassVar[bool] = False  # data-parallel attention and expert parallelism (vLLM, SGLang)
     tp_spans_dp: ClassVar[bool] = False  # its --tp counts every GPU of a stage, DP ranks included (SGLang)
+    # speculative decoding methods whose memory kvplan sizes under this engine (EngineOptions.speculative_method)
+    speculative_methods: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
                  dp: int = 1, ep: int = 1):
@@ -368,6 +377,15 @@ class Engine(ABC):
     def weights_offloaded(self, weights_per_gpu: int) -> int:
         """Bytes of each GPU's weights the engine keeps in host memory instead (0: none)."""
         return 0
+    def speculative_pool(self, layers: Layers, draft: Layers, draft_layers: int, model: ModelSpec,
+                         kv: DType) -> KVPool:
+        """One GPU's pool when the engine also runs a draft (`draft`: the draft's caches on this GPU, `draft_layers`
+        its layer count): by default the draft's layers join the model's in the one pool."""
+        return self.pool([*layers, *draft], model, kv)
+
+    def lora_slots(self, model: ModelSpec) -> "LoraSlots | None":
+        """The LoRA adapter slots this engine preallocates on each GPU (EngineOptions.enable_lora), or None."""
+        return None
 
 
 # ----------------------------------------------------------------------------------------------------- vLLM
@@ -577,9 +595,11 @@ class Vllm(Engine):
     default_version = "0.33.0"
     reads = frozenset({"version", "memory_fraction", "block_size", "max_num_batched_tokens", "async_scheduling",
                        "limit_mm_per_prompt", "language_model_only", "kv_offloading_size", "kv_offloading_backend",
-                       "cpu_offload_bytes"})
+                       "cpu_offload_bytes", "speculative_tokens", "speculative_method", "enable_lora", "max_loras",
+                       "max_lora_rank", "max_cpu_loras"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
     data_parallel = True
+    speculative_methods = ("draft_model", "mtp", "ngram")
 
     @classmethod
     def ep_size_problem(cls, ep: int, stage: int) -> str | None:
@@ -653,7 +673,22 @@ class Vllm(Engine):
                 return cache.model_copy(update={"window": cache.window + 1})
             return cache
 
-        return tuple(as_stored(c) for c in model.caches)
+        return tuple(self.speculative_conv(as_stored(c)) for c in model.caches)
+
+    # Mixers whose convolution state vLLM widens by the speculative tokens (`MambaStateShapeCalculator`: conv_kernel
+    # - 1 + num_spec rows for Mamba-2, Gated DeltaNet, short convolutions and KDA; Mamba-1's keeps kernel - 1).
+    SPECULATIVE_CONV = frozenset({"mamba2", "gated_deltanet", "short_conv", "kda"})
+
+    def speculative_conv(self, cache: LayerCache) -> LayerCache:
+        """A recurrent state's convolution as vLLM keeps it while speculating: K more rows, for the drafts' inputs
+        (the mixers' `num_spec`, num_speculative_tokens)."""
+        k = (self.options.speculative_tokens or 0) if self.options.speculative_method else 0
+        if not k or not isinstance(cache, RecurrentState) or cache.mixer not in self.SPECULATIVE_CONV \
+                or not cache.conv_kernel:
+            return cache
+        channels = cache.conv_elements // (cache.conv_kernel - 1)
+        return cache.model_copy(update={"conv_elements": channels * (cache.conv_kernel - 1 + k),
+                                        "conv_kernel": cache.conv_kernel + k})
 
     def default_fraction(self) -> float:
         return 0.92 if self.modern else 0.90
@@ -702,8 +737,8 @@ class Vllm(Engine):
         from 0.32.0 (`MambaMixer2.get_kv_cache_spec`, num_prefill_checkpoint_blocks = 1)."""
         version = version_tuple(self.version)
         if not attention or version < (0, 28):
-            return 1
-        return 3 if "mamba2" in model_mixers and version >= (0, 32) else 2
+            return 1 + self.speculative_state_pages()
+        return (3 if "mamba2" in model_mixers and version >= (0, 32) else 2) + self.speculative_state_pages()
 
     def overhead(self) -> Overhead:
         """Activation peak of the profile run: 160 KiB per batched token (vLLM logs 1.26 GiB for Llama-3-8B
@@ -1129,6 +1164,119 @@ class Vllm(Engine):
                          f"{'from' if self.modern else 'before'} 0.21.0)")
         return lines
 
+    # Speculative decoding (`--speculative-config`) and LoRA (`--enable-lora`), as vLLM 0.33.0 allocates them.
+
+    def lookahead_tokens(self) -> int:
+        """KV slots a request reserves past its scheduled tokens for the drafter to write: K for draft models and
+        MTP, none for n-gram (`VllmConfig.num_lookahead_tokens`)."""
+        return (self.options.speculative_tokens or 0) if self.options.speculative_method in ("draft_model", "mtp") \
+            else 0
+
+    def speculative_state_pages(self) -> int:
+        """A Mamba-style layer keeps one more state page per speculative token, for the states of the drafts it
+        verifies (`MambaBase.get_kv_cache_spec`: num_speculative_blocks = num_speculative_tokens, whatever the
+        method)."""
+        return (self.options.speculative_tokens or 0) if self.options.speculative_method else 0
+
+    def speculative_pool(self, layers: Layers, draft: Layers, draft_layers: int, model: ModelSpec,
+                         kv: DType) -> VllmPool:
+        """The draft's attention layers join the model's KV-cache config: they sit in the same static forward
+        context, so `GPUModelRunner.get_kv_cache_spec` gives each its spec (marked `is_draft`, which "never affects
+        grouping", `kv_cache_interface.py`) and they are grouped, paged and reserved with the model's. The
+        lookahead slots are capped at max_model_len (`KVCacheManager.allocate_slots`), so they leave a request's
+        reservation at max_model_len as it is; vLLM refuses a max_num_batched_tokens that cannot hold them
+        (`VllmConfig._set_max_num_scheduled_tokens`)."""
+        if self.max_num_batched_tokens() <= self.lookahead_tokens():
+            raise KvplanError(f"vLLM: max_num_batched_tokens {self.max_num_batched_tokens():,} has no slot left beside "
+                              f"the {self.lookahead_tokens():,} lookahead tokens of speculative decoding: raise "
+                              "--max-num-batched-tokens or lower --speculative-tokens")
+        return self.pool([*layers, *draft], model, kv)
+
+    def lora_slots(self, model: ModelSpec) -> "LoraSlots | None":
+        """`--enable-lora`: max_loras GPU slots, each holding an adapter of up to max_lora_rank (`LoRAConfig`:
+        defaults 1 and 16; ranks 1, 8, 16, 32, 64, 128, 256, 320, 512; max_cpu_loras defaults to max_loras and
+        may not be fewer), in the model's dtype (lora_dtype auto). Sizes: `vllm_lora_elements`."""
+        o = self.options
+        if not o.enable_lora:
+            given = [FLAG_NAMES[f] for f in ("max_loras", "max_lora_rank", "max_cpu_loras")
+                     if getattr(o, f) is not None]
+            if given:
+                raise KvplanError(f"{', '.join(given)} {'size' if len(given) > 1 else 'sizes'} vLLM's LoRA slots: "
+                                  "add --enable-lora")
+            return None
+        rank, slots = o.max_lora_rank or 16, o.max_loras or 1
+        if rank not in VLLM_LORA_RANKS:
+            raise KvplanError(f"vLLM: --max-lora-rank {rank} is not one it allows: "
+                              f"{', '.join(map(str, VLLM_LORA_RANKS))} (LoRAConfig MaxLoRARanks)")
+        host = o.max_cpu_loras if o.max_cpu_loras is not None else slots
+        if host < slots:
+            raise KvplanError(f"vLLM: --max-cpu-loras ({host}) must be >= --max-loras ({slots})")
+        dtype = kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype)
+        per_gpu = vllm_lora_elements(model, rank, self.tp)
+        return LoraSlots(slots=slots, rank=rank, dtype=dtype.name, host_adapters=host,
+                         gpu_bytes=slots * dtype.bytes_for(per_gpu),
+                         adapter_bytes=dtype.bytes_for(vllm_lora_elements(model, rank, 1)))
+
+
+class LoraSlots(BaseModel):
+    """LoRA adapters an engine keeps: `slots` on each GPU (`gpu_bytes` in all, preallocated at start-up), each of
+    rank up to `rank` in `dtype`; `host_adapters` more cached in each GPU worker's host memory, `adapter_bytes`
+    each at most (one adapter of the largest rank on every module the slots hold, unsharded)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    slots: int
+    rank: int
+    dtype: str
+    gpu_bytes: int
+    host_adapters: int
+    adapter_bytes: int
+
+    @property
+    def host_bytes(self) -> int:
+        return self.host_adapters * self.adapter_bytes
+
+
+# vLLM model classes whose LoRA layers kvplan sizes, by config model_type, and whether the class declares
+# `embedding_modules` (LlamaForCausalLM and Qwen3ForCausalLM do, so embed_tokens and lm_head get slots too;
+# MistralForCausalLM's is empty and Qwen2ForCausalLM has none): model_executor/models/{llama,qwen3,mistral,qwen2}.py.
+VLLM_LORA_EMBEDDINGS = {"llama": True, "qwen3": True, "mistral": False, "qwen2": False}
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # config/lora.py MaxLoRARanks
+VLLM_LORA_MAX_VOCAB = 258_048  # LogitsProcessorWithLoRA.create_lora_weights refuses a larger vocabulary
+
+
+def vllm_lora_elements(model: ModelSpec, rank: int, tp: int) -> int:
+    """Elements of one LoRA slot on one GPU of a tp-way group (vllm/lora/layers, `create_lora_weights`, not fully
+    sharded): an A of rank x input and a B of output x rank per slice of each linear layer, the column-parallel
+    ones' outputs and the row-parallel ones' inputs split by TP. With h hidden, q = heads x head_dim, k = KV
+    heads per GPU x head_dim (one head at least), I the MLP width:
+        qkv_proj      A 3 x r x h           B (q / tp + 2 k) x r        (MergedQKVParallelLinearWithLoRA)
+        o_proj        A r x q / tp          B h x r                     (RowParallelLinearWithLoRA)
+        gate_up_proj  A 2 x r x h           B 2 x I / tp x r            (MergedColumnParallelLinearWithLoRA)
+        down_proj     A r x I / tp          B h x r
+    per layer, and where the class declares embedding_modules, embed_tokens (A vocab x r, B h x r,
+    VocabParallelEmbeddingWithLoRA) and lm_head (A r x h, B vocab x r, LogitsProcessorWithLoRA), both whole on
+    every GPU."""
+    if model.architecture not in VLLM_LORA_EMBEDDINGS:
+        raise KvplanError(f"kvplan sizes vLLM's LoRA slots for Llama, Mistral, Qwen2 and Qwen3 models, whose layers "
+                          f"it has read in vLLM's source: not {model.architecture} ({model.name})")
+    w = model.widths
+    attention = {(c.kv_heads, c.head_dim) for c in model.caches if c.kind in ("full", *WINDOWED)}
+    if w is None or not w.gated_mlp or w.experts_per_token or len(attention) != 1 or model.vocab_size is None:
+        raise KvplanError(f"kvplan cannot size vLLM's LoRA slots for {model.name}: it needs one attention shape, a "
+                          "gated MLP without experts, and the vocabulary size")
+    ((kv_heads, head_dim),) = attention
+    h, q, mlp = w.hidden, model.num_attention_heads * head_dim // tp, w.mlp_intermediate // tp
+    k = max(1, kv_heads // tp) * head_dim
+    layer = rank * (3 * h + q + 2 * k) + rank * (q + h) + rank * (2 * h + 2 * mlp) + rank * (mlp + h)
+    total = model.num_layers * layer
+    if VLLM_LORA_EMBEDDINGS[model.architecture]:
+        if model.vocab_size > VLLM_LORA_MAX_VOCAB:
+            raise KvplanError(f"vLLM: when using LoRA, vocab size must be <= {VLLM_LORA_MAX_VOCAB:,} ({model.name} "
+                              f"has {model.vocab_size:,})")
+        total += 2 * rank * (model.vocab_size + h)
+    return total
+
 
 # --------------------------------------------------------------------------------------------------- SGLang
 
@@ -1142,14 +1290,16 @@ class SglangPool(KVPool):
     """A token pool (page size 1) of `full_cell` bytes per token; allow-listed hybrids add a sliding-window
     pool holding swa_full_tokens_ratio (0.8) as many tokens, with `swa_cell` bytes per token."""
 
-    def __init__(self, full_cell: int, swa_cell: int, window: int, state: int, notes: list[str]):
+    def __init__(self, full_cell: int, swa_cell: int, window: int, state: int, notes: list[str],
+                 draft_tokens: int = 0):
         self.full_cell, self.swa_cell, self.window = full_cell, swa_cell, window
-        self.state, self.notes = state, notes
+        self.state, self.notes, self.draft_tokens = state, notes, draft_tokens
 
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
+        """`draft_tokens`: the slots speculative decoding allocates per request for a step's drafts."""
         if users == 0:
             return 0
-        full = users * ctx - (users - 1) * shared_prefix  # the radix cache keeps a shared prefix once
+        full = users * (ctx + self.draft_tokens) - (users - 1) * shared_prefix  # a shared prefix is kept once
         state = users * self.state
         if not self.swa_cell:
             return full * self.full_cell + state
@@ -1201,6 +1351,9 @@ class Sglang(Engine):
         if self.dp > 1:
             shares["embedding"] = Fraction(1, self.pp)
         return shares
+    reads = frozenset({"memory_fraction", "speculative_tokens", "speculative_method", "enable_lora", "max_loras",
+                       "max_lora_rank"})
+    speculative_methods = ("draft_model", "mtp", "ngram")
 
     def _buckets(self) -> tuple[int, int]:
         """(chunked_prefill_size, cuda_graph_max_bs) by GPU memory in MiB, as SGLang picks them (CUDA)."""
@@ -1254,6 +1407,34 @@ class Sglang(Engine):
                           swa_cell=sum(r.count * r.bytes_per_token for r in windowed),
                           window=max((r.window for r in windowed), default=0),
                           state=sum(r.count * r.state_bytes for r in table), notes=notes)
+
+    def speculative_pool(self, layers: Layers, draft: Layers, draft_layers: int, model: ModelSpec,
+                         kv: DType) -> SglangPool:
+        """SGLang 0.5.23 sizes one token count for the model's pool and its draft's (`DefaultPoolConfigurator`,
+        model_executor/pool_configurator.py): a draft of d layers (MTP: num_nextn_predict_layers; a standalone or
+        EAGLE draft: its own layers) adds int(cell x d / n) bytes to the cell of the model's n layers, since it
+        "assumes the draft shares the target's per-layer KV size", whatever the draft's own layers hold. A running
+        request also holds the slots of a step's drafts (`spec_decode_alloc_len_per_request`: the
+        speculative_num_draft_tokens at page size 1 and top-k 1). N-gram decoding has no draft pool."""
+        pool = self.pool(layers, model, kv)
+        if pool.swa_cell or pool.state or any(c.kind == "indexer" for c, _ in [*layers, *draft]):
+            raise KvplanError(f"kvplan does not model SGLang's draft pool beside {model.name}'s sliding-window, "
+                              "recurrent-state or indexer pools: use --engine vllm")
+        cell = pool.full_cell + pool.full_cell * draft_layers // model.num_layers
+        notes = [*pool.notes, f"draft pool: {draft_layers} layer{'s' if draft_layers > 1 else ''} sized like the "
+                               f"model's, {cell - pool.full_cell:,} B per token"] if draft_layers else pool.notes
+        return SglangPool(full_cell=cell, swa_cell=0, window=0, state=0, notes=notes,
+                          draft_tokens=self.options.speculative_tokens or 0)
+
+    def lora_slots(self, model: ModelSpec) -> None:
+        """SGLang's LoRA memory pool (lora/mem_pool.py) holds the modules it infers from the adapters of
+        --lora-paths, or --lora-target-modules, which kvplan does not read."""
+        given = [FLAG_NAMES[f] for f in ("enable_lora", "max_loras", "max_lora_rank") if getattr(self.options, f)]
+        if given:
+            raise KvplanError(f"kvplan does not size SGLang's LoRA memory pool ({', '.join(given)}): its buffers "
+                              "follow the target modules of the adapters in --lora-paths; --engine vllm sizes "
+                              "LoRA slots")
+        return None
 
 
 # ------------------------------------------------------------------------------------------------ llama.cpp

@@ -415,6 +415,19 @@ class MultimodalInput(BaseModel):
     item_modality: str | None = None
     embedding_width: PositiveInt = Field(description="the width of an embedding row: the decoder's hidden size")
     basis: str = Field("", description="how tokens_per_item was counted, for notes")
+class MtpLayers(BaseModel):
+    """The multi-token-prediction layers a checkpoint ships beside its decoder (DeepSeek-V3
+    `num_nextn_predict_layers`, Qwen3.5 `mtp_num_hidden_layers`): not part of the served model's `params` and
+    `caches`, they are what a speculative decoder runs as its draft (vLLM `--speculative-config '{"method":
+    "mtp"}'`, SGLang `--speculative-algorithm NEXTN`). `params` are their own weights (decoder layers, fusion
+    projection and norms); the embeddings and the output head they read are the model's (vLLM and SGLang share
+    them), so those groups are 0. `caches` are their layers' caches, numbered after the model's layers."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    layers: PositiveInt
+    caches: tuple[LayerCache, ...]
+    params: ParamCounts
 
 
 class ModelSpec(BaseModel):
@@ -441,3 +454,7 @@ class ModelSpec(BaseModel):
         None, description="the tensor inventory, when kvplan could read it (safetensors of Hub repos and local dirs, "
                           "GGUF files)")
     multimodal: MultimodalInput | None = Field(None, description="a multimodal checkpoint's non-text inputs")
+    vocab_size: PositiveInt | None = Field(None, description="tokens in the vocabulary (a decoder config's "
+                                                            "vocab_size), where the source states it")
+    mtp: MtpLayers | None = Field(None, description="the checkpoint's multi-token-prediction layers, where kvplan "
+                                                    "reads them (a speculative decoder's draft)")

@@ -163,6 +163,11 @@ def print_layout(console: Console, model: ModelSpec) -> None:
     print_table(console, params)
     if model.widths is not None:
         console.print(f"forward widths (for prefill activations): {_widths(model.widths)}")
+    if model.mtp is not None:
+        many = model.mtp.layers > 1
+        console.print(f"{model.mtp.layers} MTP layer{'s' if many else ''} beside the model "
+                      f"({billions(model.mtp.params.total)} params, not in the total; --speculative-method mtp runs "
+                      f"{'them' if many else 'it'})")
     if model.checkpoint is not None:
         _print_checkpoint(console, model)
 
@@ -250,6 +255,11 @@ def print_capacity(console: Console, cap) -> None:
         if cap.weights_offloaded_bytes_per_gpu:
             table.add_row(styled("    and in host memory (--cpu-offload-gb)", "dim"),
                           styled(format_bytes(cap.weights_offloaded_bytes_per_gpu), "dim"))
+        if cap.draft_weights_bytes_per_gpu:
+            table.add_row("- draft weights", both_units(cap.draft_weights_bytes_per_gpu))
+        if cap.lora_bytes_per_gpu:
+            table.add_row(f"- LoRA slots ({cap.lora_slots:,} x rank {cap.lora_rank:,})",
+                          both_units(cap.lora_bytes_per_gpu))
         table.add_row("- overhead" + ("" if any(cap.overhead.values()) else " (none)"), both_units(cap.overhead_bytes))
         for name, size in cap.overhead.items():
             if size:
@@ -264,6 +274,8 @@ def print_capacity(console: Console, cap) -> None:
         if cap.engine_kv_bytes_in_flight:
             table.add_row("  + in-flight tokens, once for the engine", both_units(cap.engine_kv_bytes_in_flight))
         table.add_row("KV per user reserved at start-up", both_units(cap.engine_kv_bytes_per_sequence))
+    if cap.engine_kv_bytes_per_sequence_draft:
+        table.add_row("  of which the draft", both_units(cap.engine_kv_bytes_per_sequence_draft))
     if cap.engine_activation_bytes_for_users:
         grows = "grow with batch x prompt" if cap.engine == "transformers" else "grows with the context"
         table.add_row(f"{engine.activations_label} for {_users(cap.users)} ({grows})",
@@ -296,7 +308,7 @@ def print_capacity(console: Console, cap) -> None:
             f"each request's window plus all in-flight tokens: {_users(cap.max_users_at_startup)}, as it logs."))
     if cap.vllm_log:
         _print_vllm_log(console, cap)
-    for note in [*cap.engine_assumptions, *cap.notes]:
+    for note in [*cap.engine_assumptions, *_extras_notes(cap), *cap.notes]:
         console.print(styled(f"note: {note}", "dim"))
     if cap.fits:
         console.print(line(("fits", "green bold"), f": {_users(cap.users)} at {cap.ctx:,} tokens "
@@ -314,6 +326,16 @@ def _weights_split(cap) -> list[tuple[str, int]]:
     placed = f"EP {cap.expert_parallel_size}" if cap.expert_parallel_size > 1 else "sliced"
     return [("attention, dense, embeddings", cap.weights_bytes_per_gpu - cap.weights_bytes_per_gpu_experts),
             (f"routed experts (over {stage} GPUs, {placed})", cap.weights_bytes_per_gpu_experts)]
+def _extras_notes(cap) -> list[str]:
+    """Speculative decoding and LoRA, in words."""
+    out = []
+    if cap.speculative_method:
+        out.append(f"speculative decoding ({cap.speculative_method}, {cap.speculative_tokens:,} draft token"
+                   f"{'s' if cap.speculative_tokens > 1 else ''} per step): {cap.draft_model}")
+    if cap.lora_slots:
+        out.append(f"LoRA host cache: up to {format_bytes(cap.lora_host_bytes_per_gpu)} of host memory per GPU "
+                   f"worker (max_cpu_loras adapters of rank {cap.lora_rank:,} on every LoRA module)")
+    return out
 
 
 def _print_vllm_log(console: Console, cap) -> None:
@@ -360,6 +382,11 @@ def print_plan(console: Console, plan) -> None:
     print_table(console, table)
     for note in plan.notes:
         console.print(styled(f"note: {note}", "dim"))
+    first = plan.rows[0]
+    held = [f"{what} {format_bytes(size)}" for what, size in (("draft weights", first.draft_weights_bytes_per_gpu),
+                                                              ("LoRA slots", first.lora_bytes_per_gpu)) if size]
+    if held:
+        console.print(styled(f"note: each GPU of the first configuration also holds {', '.join(held)}", "dim"))
 
 
 def print_gpus(console: Console, gpus) -> None:

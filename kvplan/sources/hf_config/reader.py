@@ -35,6 +35,7 @@ from kvplan.sources.hf_config.layout import (
     read_layer_count,
     read_layout,
 )
+from kvplan.sources.hf_config.mtp import read_mtp
 from kvplan.sources.hf_config.params import decoder_params, read_widths
 from kvplan.sources.hf_config.quantization import common
 from kvplan.sources.hf_config.vision import flat_encoders_note, multimodal_input, vision_params
@@ -85,6 +86,12 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
     model_type = MODEL_TYPE_ALIASES.get(model_type, model_type)
     if model_type in REFUSED_FAMILIES:
         raise KvplanError(f"{where}: {REFUSED_FAMILIES[model_type]}")
+    eagle = next((a for a in top.list("architectures") if "eagle" in str(a).lower() and not str(a).endswith(
+        "ForConditionalGeneration")), None)  # vLLM's speculator classes (registry.py); Eagle2.5-VL is a model
+    if eagle:  # its config reads as a plain decoder, but its layers and vocabulary are built otherwise
+        raise KvplanError(f"{where}: field architectures names {eagle}, an EAGLE draft head: kvplan does not size "
+                          "EAGLE heads (vLLM builds them with a fused input projection and a draft vocabulary of "
+                          "their own)")
     for key, value in MODEL_TYPE_DEFAULTS.get(model_type, {}).items():
         data.setdefault(key, value)
     lift_nested_fields(data, model_type, where)
@@ -129,6 +136,8 @@ def decoder(cfg: Fields, model_type: str, name: str, source: str, notes: list[st
     params = decoder_params(cfg, model_type, family, layout, hidden, heads)
     params = params.model_copy(update={"vision": params.vision + vision})  # GIT's tower is in its decoder config
     widths = read_widths(cfg, model_type, family, hidden, layout)
+    mtp = read_mtp(cfg, model_type, family, layout, params, hidden, heads)
     return ModelSpec(name=name, architecture=model_type or "unknown", num_layers=num_layers,
                      num_attention_heads=heads, caches=tuple(layout.caches), params=params, widths=widths,
-                     source=source, **common(cfg, notes))
+                     source=source, vocab_size=cfg.int("vocab_size", "n_vocab", "padded_vocab_size", default=None),
+                     mtp=mtp, **common(cfg, notes))
