@@ -25,7 +25,7 @@ from kvplan.errors import KvplanError
 from kvplan.model import IndexerKeys, LayerCache, MLALatent, ParamCounts, Widths
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.layout import FAMILY_LAYOUTS, Layout
-from kvplan.sources.hf_config.params import FAMILY_PARAMS, FAMILY_WIDTHS
+from kvplan.sources.hf_config.params import FAMILY_PARAMS, FAMILY_WIDTHS, stated_dense_layers
 
 DOTS3 = "dots3_note_text"
 DOTS3_LAYER_TYPES = ("indexed_attention", "full_attention", "sliding_attention")
@@ -83,19 +83,7 @@ def _per_layer_overrides(cfg: Fields, types: list[str]) -> dict[int, dict]:
         swa["qk_rope_head_dim"] = cfg.int("swa_qk_rope_head_dim", default=swa["head_dim"] - swa["qk_nope_head_dim"],
                                           minimum=0)
         return {i: swa for i, t in enumerate(types) if t == "sliding_attention"}
-    raw = cfg.mapping("per_layer_config")
-    overrides = {}
-    for key in raw.data:
-        if not str(key).isdigit() or int(key) >= n:
-            raise KvplanError(f"{cfg.where}: field per_layer_config has an entry for layer {key!r}, but the model's "
-                              f"layers are 0 to {n - 1}")
-        entry = raw.mapping(key)
-        unread = sorted(set(entry.data) - set(DOTS3_PER_LAYER_FIELDS))
-        if unread:
-            raise KvplanError(f"{cfg.where}: field per_layer_config[{key}] overrides {', '.join(unread)}, which "
-                              "kvplan does not read per layer")
-        overrides[int(key)] = entry.data
-    return overrides
+    return cfg.per_layer("per_layer_config", n, DOTS3_PER_LAYER_FIELDS)
 
 
 def dots3_layers(cfg: Fields, n: int) -> list[Dots3Layer]:
@@ -142,12 +130,9 @@ def dots3_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str])
 def dots3_dense_layers(cfg: Fields, n: int) -> set[int]:
     """Layers with a dense MLP: `mlp_layer_types`, else the config class's rule: the first first_k_dense_replace
     (default 1), and those moe_layer_freq leaves out (an interval, default 1, or a 0/1 flag per layer)."""
-    if cfg.has("mlp_layer_types"):
-        kinds = cfg.list("mlp_layer_types", str, length=n)
-        if set(kinds) - {"dense", "sparse"}:
-            raise KvplanError(f"{cfg.where}: field mlp_layer_types must hold \"dense\" or \"sparse\" for each "
-                              f"layer, got {sorted(set(kinds) - {'dense', 'sparse'})}")
-        return {i for i, kind in enumerate(kinds) if kind == "dense"}
+    stated = stated_dense_layers(cfg, n)
+    if stated is not None:
+        return stated
     first = cfg.int("first_k_dense_replace", default=1, minimum=0)
     if isinstance(cfg.data.get("moe_layer_freq"), list):
         sparse = [bool(flag) for flag in cfg.list("moe_layer_freq", int, length=n)]

@@ -40,9 +40,9 @@ class Fields:
 
     def int(self, *names: str, default: Any = _MISSING, minimum: int = 1) -> Any:
         value = self.get(*names, default=default)
-        if value is default and default is not _MISSING:
+        name = next((n for n in names if self.data.get(n) is not None), None)
+        if name is None:  # absent: the default, as given (a config's own value is always checked)
             return value
-        name = next((n for n in names if self.data.get(n) is not None), names[0])
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -89,6 +89,24 @@ class Fields:
         if length is not None and len(value) != length:
             raise KvplanError(f"{self.where}: field {name} must have one entry for each of the {length} layers")
         return value
+
+    def per_layer(self, name: str, layers: int, readable: tuple[str, ...]) -> dict[int, dict]:
+        """A per-layer override map, {layer index (a string, "05"): {field: value}}: the layers that differ from the
+        global config (transformers `HeterogeneousConfigMixin`, `per_layer_config`). Each entry may override only
+        the `readable` fields, which the caller reads per layer."""
+        raw = self.mapping(name)
+        overrides = {}
+        for key in raw.data:
+            if not str(key).isdigit() or int(key) >= layers:
+                raise KvplanError(f"{self.where}: field {name} has an entry for layer {shorten(repr(key))}, but the "
+                                  f"model's layers are 0 to {layers - 1}")
+            entry = raw.mapping(key)
+            unread = sorted(set(entry.data) - set(readable))
+            if unread:
+                raise KvplanError(f"{self.where}: field {name}[{key}] overrides {shorten(', '.join(unread))}, which "
+                                  "kvplan does not read per layer")
+            overrides[int(key)] = entry.data
+        return overrides
 
     def mapping(self, name: str) -> Fields:
         """A nested object field as Fields (empty if absent), so errors name the path to it."""

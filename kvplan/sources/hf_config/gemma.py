@@ -87,7 +87,7 @@ def _attention_shapes(cfg: Fields, model_type: str, types: list[str]) -> list[tu
     n = len(types)
     if model_type == GEMMA_3N:
         return [(cfg.int("num_key_value_heads"), cfg.int("head_dim"))] * n
-    overrides = _per_layer_overrides(cfg, n) if cfg.has("per_layer_config") else {
+    overrides = cfg.per_layer("per_layer_config", n, PER_LAYER_OVERRIDES) if cfg.has("per_layer_config") else {
         i: _global_overrides(cfg) for i, t in enumerate(types) if t == "full_attention"}
     shapes = []
     for i in range(n):
@@ -107,24 +107,6 @@ def _global_overrides(cfg: Fields) -> dict:
     if cfg.flag("attention_k_eq_v") and cfg.has("num_global_key_value_heads"):
         override["num_key_value_heads"] = cfg.int("num_global_key_value_heads")
     return override
-
-
-def _per_layer_overrides(cfg: Fields, n: int) -> dict[int, dict]:
-    """`per_layer_config`: {layer index (a string, "05"): {field: value}}, the layers that differ from the global
-    config (transformers `HeterogeneousConfigMixin`)."""
-    raw = cfg.mapping("per_layer_config")
-    overrides = {}
-    for key in raw.data:
-        if not str(key).isdigit() or int(key) >= n:
-            raise KvplanError(f"{cfg.where}: field per_layer_config has an entry for layer {key!r}, but the model's "
-                              f"layers are 0 to {n - 1}")
-        entry = raw.mapping(key)
-        unread = sorted(set(entry.data) - set(PER_LAYER_OVERRIDES))
-        if unread:
-            raise KvplanError(f"{cfg.where}: field per_layer_config[{key}] overrides {', '.join(unread)}, which "
-                              "kvplan does not read per layer")
-        overrides[int(key)] = entry.data
-    return overrides
 
 
 def _shared_sources(cfg: Fields, model_type: str, types: list[str]) -> list[int | None]:

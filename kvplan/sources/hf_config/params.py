@@ -404,15 +404,24 @@ class MoE:
         totals["other"] += self.router + self.experts * self.expert_bias
 
 
+def stated_dense_layers(cfg: Fields, layers: int) -> set[int] | None:
+    """The layers with a dense MLP where the config states them per layer (transformers 5 `mlp_layer_types`,
+    "dense" or "sparse", derived from the older fields when a config lacks it, so it alone counts when present);
+    None where it does not."""
+    if not cfg.has("mlp_layer_types"):
+        return None
+    kinds = cfg.list("mlp_layer_types", str, length=layers)
+    if set(kinds) - {"dense", "sparse"}:
+        raise KvplanError(f"{cfg.where}: field mlp_layer_types must hold \"dense\" or \"sparse\" for each "
+                          f"layer, got {sorted(set(kinds) - {'dense', 'sparse'})}")
+    return {i for i, kind in enumerate(kinds) if kind == "dense"}
+
+
 def _dense_layers(cfg: Fields, model_type: str, layers: int) -> set[int]:
-    """The layers of an MoE model that keep a dense MLP. transformers 5 states them per layer (`mlp_layer_types`,
-    "dense" or "sparse"), derived from the older fields when a config lacks it, so it alone counts when present."""
-    if cfg.has("mlp_layer_types"):
-        kinds = cfg.list("mlp_layer_types", str, length=layers)
-        if set(kinds) - {"dense", "sparse"}:
-            raise KvplanError(f"{cfg.where}: field mlp_layer_types must hold \"dense\" or \"sparse\" for each "
-                              f"layer, got {sorted(set(kinds) - {'dense', 'sparse'})}")
-        return {i for i, kind in enumerate(kinds) if kind == "dense"}
+    """The layers of an MoE model that keep a dense MLP: as stated per layer, else from the older fields."""
+    stated = stated_dense_layers(cfg, layers)
+    if stated is not None:
+        return stated
     first_dense = cfg.int("first_k_dense_replace", "num_dense_layers", default=0, minimum=0)  # AFMoE: the latter
     if first_dense > layers:
         raise KvplanError(f"{cfg.where}: first_k_dense_replace {first_dense:,} exceeds the {layers} layers")
