@@ -19,9 +19,10 @@ from the project's), then run the script with the project's interpreter:
     python benchmarks/vllm_oracle.py --vllm-python /tmp/vllm-venv/bin/python --load     # preemption under load
 
 Where vLLM's CPU build differs from its GPU build, kvplan is given vLLM's CPU settings, read back from the child:
-async scheduling off (one batch in flight, `platforms/cpu.py`), the KV dtype vLLM chose, and the block sizes named
-in each case (the CPU attention kernel's smallest block is 32, so hybrids use blocks of at least 32 tokens; MLA
-runs with 16-token blocks and no prefix caching or chunked prefill on hosts without AMX).
+async scheduling off (one batch in flight, `platforms/cpu.py`), the KV dtype vLLM chose, Gated DeltaNet's prefill off
+FlashInfer (vLLM resolves it to triton off CUDA, `_resolve_gdn_prefill_backend`), and the block sizes named in each
+case (the CPU attention kernel's smallest block is 32, so hybrids use blocks of at least 32 tokens; MLA runs with
+16-token blocks and no prefix caching or chunked prefill on hosts without AMX).
 """
 
 import argparse
@@ -216,7 +217,7 @@ def run_kvplan(path: Path, case: Case, kv_space_gib: int, vllm: dict):
     kv = vllm["cache_dtype"] if vllm["cache_dtype"] != "auto" else vllm["model_dtype"]
     options = EngineOptions(version=VLLM_VERSION, block_size=case.block_size,
                             max_num_batched_tokens=vllm["max_num_batched_tokens"],
-                            async_scheduling=vllm["async_scheduling"])
+                            async_scheduling=vllm["async_scheduling"], gdn_prefill_backend="triton")
     return capacity(load_model(str(path)), Workload(ctx=case.ctx), engine_name="vllm", options=options,
                     kv_budget=kv_space_gib * GiB, kv_dtype_name=TORCH_TO_KVPLAN[kv])
 

@@ -105,6 +105,8 @@ KvOffloadSize = _flag(str | None, "vLLM: host memory for offloaded KV, GiB (64) 
 KvOffloadBackend = _flag(str | None, "vLLM: native (default) or lmcache", "--kv-offloading-backend")
 CpuOffload = _flag(str | None, "vLLM: GiB of each GPU's weights kept in host memory (10) or a size",
                    "--cpu-offload-gb")
+GdnPrefill = _flag(str | None, "vLLM: Gated DeltaNet prefill kernel, flashinfer, triton or cutedsl (default: "
+                   "FlashInfer on Hopper and Blackwell, which adds a state page)", "--gdn-prefill-backend")
 
 
 @app.command()
@@ -129,7 +131,7 @@ def estimate(
     frontend: Frontend = None,
     limit_mm_per_prompt: LimitMm = None, language_model_only: LanguageModelOnly = False,
     kv_offloading_size: KvOffloadSize = None, kv_offloading_backend: KvOffloadBackend = None,
-    cpu_offload_gb: CpuOffload = None,
+    cpu_offload_gb: CpuOffload = None, gdn_prefill_backend: GdnPrefill = None,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
@@ -152,7 +154,7 @@ def estimate(
                      frontend=frontend)
     serving = dict(limit_mm=limit_mm_per_prompt, language_model_only=language_model_only or None,
                    kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
-                   cpu_offload_gb=cpu_offload_gb)
+                   cpu_offload_gb=cpu_offload_gb, gdn_prefill_backend=gdn_prefill_backend)
     capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
                       overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
                       async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values(),
@@ -243,7 +245,7 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                     kv_unified=None, swa_full=None, cache=None, ubatch_size=None, batch_size=None,
                     cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None,
                     limit_mm=None, language_model_only=None, kv_offloading_size=None, kv_offloading_backend=None,
-                    cpu_offload_gb=None):
+                    cpu_offload_gb=None, gdn_prefill_backend=None):
     from kvplan.engines import EngineOptions
     from kvplan.units import parse_gib
 
@@ -254,7 +256,8 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
     for flag, value, choices in (("--cache-implementation", cache, ("dynamic", "static")),
                                  ("--flash-attn", flash_attn, ("on", "off", "auto")),
                                  ("--frontend", frontend, ("server", "python")),
-                                 ("--kv-offloading-backend", kv_offloading_backend, ("native", "lmcache"))):
+                                 ("--kv-offloading-backend", kv_offloading_backend, ("native", "lmcache")),
+                                 ("--gdn-prefill-backend", gdn_prefill_backend, ("flashinfer", "triton", "cutedsl"))):
         if value not in (None, *choices):
             raise KvplanError(f"{flag} is {' or '.join(choices)}, got {brief(value)}")
     if speculative_tokens is not None and not 0 <= speculative_tokens <= MAX_COUNT:
@@ -270,7 +273,7 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                          if kv_offloading_size is not None else None,
                          kv_offloading_backend=kv_offloading_backend,
                          cpu_offload_bytes=parse_gib(cpu_offload_gb, "--cpu-offload-gb")
-                         if cpu_offload_gb is not None else None)
+                         if cpu_offload_gb is not None else None, gdn_prefill_backend=gdn_prefill_backend)
 
 
 def _hardware(gpu: str | None, vram: str | None, gpus: int | None = None):
@@ -326,7 +329,7 @@ def plan(
     speculative_tokens: SpeculativeTokens = None, frontend: Frontend = None,
     limit_mm_per_prompt: LimitMm = None, language_model_only: LanguageModelOnly = False,
     kv_offloading_size: KvOffloadSize = None, kv_offloading_backend: KvOffloadBackend = None,
-    cpu_offload_gb: CpuOffload = None,
+    cpu_offload_gb: CpuOffload = None, gdn_prefill_backend: GdnPrefill = None,
     max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider")] = 64,
     as_json: Json = False,
 ) -> None:
@@ -350,7 +353,8 @@ def plan(
                               ubatch_size=ubatch_size, batch_size=batch_size, flash_attn=flash_attn,
                               speculative_tokens=speculative_tokens, frontend=frontend, limit_mm=limit_mm_per_prompt,
                               language_model_only=language_model_only or None, kv_offloading_size=kv_offloading_size,
-                              kv_offloading_backend=kv_offloading_backend, cpu_offload_gb=cpu_offload_gb)
+                              kv_offloading_backend=kv_offloading_backend, cpu_offload_gb=cpu_offload_gb,
+                              gdn_prefill_backend=gdn_prefill_backend)
     spec = load_model(model, revision, token, gguf_file)
     engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
     result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,

@@ -113,6 +113,7 @@ class EngineOptions(BaseModel):
     kv_offloading_size: int | None = None  # bytes of host memory
     kv_offloading_backend: Literal["native", "lmcache"] | None = None
     cpu_offload_bytes: int | None = None
+    gdn_prefill_backend: Literal["flashinfer", "triton", "cutedsl"] | None = None
 
 
 FLAG_NAMES = {
@@ -125,6 +126,7 @@ FLAG_NAMES = {
     "frontend": "--frontend", "limit_mm_per_prompt": "--limit-mm-per-prompt",
     "language_model_only": "--language-model-only", "kv_offloading_size": "--kv-offloading-size",
     "kv_offloading_backend": "--kv-offloading-backend", "cpu_offload_bytes": "--cpu-offload-gb",
+    "gdn_prefill_backend": "--gdn-prefill-backend",
 }
 
 
@@ -577,7 +579,7 @@ class Vllm(Engine):
     default_version = "0.33.0"
     reads = frozenset({"version", "memory_fraction", "block_size", "max_num_batched_tokens", "async_scheduling",
                        "limit_mm_per_prompt", "language_model_only", "kv_offloading_size", "kv_offloading_backend",
-                       "cpu_offload_bytes"})
+                       "cpu_offload_bytes", "gdn_prefill_backend"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
     data_parallel = True
 
@@ -694,16 +696,55 @@ class Vllm(Engine):
         """I = in-flight batches x max_num_batched_tokens (`VllmConfig.max_in_flight_tokens`)."""
         return self.in_flight_batches() * self.max_num_batched_tokens()
 
-    def state_pages(self, model_mixers: set[str], attention: bool) -> int:
+    def state_pages(self, model_mixers: set[str], attention: bool, gdn_checkpoints: bool) -> int:
         """Pages a Mamba-style layer reserves per request (`MambaSpec.max_memory_usage_bytes`): 1 without prefix
         caching (mamba_cache_mode "none": attention-free models, and hybrids before 0.28.0, whose prefix caching
         was off by default, `EngineArgs._set_default_chunked_prefill_and_prefix_caching_args`); 2 in "align" mode
-        (the running state and the last block-aligned one), plus 1 prefill checkpoint page for Mamba-2 mixers
-        from 0.32.0 (`MambaMixer2.get_kv_cache_spec`, num_prefill_checkpoint_blocks = 1)."""
+        (the running state and the last block-aligned one), plus 1 prefill checkpoint page
+        (num_prefill_checkpoint_blocks = 1) for Mamba-2 mixers from 0.32.0 (`MambaMixer2.get_kv_cache_spec`) and for
+        Gated DeltaNet run on FlashInfer's prefill kernel from 0.33.0 (`flashinfer_gdn`)."""
         version = version_tuple(self.version)
         if not attention or version < (0, 28):
             return 1
-        return 3 if "mamba2" in model_mixers and version >= (0, 32) else 2
+        return 3 if ("mamba2" in model_mixers and version >= (0, 32)) or gdn_checkpoints else 2
+
+    # Families built on vLLM's `QwenGatedDeltaNetAttention` (models/qwen3_next.py, qwen3_5.py), the Gated DeltaNet
+    # layer whose prefill FlashInfer's kernel runs; OLMo Hybrid's layer always runs FLA's Triton kernels
+    # (`OlmoHybridGatedDeltaNetAttention`) and Kimi Linear's KDA another layer.
+    QWEN_GDN = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"})
+    FLASHINFER_GDN_ALIGNMENT = 64  # `FLASHINFER_GDN_CHECKPOINT_ALIGNMENT`, v1/attention/backends/gdn_attn.py
+    FLASHINFER_GDN_KEY_HEAD = 128  # the only Gated DeltaNet key head size its Blackwell kernels take
+
+    def flashinfer_gdn(self, model: ModelSpec, recurrent: Sequence[LayerCache], notes: list[str]) -> bool:
+        """Whether vLLM runs the model's Gated DeltaNet prefill on FlashInfer's kernel, which then exports prefill
+        checkpoints (vLLM 0.33.0, `QwenGatedDeltaNetAttention.get_kv_cache_spec`, qwen_gdn_linear_attn.py): in
+        prefix caching's align mode every Gated DeltaNet state takes a prefill checkpoint page, and the hybrid's
+        attention block size becomes a multiple of 64 (`Platform._align_hybrid_block_size`). vLLM picks FlashInfer
+        (`_resolve_gdn_prefill_backend`, --gdn-prefill-backend unset or flashinfer) on CUDA GPUs of compute capability
+        9.0 (H100, H200, H20), and 10.x (B200, B300) or 12.x (RTX 5090) when the key head size is 128 and vLLM is a
+        CUDA 13 build, as its PyPI wheels are from 0.33.0 (`VLLM_MAIN_CUDA_VERSION`); triton, or cutedsl, turn it
+        off. With no GPU named kvplan assumes one that runs it, as it assumes an H100-class GPU's batch size, and
+        says so in a note."""
+        from kvplan.gpus import compute_capability
+
+        if (version_tuple(self.version) < (0, 33) or model.architecture not in self.QWEN_GDN
+                or self.options.gdn_prefill_backend not in (None, "flashinfer")):
+            return False
+        if not self.gpu_name:
+            notes.append("no GPU named: assumed one on which vLLM 0.33 runs Gated DeltaNet's prefill on FlashInfer "
+                         "(Hopper or Blackwell), which adds a prefill checkpoint page per state and aligns the "
+                         "block size to 64 tokens; give --gpu, or --gdn-prefill-backend triton for other GPUs")
+            return True
+        capability = compute_capability(self.gpu_name)
+        if capability is None:
+            return False
+        key_heads = {c.state_size for c in recurrent if isinstance(c, RecurrentState)}
+        if capability == (9, 0) or (capability[0] in (10, 12) and key_heads == {self.FLASHINFER_GDN_KEY_HEAD}):
+            notes.append(f"Gated DeltaNet prefill on FlashInfer's kernel (compute capability {capability[0]}."
+                         f"{capability[1]}): a prefill checkpoint page per state, blocks in multiples of "
+                         f"{self.FLASHINFER_GDN_ALIGNMENT} tokens (--gdn-prefill-backend triton turns it off)")
+            return True
+        return False
 
     def overhead(self) -> Overhead:
         """Activation peak of the profile run: 160 KiB per batched token (vLLM logs 1.26 GiB for Llama-3-8B
@@ -924,19 +965,23 @@ class Vllm(Engine):
         attention = [r for r in table if r.kind != "recurrent"]
         recurrent = [r for r in table if r.kind == "recurrent"]
         mamba_page = max((r.state_bytes for r in recurrent), default=0)
+        gdn_checkpoints = bool(attention and recurrent) and self.flashinfer_gdn(model, [r.cache for r in recurrent],
+                                                                                notes)
         if attention and recurrent:
-            raised = self.hybrid_block_size(block, max(r.bytes_per_token for r in attention), mamba_page, mla)
+            alignment = self.FLASHINFER_GDN_ALIGNMENT if gdn_checkpoints else 1
+            raised = self.hybrid_block_size(block, max(r.bytes_per_token for r in attention), mamba_page, mla,
+                                            alignment)
             if raised > block:
                 block = raised
                 notes.append(f"attention block size raised to {block} tokens so a page holds a recurrent state")
             mamba_page = block * max(r.bytes_per_token for r in attention)
         elif recurrent:
             notes = ["attention-free: no prefix caching, so one state page per request (mamba_cache_mode none)"]
-        pages = self.state_pages({r.cache.mixer for r in recurrent}, bool(attention))
+        pages = self.state_pages({r.cache.mixer for r in recurrent}, bool(attention), gdn_checkpoints)
         if attention and recurrent:
             notes.append(f"{pages} state page{'s' if pages > 1 else ''} per request for recurrent layers"
                          + (" (prefix caching off for hybrids before vLLM 0.28)" if pages == 1 else
-                            " (prefix caching's align mode" + (", one a Mamba-2 prefill checkpoint)" if pages == 3
+                            " (prefix caching's align mode" + (", one a prefill checkpoint)" if pages == 3
                                                                 else ")")))
         specs: dict[VllmSpec, int] = {}
         for r in table:
@@ -1000,12 +1045,15 @@ class Vllm(Engine):
     KERNEL_BLOCK = 16  # the smallest kernel block of FlashAttention and Triton attention on CUDA (MultipleOf(16))
     MLA_HYBRID_BLOCK = 128  # MLA decode kernels' alignment for MLA/Mamba hybrids
 
-    def hybrid_block_size(self, block: int, attention_per_token: int, mamba_page: int, mla: bool) -> int:
+    def hybrid_block_size(self, block: int, attention_per_token: int, mamba_page: int, mla: bool,
+                          checkpoint_alignment: int = 1) -> int:
         """Mamba hybrids (`Platform._align_hybrid_block_size`): the attention block size is raised until one
-        attention page holds a Mamba state, in multiples of align = max(16, block size) (128 at least with MLA):
+        attention page holds a Mamba state, in multiples of align = max(16, block size) (128 at least with MLA),
+        from 0.33.0 its least common multiple with the layers' prefill checkpoint alignment (64 with FlashInfer's
+        Gated DeltaNet prefill; `get_mamba_prefill_checkpoint_alignment`, in align mode):
         block = max(block, 16 x cdiv(align x cdiv(state, align x attention bytes per token), 16)); the Mamba page is
         then padded to block x attention bytes per token."""
-        align = max(self.KERNEL_BLOCK, block, self.MLA_HYBRID_BLOCK if mla else 0)
+        align = math.lcm(max(self.KERNEL_BLOCK, block, self.MLA_HYBRID_BLOCK if mla else 0), checkpoint_alignment)
         needed = align * cdiv(mamba_page, align * attention_per_token)
         return max(block, self.KERNEL_BLOCK * cdiv(needed, self.KERNEL_BLOCK))
 

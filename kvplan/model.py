@@ -215,7 +215,9 @@ class RecurrentState(_Cache):
                               "tensor parallelism gives each GPU heads / tp of them, so it must divide them")
     groups: int | None = Field(None, ge=1, description="Mamba-2 n_groups: heads share B and C (state_size channels "
                                "each) by group; vLLM replicates them to tp groups when tp does not divide them")
-    state_size: int | None = Field(None, ge=1, description="Mamba-2 d_state, the width of B and C per group")
+    state_size: int | None = Field(None, ge=1, description="Mamba-2 d_state, the width of B and C per group; Gated "
+                                   "DeltaNet's key head size (linear_key_head_dim), the Dk of its Hv x Dv x Dk "
+                                   "state, which picks vLLM's prefill kernel on Blackwell")
     token_ids: int = Field(0, ge=0, description="token ids it keeps as int64, 8 bytes each (Qwen4-Exp's n-gram "
                                                 "embedding keeps the last ngram_size - 1)")
 
