@@ -99,9 +99,9 @@ class MLALatent(_Cache):
 
 
 class IndexerKeys(_Cache):
-    """A sparse-attention indexer's keys (DeepSeek-V3.2, GLM-5: DeepSeek Sparse Attention), cached beside the
-    layer's MLA latent: one `head_dim`-wide row per token (`index_head_dim`), kept for every token since the
-    indexer scores them all to pick the ones attention reads; one head, so tensor parallelism cannot split it.
+    """A sparse-attention indexer's keys (DeepSeek-V3.2, GLM-5: DeepSeek Sparse Attention; Qwen4-Exp's QSA), cached
+    beside the layer's attention: one `head_dim`-wide row per token (`index_head_dim`), kept for every token since
+    the indexer scores them all to pick the ones attention reads; one head, so tensor parallelism cannot split it.
     transformers stores it in the model dtype (`DynamicIndexedLayer`); vLLM in fp8 with scales
     (`kvplan.engines.Vllm`)."""
 
@@ -110,6 +110,10 @@ class IndexerKeys(_Cache):
     head_dim: PositiveInt
     storage_dtype: str | None = Field(None, description="a dtype the engine stores it in whatever the KV dtype; "
                                                         "None: the KV cache's")
+    compress_ratio: PositiveInt | None = Field(None, description="Qwen4-Exp's QSA indexer: the keys it pools into "
+                                               "one (indexer_compress_ratio); None for DeepSeek Sparse Attention")
+    mrope: bool = Field(False, description="the model's rotary positions have three axes (M-RoPE: mrope_section), "
+                                           "which vLLM's QSA key ring keeps beside each key")
 
     def bytes_per_token(self, dtype: DType, v_dtype: DType | None = None) -> int:
         return (kv_dtype(self.storage_dtype) if self.storage_dtype else dtype).bytes_for(self.head_dim)
@@ -215,7 +219,9 @@ class RecurrentState(_Cache):
                               "tensor parallelism gives each GPU heads / tp of them, so it must divide them")
     groups: int | None = Field(None, ge=1, description="Mamba-2 n_groups: heads share B and C (state_size channels "
                                "each) by group; vLLM replicates them to tp groups when tp does not divide them")
-    state_size: int | None = Field(None, ge=1, description="Mamba-2 d_state, the width of B and C per group")
+    state_size: int | None = Field(None, ge=1, description="Mamba-2 d_state, the width of B and C per group; Gated "
+                                   "DeltaNet's key head size (linear_key_head_dim), the Dk of its Hv x Dv x Dk "
+                                   "state, which picks vLLM's prefill kernel on Blackwell")
     token_ids: int = Field(0, ge=0, description="token ids it keeps as int64, 8 bytes each (Qwen4-Exp's n-gram "
                                                 "embedding keeps the last ngram_size - 1)")
 

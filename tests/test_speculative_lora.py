@@ -157,13 +157,14 @@ def test_vllm_qwen3_next_mtp_joins_the_attention_group_and_keeps_draft_states():
     num_spec): 8,192 x 5 x 2 + 1,048,576 = 1,130,496 B, so blocks of 16 x cdiv(1,130,496, 16 x 2,048) = 560 tokens;
     13 attention layers make the group size 13 (36 >= 1.5 x 13), 3 recurrent groups (3 padding layers), each
     keeping 2 + 2 pages (num_speculative_blocks = num_speculative_tokens): cdiv(8,192, 560) + 3 x 4 = 27 blocks of
-    13 pages."""
+    13 pages. Gated DeltaNet prefill on Triton (--gdn-prefill-backend triton: no FlashInfer prefill checkpoint)."""
     model = load_model("Qwen/Qwen3-Next-80B-A3B-Thinking")
     assert model.mtp.layers == 1 and [c.kind for c in model.mtp.caches] == ["full"]
-    alone = capacity(model, Workload(ctx=8192), kv_budget=60 * 2**30)
+    alone = capacity(model, Workload(ctx=8192), kv_budget=60 * 2**30,
+                     options=EngineOptions(gdn_prefill_backend="triton"))
     assert alone.vllm_block_bytes == 12 * 544 * 2048 and alone.vllm_blocks_per_sequence == 16 + 3 * 2
     cap = capacity(model, Workload(ctx=8192), kv_budget=60 * 2**30,
-                   options=EngineOptions(speculative_method="mtp", speculative_tokens=2))
+                   options=EngineOptions(speculative_method="mtp", speculative_tokens=2, gdn_prefill_backend="triton"))
     assert cap.vllm_block_bytes == 13 * 560 * 2048 and cap.vllm_blocks_per_sequence == 15 + 3 * 4
     assert cap.draft_weights_bytes_per_gpu == 2 * model.mtp.params.total  # bf16
 

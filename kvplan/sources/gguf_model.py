@@ -439,7 +439,7 @@ def recurrent_state(hp: HParams, il: int) -> RecurrentState:
                           conv_kernel=hp.conv_kernel if hp.conv_kernel > 1 else None,
                           heads=hp.dt_rank if hp.mixer != "mamba" and hp.dt_rank else None,
                           groups=hp.groups if mamba2 and hp.groups else None,
-                          state_size=hp.state if mamba2 and hp.state else None)
+                          state_size=hp.state if hp.mixer in ("mamba2", "gated_deltanet") and hp.state else None)
 
 
 # ------------------------------------------------------------------------------------------------ parameters

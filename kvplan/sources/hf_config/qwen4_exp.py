@@ -11,6 +11,7 @@ What a sequence keeps, layer by layer (`DynamicCache`):
     indexed_attention  keys and values for every token, and the QSA indexer's raw key (indexer_head_dim, one
                        head, model dtype) for every token (`DynamicIndexedLayer.update_indexer`): the indexer
                        pools them into blocks of indexer_compress_ratio keys at every step, it stores no pooled key
+                       (vLLM stores them otherwise: `kvplan.engines.Vllm.qwen4_exp_specs`)
 """
 
 from __future__ import annotations
@@ -84,11 +85,22 @@ def ngram_heads(cfg: Fields) -> int:
 def ple_state(cfg: Fields, layer: int, hidden: int) -> RecurrentState:
     """A PLE layer's state: its dilated convolution (dilation ngram_size) keeps (kernel - 1) x ngram_size inputs
     of hc_count x hidden channels, exactly that many (`Qwen4ExpTextPLELayer.short_conv_state_len`), and its n-gram
-    hash the last ngram_size - 1 token ids."""
+    hash the last ngram_size - 1 token ids. Its projections are not split by tensor parallelism, so every GPU
+    holds the whole state (vLLM `Qwen4ExpPLELayer`: disable_tp, `is_kv_cache_tp_replicated`)."""
     ngram = cfg.int("ngram_size", minimum=2)
     inputs = (cfg.int("ple_conv_kernel_size") - 1) * ngram
     return RecurrentState(layer=layer, mixer="ple", conv_elements=cfg.int("hc_count") * hidden * inputs,
-                          ssm_elements=0, token_ids=ngram - 1)
+                          ssm_elements=0, token_ids=ngram - 1, split_by_tensor_parallel=False)
+
+
+def uses_mrope(cfg: Fields) -> bool:
+    """Whether the rotary positions have three axes: an mrope_section in rope_parameters (or the older
+    rope_scaling), as vLLM reads it (`uses_mrope`, transformers_utils/config.py)."""
+    for name in ("rope_parameters", "rope_scaling"):
+        rope = cfg.get(name, default=None)
+        if isinstance(rope, dict) and isinstance(rope.get("mrope_section"), list):
+            return True
+    return False
 
 
 def qwen4_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str]) -> Layout:
@@ -96,6 +108,8 @@ def qwen4_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str])
     head_dim = cfg.int("head_dim")
     attention = {"kv_heads": read_kv_heads(cfg, QWEN4_EXP, heads), "head_dim": head_dim, "head_dim_v": head_dim}
     index_head_dim = qsa_indexer(cfg)[1] if "indexed_attention" in types else 0
+    indexer = {"head_dim": index_head_dim, "mrope": uses_mrope(cfg),
+               "compress_ratio": cfg.int("indexer_compress_ratio") if index_head_dim else None}
     ple = set(ple_layers(cfg, types))
     caches: list[LayerCache] = []
     for i, layer_type in enumerate(types):
@@ -104,7 +118,7 @@ def qwen4_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str])
             if i in ple:
                 caches.append(ple_state(cfg, i, hidden))
         else:
-            caches += [FullAttention(layer=i, **attention), IndexerKeys(layer=i, head_dim=index_head_dim)]
+            caches += [FullAttention(layer=i, **attention), IndexerKeys(layer=i, **indexer)]
     return Layout(types=types, caches=caches, head_dim=head_dim)
 
 
