@@ -320,12 +320,12 @@ class ParamCounts(BaseModel):
     attention: int = Field(ge=0, description="attention / mixer projection matrices that TP splits by head")
     attention_replicated: int = Field(0, ge=0, description="attention matrices every TP rank holds whole: MLA's "
                                                            "query and KV down-projections, a DSA indexer's wq_b "
-                                                           "and wk")
+                                                           "and wk, DeepSeek V4's compressors")
     mlp: int = Field(ge=0, description="dense MLP and shared-expert matrices")
     experts: int = Field(ge=0, description="routed MoE expert matrices, all experts")
     active_experts: int = Field(ge=0, description="routed expert matrices used per token")
-    other: int = Field(ge=0, description="biases, convolutions, sinks and other small tensors TP splits; norms "
-                                         "where a family's reader does not count them apart")
+    other: int = Field(ge=0, description="biases, convolutions, sinks and other small tensors TP splits; the "
+                                         "norms of encoders, encoder-decoders, XLNet, Reformer and CPM-Ant")
     other_replicated: int = Field(0, ge=0, description="norms, MoE routers (with their correction biases and "
                                                        "shared-expert gates), a DSA indexer's weights_proj: "
                                                        "every TP rank holds them whole, in the float dtype")
