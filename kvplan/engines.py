@@ -25,6 +25,7 @@ from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype, kind_label
 from kvplan.model import (
     EMPTY_KINDS,
+    REPLICATED_GROUPS,
     TRANSFORMERS_ONLY_KINDS,
     CompressedKV,
     FullAttention,
@@ -294,8 +295,14 @@ class Engine(ABC):
 
     def weight_shares(self, model: ModelSpec) -> dict[str, Fraction]:
         """The share of each parameter group (`kvplan.memory.weights_by_group`) that the fullest GPU holds: here
-        every group split over TP x PP."""
-        return dict.fromkeys(WEIGHT_GROUPS, Fraction(1, self.tp * self.pp))
+        every group split over TP x PP, but the `_replicated` groups (MLA's down-projections, a DSA indexer, norms,
+        routers), which every TP rank holds whole, over PP alone. vLLM: `ReplicatedLinear`, fused_qkv_a_proj with
+        disable_tp, `RMSNorm`, `GateLinear` (`models/deepseek_v2.py`); TensorRT-LLM's MLA builds kv_a_proj_with_mqa
+        (q_a fused in) with no TP mapping (`_torch/modules/attention.py`); llama.cpp and transformers split by layer
+        alone (TP 1)."""
+        shares = dict.fromkeys(WEIGHT_GROUPS, Fraction(1, self.tp * self.pp))
+        shares.update(dict.fromkeys(REPLICATED_GROUPS, Fraction(1, self.pp)))
+        return shares
 
     @property
     def title(self) -> str:
@@ -1470,10 +1477,13 @@ class Sglang(Engine):
         tp_size GPUs of a stage (the defaults: --moe-dense-tp-size unset, --moe-a2a-backend none,
         --enable-dp-lm-head off; routed experts E / ep_size a rank, each sliced tp_size / ep_size ways); with DP
         attention the embedding is whole on every GPU (`VocabParallelEmbedding(enable_tp=not
-        is_dp_attention_enabled())`). As `models/deepseek_v2.py` builds them; norms and routers as attention."""
+        is_dp_attention_enabled())`). As `models/deepseek_v2.py` builds them: MLA's down-projections
+        (fused_qkv_a_proj_with_mqa), the DSA indexer (`layers/attention/dsa/dsa_indexer.py`), norms and routers
+        (`MoEGate`) whole on every GPU, `ReplicatedLinear`s."""
         shares = dict.fromkeys(WEIGHT_GROUPS, Fraction(1, self.tp_size * self.pp))
         for group in ("attention", "other", "vision"):
             shares[group] = Fraction(1, self.tp * self.pp)
+        shares.update(dict.fromkeys(REPLICATED_GROUPS, Fraction(1, self.pp)))
         if self.dp > 1:
             shares["embedding"] = Fraction(1, self.pp)
         return shares

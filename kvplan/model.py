@@ -315,24 +315,34 @@ EMPTY_KINDS = ("shared", "none")  # layers that store nothing of their own
 
 
 class ParamCounts(BaseModel):
-    """Parameter counts by where they sit; quantisation applies to the linear groups (attention, mlp, experts)."""
+    """Parameter counts by where they sit; quantisation applies to the linear groups (LINEAR_GROUPS). The
+    `_replicated` groups are what tensor parallelism cannot split: weights of the hidden state's full width, or
+    feeding a latent every head reads, which every TP rank holds whole (REPLICATED_GROUPS)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     embedding: int = Field(ge=0, description="token (and learned position) embeddings")
     lm_head: int = Field(ge=0, description="output projection; 0 when tied to the embedding")
-    attention: int = Field(ge=0, description="attention / mixer projection matrices")
+    attention: int = Field(ge=0, description="attention / mixer projection matrices that TP splits by head")
+    attention_replicated: int = Field(0, ge=0, description="attention matrices every TP rank holds whole: MLA's "
+                                                           "query and KV down-projections, a DSA indexer's wq_b "
+                                                           "and wk, DeepSeek V4's compressors")
     mlp: int = Field(ge=0, description="dense MLP and shared-expert matrices")
     experts: int = Field(ge=0, description="routed MoE expert matrices, all experts")
     active_experts: int = Field(ge=0, description="routed expert matrices used per token")
-    other: int = Field(ge=0, description="norms, biases, routers, convolutions, sinks")
+    other: int = Field(ge=0, description="biases, convolutions, sinks and other small tensors TP splits; the "
+                                         "norms of encoders, encoder-decoders, XLNet, Reformer and CPM-Ant")
+    other_replicated: int = Field(0, ge=0, description="norms, MoE routers (with their correction biases and "
+                                                       "shared-expert gates), a DSA indexer's weights_proj: "
+                                                       "every TP rank holds them whole, in the float dtype")
     vision: int = Field(0, ge=0, description="a multimodal checkpoint's vision tower and its projector into the "
                                              "decoder")
 
     @property
     def total(self) -> int:
         """Everything the checkpoint loads, the vision tower included."""
-        return self.embedding + self.lm_head + self.attention + self.mlp + self.experts + self.other + self.vision
+        return (self.embedding + self.lm_head + self.attention + self.attention_replicated + self.mlp
+                + self.experts + self.other + self.other_replicated + self.vision)
 
     @property
     def active(self) -> int:
@@ -345,7 +355,8 @@ class ParamCounts(BaseModel):
         return self.lm_head == 0
 
 
-LINEAR_GROUPS = ("attention", "mlp", "experts")
+LINEAR_GROUPS = ("attention", "attention_replicated", "mlp", "experts")
+REPLICATED_GROUPS = ("attention_replicated", "other_replicated")
 
 
 class Quantization(BaseModel):

@@ -45,7 +45,8 @@ def test_vllm_llama31_70b_with_a_llama32_1b_draft(tp, users, users_without):
     8 KV heads of 64, hidden 2,048, MLP 8,192, tied embeddings of 128,256 x 2,048: 1,235,814,400 parameters), vLLM
     0.33.0 with num_speculative_tokens 4 on H100s at max_model_len 8,192.
     The draft is split like the model (draft_tensor_parallel_size defaults to the model's TP) and loads in bf16:
-    1,235,814,400 x 2 / tp bytes of it on each GPU, beside 70,553,706,496 x 2 / tp of the model's.
+    1,235,814,400 x 2 / tp bytes of it on each GPU, beside the model's: its norms whole on every GPU (80 x 2 x
+    8,192 + 8,192 = 1,318,912 parameters, vLLM's RMSNorm) and the rest, 70,552,387,584 parameters, / tp.
     Its attention layers join the KV-cache config: all full attention, so one group whose block holds one page of
     every layer, the model's 80 and the draft's 16 (UniformTypeKVCacheSpecs), with tp KV heads split evenly:
         TP 2: 4 heads of each on a GPU: 80 x (2 x 16 x 4 x 128 x 2) + 16 x (2 x 16 x 4 x 64 x 2)
@@ -58,7 +59,8 @@ def test_vllm_llama31_70b_with_a_llama32_1b_draft(tp, users, users_without):
     draft_page = {2: 262_144, 4: 131_072}[tp]
     block = 80 * 2 * 16 * (8 // tp) * 128 * 2 + 16 * 2 * 16 * (8 // tp) * 64 * 2
     assert block == {2: 2_883_584, 4: 1_441_792}[tp]
-    weights, draft_weights = 2 * 70_553_706_496 // tp, 2 * LLAMA_32_1B_PARAMS // tp
+    norms = 80 * 2 * 8_192 + 8_192
+    weights, draft_weights = 2 * norms + 2 * (70_553_706_496 - norms) // tp, 2 * LLAMA_32_1B_PARAMS // tp
     budget = vllm_budget(81_559 * MiB, weights + draft_weights, tp)
 
     cap = capacity(model, Workload(ctx=8192), hardware=H100, parallel=Parallelism(tp=tp), draft=draft,
@@ -110,9 +112,13 @@ def test_deepseek_v3_mtp_layer_parameters_by_hand():
     assert mtp.layers == 1 and [c.kind for c in mtp.caches] == ["mla"] and mtp.caches[0].layer == 61
     h = 7168
     p = mtp.params
-    assert p.attention == h * 1536 + 1536 * 128 * 192 + h * 576 + 512 * 128 * 256 + 128 * 128 * h == 187_105_280
+    # q_b, kv_b and o split by head; q_a and kv_a_proj_with_mqa whole on every TP rank
+    assert p.attention == 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * h == 171_966_464
+    assert p.attention_replicated == h * 1536 + h * 576 == 15_138_816
     assert p.mlp == 3 * h * 2048 and p.experts == 256 * 3 * h * 2048
-    assert p.other == 1536 + 512 + 2 * h + 256 * h + 256 + 2 * h * h + 3 * h == 104_633_600
+    # norms, the router and its correction bias, eh_proj (an nn.Linear): all whole on every TP rank
+    assert p.other_replicated == 1536 + 512 + 2 * h + 256 * h + 256 + 2 * h * h + 3 * h == 104_633_600
+    assert p.other == 0
     assert p.embedding == p.lm_head == 0
     checkpoint = model.params.total + p.total + 2 * 129_280 * h
     assert checkpoint == pytest.approx(685e9, rel=1e-3)
@@ -173,7 +179,7 @@ def test_mtp_speculative_tokens_must_be_a_multiple_of_the_layers():
     """vLLM: num_speculative_tokens above n_predict must be divisible by it (MTP module reuse)."""
     config = raw("deepseek-ai__DeepSeek-V3.json") | {"num_nextn_predict_layers": 2}
     model = model_from_config(config, "two-mtp", "test")
-    assert model.mtp.layers == 2 and model.mtp.params.other == 2 * 104_633_600
+    assert model.mtp.layers == 2 and model.mtp.params.other_replicated == 2 * 104_633_600
     for tokens, ok in ((1, True), (2, True), (4, True), (3, False)):
         options = EngineOptions(speculative_method="mtp", speculative_tokens=tokens)
         if ok:

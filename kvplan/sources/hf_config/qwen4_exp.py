@@ -189,12 +189,14 @@ def qwen4_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamC
         residuals    two gated residuals per layer and the model's final mixer (`_hyper_connection`)
         PLE          per PLE layer: the n-gram table (`ngram_table_rows` x ple_embed_dim / n-gram heads), key and
                      value projections from ple_embed_dim (to hc x hidden and hidden), three norms over hc x hidden,
-                     and the depthwise conv1d (hc x hidden x ple_conv_kernel_size)"""
+                     and the depthwise conv1d (hc x hidden x ple_conv_kernel_size)
+    Norms, routers and the gated residuals are whole on every TP rank (vLLM `models/qwen4_exp`: ReplicatedLinear
+    mixers, `other_replicated`)."""
     vocab = cfg.int("vocab_size")
     tied = cfg.flag("tie_word_embeddings")
     embedding = vocab * hidden
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0,
-              "other": _hyper_connection(cfg, hidden, combine=False)}
+    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": 0,
+              "other_replicated": _hyper_connection(cfg, hidden, combine=False)}
     moe = MoE.read(cfg, QWEN4_EXP)
     key_heads, value_heads = cfg.int("linear_num_key_heads"), cfg.int("linear_num_value_heads")
     key_dim = key_heads * cfg.int("linear_key_head_dim")
@@ -205,20 +207,21 @@ def qwen4_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamC
     for layer_type in layout.types:
         if layer_type == "linear_attention":
             totals["attention"] += hidden * (conv_dim + value_dim + 2 * value_heads) + value_dim * hidden
-            totals["other"] += conv_dim * cfg.int("linear_conv_kernel_dim") + 2 * value_heads \
-                + cfg.int("linear_value_head_dim")
+            totals["other"] += conv_dim * cfg.int("linear_conv_kernel_dim") + 2 * value_heads
+            totals["other_replicated"] += cfg.int("linear_value_head_dim")  # the gated norm
         else:
             index_heads, index_dim = qsa_indexer(cfg)
             totals["attention"] += hidden * (2 * q + 2 * kv) + q * hidden + hidden * (index_heads + 1) * index_dim
-            totals["other"] += 2 * head_dim + 2 * index_dim + ((2 * q + 2 * kv + hidden)
-                                                                if cfg.flag("attention_bias") else 0)
+            totals["other_replicated"] += 2 * head_dim + 2 * index_dim
+            totals["other"] += (2 * q + 2 * kv + hidden) if cfg.flag("attention_bias") else 0
         moe.add(totals, hidden)
-        totals["other"] += 2 * _hyper_connection(cfg, hidden, combine=True)
+        totals["other_replicated"] += 2 * _hyper_connection(cfg, hidden, combine=True)
     width, embed_dim = cfg.int("hc_count") * hidden, cfg.int("ple_embed_dim", "hidden_size")
     for ple_index in range(len(ple_layers(cfg, layout.types))):
         embedding += ngram_table_rows(cfg, ple_index) * (embed_dim // ngram_heads(cfg))
         totals["mlp"] += embed_dim * width + embed_dim * hidden
-        totals["other"] += 3 * width + width * cfg.int("ple_conv_kernel_size")
+        totals["other_replicated"] += 3 * width
+        totals["other"] += width * cfg.int("ple_conv_kernel_size")
     return ParamCounts(embedding=embedding, lm_head=0 if tied else vocab * hidden, **totals)
 
 
