@@ -19,9 +19,10 @@ from the project's), then run the script with the project's interpreter:
     python benchmarks/vllm_oracle.py --vllm-python /tmp/vllm-venv/bin/python --load     # preemption under load
 
 Where vLLM's CPU build differs from its GPU build, kvplan is given vLLM's CPU settings, read back from the child:
-async scheduling off (one batch in flight, `platforms/cpu.py`), the KV dtype vLLM chose, and the block sizes named
-in each case (the CPU attention kernel's smallest block is 32, so hybrids use blocks of at least 32 tokens; MLA
-runs with 16-token blocks and no prefix caching or chunked prefill on hosts without AMX).
+async scheduling off (one batch in flight, `platforms/cpu.py`), the KV dtype vLLM chose, Gated DeltaNet's prefill off
+FlashInfer (vLLM resolves it to triton off CUDA, `_resolve_gdn_prefill_backend`), and the block sizes named in each
+case (the CPU attention kernel's smallest block is 32, so hybrids use blocks of at least 32 tokens; MLA runs with
+16-token blocks and no prefix caching or chunked prefill on hosts without AMX).
 """
 
 import argparse
@@ -41,6 +42,15 @@ from kvplan.sources import library, load_model
 GiB = 1 << 30
 VLLM_VERSION = "0.32.0"
 
+# Qwen4-Exp's text model as vLLM serves it (Qwen4ExpForCausalLM, which drops M-RoPE): the QSA indexer and PLE
+# fields transformers' config leaves unset, small n-gram tables, the output gate vLLM asserts, and the released
+# checkpoint's partial rotary factor (QSA's index head must hold the rotary dimensions).
+QWEN4_EXP = {"architectures": ["Qwen4ExpForCausalLM"], "indexer_n_heads": 4, "indexer_kv_heads": 1,
+             "indexer_head_dim": 128, "indexer_budget": 2048, "number_of_conv_states": 3, "ngram_vocab_size_base": 200,
+             "make_ngram_vocab_size_divisible_by": 8, "eos_token_id": 1, "output_gate_type": "silu",
+             "mamba_ssm_dtype": "float32",
+             "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25}}
+
 # Widths that size weights but no cache: shrunk so that a cut model loads in seconds.
 SHRUNK = {"vocab_size": 1024, "intermediate_size": 256, "moe_intermediate_size": 64, "ffn_hidden_size": 256,
           "shared_expert_intermediate_size": 64, "moe_shared_expert_intermediate_size": 64,
@@ -58,6 +68,7 @@ class Case:
     batched_tokens: int = 2048
     kv_dtype: str = "auto"
     edits: dict = field(default_factory=dict)  # fields set after the cut (layer patterns of the cut model)
+    cuda_model: bool = False  # a model vLLM builds from its CUDA files only: the child stubs what the CPU lacks
 
 
 CASES = [
@@ -96,6 +107,14 @@ CASES = [
          edits={"compress_ratios": [0, 0, 4, 128, 4, 128]}),
     Case("deepseek-v4-flash 7 layers", "deepseek-ai/DeepSeek-V4-Flash", 7, 4096, 256,
          edits={"compress_ratios": [0, 0, 4, 128, 4, 128, 4]}),
+    # Qwen4-Exp: QSA attention (K and V, compressed keys, a ring of raw keys), Gated DeltaNet and PLE states, packed
+    # block by block. The SSM state is fp32 in the config: vLLM's CPU build makes it fp32 on AVX512-BF16 hosts
+    # (`platforms/cpu.py`), and the config's mamba_ssm_dtype is what both vLLM and kvplan then read.
+    Case("qwen4-exp QSA + PLE", "transformers:qwen4_exp_text", 4, 4096, 32, cuda_model=True,
+         edits=QWEN4_EXP | {"indexer_compress_ratio": 4, "ple_layer_ids": [2]}),
+    Case("qwen4-exp 8 layers, ratio 8", "transformers:qwen4_exp_text", 8, 8192, 32, cuda_model=True,
+         edits=QWEN4_EXP | {"indexer_compress_ratio": 8, "ple_layer_ids": [2, 6], "num_key_value_heads": 4,
+                            "rope_parameters": QWEN4_EXP["rope_parameters"] | {"mrope_section": [11, 11, 10]}}),
 ]
 
 
@@ -147,6 +166,50 @@ def config_of(model: str) -> dict:
 
 # ------------------------------------------------------------------------------------------------- vLLM
 
+# Run before a `cuda_model` case: vLLM builds Qwen4-Exp from its CUDA files (models/qwen4_exp/nvidia/) on any
+# non-ROCm platform, and on a CPU their constructors want what the KV plan never reads: torchvision (absent from the
+# vLLM venv), pinned host memory and a device view of it (the PLE n-gram table), two Triton helpers, and
+# FlashAttention's presence (QSA's own kernels never run before the plan is built).
+CUDA_MODEL_STUBS = r"""
+import importlib.abc, importlib.machinery, sys, types
+import torch
+
+class _Anything(type):
+    def __getattr__(cls, name):
+        return _Anything(name, (), {})
+    def __call__(cls, *args, **kwargs):
+        return None
+
+class _Stub(types.ModuleType):
+    __path__ = []
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything(name, (), {})
+
+class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] == "torchvision":
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+    def create_module(self, spec):
+        module = _Stub(spec.name)
+        module.__version__ = "0.0"
+        return module
+    def exec_module(self, module):
+        pass
+
+sys.meta_path.insert(0, _StubFinder())
+_empty = torch.empty
+torch.empty = lambda *a, **k: _empty(*a, **{n: v for n, v in k.items() if n != "pin_memory"})
+import vllm.models.qwen4_exp.common.ngram_embedding as _ngram
+import vllm.models.qwen4_exp.nvidia.model  # noqa: F401 (qsa imports it back)
+import vllm.models.qwen4_exp.nvidia.qsa as _qsa
+from vllm.triton_utils import triton as _triton
+_ngram.get_accelerator_view_from_cpu_tensor = lambda tensor: tensor
+_qsa.is_flash_attn_varlen_func_available = lambda: True
+_triton.next_power_of_2 = getattr(_triton, "next_power_of_2", lambda n: 1 << (int(n) - 1).bit_length())
+"""
+
 CHILD = r"""
 import json, os, sys
 args = json.loads(sys.argv[1])
@@ -186,7 +249,8 @@ def run_vllm(python: str, directory: Path, case: Case, kv_space_gib: int, load: 
             "batched_tokens": case.batched_tokens, "kv_dtype": case.kv_dtype, **(load or {})}
     env = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib),
            "VLLM_LOGGING_LEVEL": "INFO", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run([python, "-c", CHILD, json.dumps(args)], capture_output=True, text=True, env=env,
+    code = CUDA_MODEL_STUBS + CHILD if case.cuda_model else CHILD
+    done = subprocess.run([python, "-c", code, json.dumps(args)], capture_output=True, text=True, env=env,
                           timeout=7200 if load else 1800)  # generation under load takes minutes per request count
     for line in done.stdout.splitlines():
         if line.startswith("ORACLE "):
@@ -216,7 +280,7 @@ def run_kvplan(path: Path, case: Case, kv_space_gib: int, vllm: dict):
     kv = vllm["cache_dtype"] if vllm["cache_dtype"] != "auto" else vllm["model_dtype"]
     options = EngineOptions(version=VLLM_VERSION, block_size=case.block_size,
                             max_num_batched_tokens=vllm["max_num_batched_tokens"],
-                            async_scheduling=vllm["async_scheduling"])
+                            async_scheduling=vllm["async_scheduling"], gdn_prefill_backend="triton")
     return capacity(load_model(str(path)), Workload(ctx=case.ctx), engine_name="vllm", options=options,
                     kv_budget=kv_space_gib * GiB, kv_dtype_name=TORCH_TO_KVPLAN[kv])
 

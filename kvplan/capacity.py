@@ -16,7 +16,8 @@ refuses to start); `max_users_at_startup` the other.
 Tensor parallelism splits KV heads, max(1, kv_heads // tp) per GPU (replicated when tp > kv_heads), and
 recurrent state, never the MLA latent; pipeline parallelism splits layers into stages (vLLM's
 `get_pp_indices`) and the fullest stage binds; GPUs beyond tp x pp are data-parallel replicas.
-Weights per GPU = weights / (tp x pp).
+Weights per GPU = (what every TP rank holds whole + the rest / tp) / pp: MLA's down-projections, DSA indexers, norms
+and routers are whole on every rank (the `_replicated` parameter groups, `Engine.weight_shares`).
 Data-parallel attention (vLLM --data-parallel-size, SGLang --enable-dp-attention --dp) runs dp ranks of attention
 TP tp each, every rank with its own users and KV pool, while the routed experts are split over all dp x tp GPUs
 of a stage (expert parallelism, --ep, places them whole):

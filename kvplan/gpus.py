@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvplan.errors import KvplanError
 
@@ -33,6 +33,14 @@ class Gpu(BaseModel):
     bf16_tflops: float | None = Field(None, gt=0)
     source: str
     note: str = ""
+    compute_capability: str | None = Field(None, pattern=r"^\d{1,2}\.\d$", description="NVIDIA's CUDA compute "
+                                           "capability, major.minor (NVIDIA GPUs only): engines pick kernels by it")
+
+    @model_validator(mode="after")
+    def nvidia_only_capability(self) -> "Gpu":
+        if (self.vendor == "nvidia") != (self.compute_capability is not None):
+            raise ValueError(f"{self.name}: an NVIDIA GPU, and only an NVIDIA GPU, gives its compute_capability")
+        return self
 
     @property
     def usable_bytes(self) -> int:
@@ -95,3 +103,13 @@ def vendor(name: str) -> str | None:
     """The vendor of the catalogue GPU called `name` (nvidia, amd, apple), None for a name not in it."""
     gpu = _by_key().get(_key(name))
     return gpu.vendor if gpu else None
+
+
+def compute_capability(name: str) -> tuple[int, int] | None:
+    """(major, minor) CUDA compute capability of the catalogue GPU called `name`; None for other vendors and names
+    not in the catalogue."""
+    gpu = _by_key().get(_key(name))
+    if gpu is None or gpu.compute_capability is None:
+        return None
+    major, minor = gpu.compute_capability.split(".")
+    return int(major), int(minor)

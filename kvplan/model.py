@@ -99,9 +99,9 @@ class MLALatent(_Cache):
 
 
 class IndexerKeys(_Cache):
-    """A sparse-attention indexer's keys (DeepSeek-V3.2, GLM-5: DeepSeek Sparse Attention), cached beside the
-    layer's MLA latent: one `head_dim`-wide row per token (`index_head_dim`), kept for every token since the
-    indexer scores them all to pick the ones attention reads; one head, so tensor parallelism cannot split it.
+    """A sparse-attention indexer's keys (DeepSeek-V3.2, GLM-5: DeepSeek Sparse Attention; Qwen4-Exp's QSA), cached
+    beside the layer's attention: one `head_dim`-wide row per token (`index_head_dim`), kept for every token since
+    the indexer scores them all to pick the ones attention reads; one head, so tensor parallelism cannot split it.
     transformers stores it in the model dtype (`DynamicIndexedLayer`); vLLM in fp8 with scales
     (`kvplan.engines.Vllm`)."""
 
@@ -110,6 +110,10 @@ class IndexerKeys(_Cache):
     head_dim: PositiveInt
     storage_dtype: str | None = Field(None, description="a dtype the engine stores it in whatever the KV dtype; "
                                                         "None: the KV cache's")
+    compress_ratio: PositiveInt | None = Field(None, description="Qwen4-Exp's QSA indexer: the keys it pools into "
+                                               "one (indexer_compress_ratio); None for DeepSeek Sparse Attention")
+    mrope: bool = Field(False, description="the model's rotary positions have three axes (M-RoPE: mrope_section), "
+                                           "which vLLM's QSA key ring keeps beside each key")
 
     def bytes_per_token(self, dtype: DType, v_dtype: DType | None = None) -> int:
         return (kv_dtype(self.storage_dtype) if self.storage_dtype else dtype).bytes_for(self.head_dim)
@@ -215,7 +219,9 @@ class RecurrentState(_Cache):
                               "tensor parallelism gives each GPU heads / tp of them, so it must divide them")
     groups: int | None = Field(None, ge=1, description="Mamba-2 n_groups: heads share B and C (state_size channels "
                                "each) by group; vLLM replicates them to tp groups when tp does not divide them")
-    state_size: int | None = Field(None, ge=1, description="Mamba-2 d_state, the width of B and C per group")
+    state_size: int | None = Field(None, ge=1, description="Mamba-2 d_state, the width of B and C per group; Gated "
+                                   "DeltaNet's key head size (linear_key_head_dim), the Dk of its Hv x Dv x Dk "
+                                   "state, which picks vLLM's prefill kernel on Blackwell")
     token_ids: int = Field(0, ge=0, description="token ids it keeps as int64, 8 bytes each (Qwen4-Exp's n-gram "
                                                 "embedding keeps the last ngram_size - 1)")
 
@@ -309,24 +315,34 @@ EMPTY_KINDS = ("shared", "none")  # layers that store nothing of their own
 
 
 class ParamCounts(BaseModel):
-    """Parameter counts by where they sit; quantisation applies to the linear groups (attention, mlp, experts)."""
+    """Parameter counts by where they sit; quantisation applies to the linear groups (LINEAR_GROUPS). The
+    `_replicated` groups are what tensor parallelism cannot split: weights of the hidden state's full width, or
+    feeding a latent every head reads, which every TP rank holds whole (REPLICATED_GROUPS)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     embedding: int = Field(ge=0, description="token (and learned position) embeddings")
     lm_head: int = Field(ge=0, description="output projection; 0 when tied to the embedding")
-    attention: int = Field(ge=0, description="attention / mixer projection matrices")
+    attention: int = Field(ge=0, description="attention / mixer projection matrices that TP splits by head")
+    attention_replicated: int = Field(0, ge=0, description="attention matrices every TP rank holds whole: MLA's "
+                                                           "query and KV down-projections, a DSA indexer's wq_b "
+                                                           "and wk, DeepSeek V4's compressors")
     mlp: int = Field(ge=0, description="dense MLP and shared-expert matrices")
     experts: int = Field(ge=0, description="routed MoE expert matrices, all experts")
     active_experts: int = Field(ge=0, description="routed expert matrices used per token")
-    other: int = Field(ge=0, description="norms, biases, routers, convolutions, sinks")
+    other: int = Field(ge=0, description="biases, convolutions, sinks and other small tensors TP splits; the "
+                                         "norms of encoders, encoder-decoders, XLNet, Reformer and CPM-Ant")
+    other_replicated: int = Field(0, ge=0, description="norms, MoE routers (with their correction biases and "
+                                                       "shared-expert gates), a DSA indexer's weights_proj: "
+                                                       "every TP rank holds them whole, in the float dtype")
     vision: int = Field(0, ge=0, description="a multimodal checkpoint's vision tower and its projector into the "
                                              "decoder")
 
     @property
     def total(self) -> int:
         """Everything the checkpoint loads, the vision tower included."""
-        return self.embedding + self.lm_head + self.attention + self.mlp + self.experts + self.other + self.vision
+        return (self.embedding + self.lm_head + self.attention + self.attention_replicated + self.mlp
+                + self.experts + self.other + self.other_replicated + self.vision)
 
     @property
     def active(self) -> int:
@@ -339,7 +355,8 @@ class ParamCounts(BaseModel):
         return self.lm_head == 0
 
 
-LINEAR_GROUPS = ("attention", "mlp", "experts")
+LINEAR_GROUPS = ("attention", "attention_replicated", "mlp", "experts")
+REPLICATED_GROUPS = ("attention_replicated", "other_replicated")
 
 
 class Quantization(BaseModel):

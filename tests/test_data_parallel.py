@@ -20,13 +20,17 @@ LATENT_PER_TOKEN = (512 + 64) * 2 * 61  # kv_lora_rank + qk_rope_head_dim, bf16,
 
 # DeepSeek-V3's parameter groups (its config.json, counted as `kvplan show` lists them) and their bytes: the fp8
 # checkpoint quantises the linear layers (attention, dense MLP and shared experts, routed experts); embeddings,
-# lm_head, norms and routers stay bf16.
+# lm_head, norms and routers stay bf16. Every TP rank holds MLA's down-projections, its norms and the routers whole
+# (vLLM 0.33.0 `models/deepseek_v2.py`: fused_qkv_a_proj with disable_tp, RMSNorm, GateLinear).
 EMBEDDING = LM_HEAD = 926_679_040 * 2
-ATTENTION = 11_413_422_080
+ATTENTION = 10_489_954_304  # q_b, kv_b and o: 61 x (1,536 x 128 x 192 + 512 x 128 x 256 + 128 x 128 x 7,168)
+ATTENTION_REPLICATED = 61 * 7_168 * (1_536 + 512 + 64)  # q_a and kv_a_proj_with_mqa: 923,467,776
 MLP = 3_743_416_320  # 3 dense layers' MLPs and 58 layers' shared experts
 EXPERTS = 653_908_770_816  # 58 layers x 256 routed experts
-OTHER = 107_451_904 * 2
-WEIGHTS = EMBEDDING + LM_HEAD + ATTENTION + MLP + EXPERTS + OTHER  # 672,987,229,184 B = 626.77 GiB
+# 58 routers of 256 x 7,168 and 256 correction biases; 61 x (2 x 7,168 + 1,536 + 512) norms and the final 7,168
+OTHER_REPLICATED = (58 * (256 * 7_168 + 256) + 61 * (2 * 7_168 + 1_536 + 512) + 7_168) * 2  # 214,903,808
+WEIGHTS = EMBEDDING + LM_HEAD + ATTENTION + ATTENTION_REPLICATED + MLP + EXPERTS + OTHER_REPLICATED
+WHOLE = ATTENTION_REPLICATED + OTHER_REPLICATED  # 1,138,371,584 B on every GPU
 
 
 def dsv3(engine: str, layout: Parallelism, ctx: int = CTX, **kwargs):
@@ -41,10 +45,13 @@ def test_deepseek_v3_on_8_h200_tp8_vs_dp8_ep8_vllm():
     8,192 x 160 KiB 1,342,177,280 + non-torch 1.5 GiB (NCCL, TP or DP > 1) 1,610,612,736 + CUDA graphs 0.5 GiB
     536,870,912 = 3,489,660,928 B. MLA block: 64 tokens x 70,272 B = 4,497,408 B; a user 32,768 / 64 = 512 blocks.
 
-    TP 8: weights per GPU = 672,987,229,184 / 8 = 84,123,403,648 B (78.35 GiB);
-      budget = 138,694,434,489 - 84,123,403,648 - 3,489,660,928 = 51,081,369,913 B;
-      blocks = 51,081,369,913 // 4,497,408 = 11,357; users = (11,357 - 1 null block) // 512 = 22.
-      Every GPU holds all 22 users' latents: TP cannot split the one-row latent.
+    TP 8: weights per GPU = MLA's down-projections (fp8) and the norms and routers (bf16) whole,
+      923,467,776 + 214,903,808 = 1,138,371,584, and the rest over 8, (672,987,229,184 - 1,138,371,584) / 8
+      = 83,981,107,200: 85,119,478,784 B (79.27 GiB; an even split, 672,987,229,184 / 8 = 84,123,403,648, would be
+      0.93 GiB short);
+      budget = 138,694,434,489 - 85,119,478,784 - 3,489,660,928 = 50,085,294,777 B;
+      blocks = 50,085,294,777 // 4,497,408 = 11,136; users = (11,136 - 1 null block) // 512 = 21.
+      Every GPU holds all 21 users' latents: TP cannot split the one-row latent.
     DP 8 x TP 1, EP 8: weights per GPU = everything but the routed experts whole (a copy on every DP rank)
       672,987,229,184 - 653,908,770,816 = 19,078,458,368 + routed experts / 8 = 81,738,596,352
       = 100,817,054,720 B (93.89 GiB);
@@ -53,20 +60,20 @@ def test_deepseek_v3_on_8_h200_tp8_vs_dp8_ep8_vllm():
     """
     tp8 = dsv3("vllm", parallelism("vllm", 8, None, None))
     dp8 = dsv3("vllm", parallelism("vllm", 8, None, None, dp=8, ep=8))
-    assert WEIGHTS == 672_987_229_184
+    assert WEIGHTS == 672_987_229_184 and WHOLE == 1_138_371_584
     assert (tp8.tensor_parallel_size, tp8.data_parallel_size, tp8.expert_parallel_size) == (8, 1, 1)
     assert (dp8.tensor_parallel_size, dp8.data_parallel_size, dp8.expert_parallel_size) == (1, 8, 8)
-    assert tp8.weights_bytes_per_gpu == 84_123_403_648
+    assert tp8.weights_bytes_per_gpu == WHOLE + (WEIGHTS - WHOLE) // 8 == 85_119_478_784
     assert dp8.weights_bytes_per_gpu == 100_817_054_720
     assert dp8.weights_bytes_per_gpu_experts == 81_738_596_352
     assert dp8.weights_bytes_per_gpu - dp8.weights_bytes_per_gpu_experts == WEIGHTS - EXPERTS == 19_078_458_368
     assert tp8.overhead_bytes == dp8.overhead_bytes == 3_489_660_928
-    assert tp8.kv_budget_bytes == 51_081_369_913
+    assert tp8.kv_budget_bytes == 50_085_294_777
     assert dp8.kv_budget_bytes == 34_387_718_841
     assert tp8.vllm_block_bytes == dp8.vllm_block_bytes == 64 * LATENT_PER_TOKEN == 4_497_408
-    assert (tp8.vllm_num_blocks, dp8.vllm_num_blocks) == (11_357, 7_646)
+    assert (tp8.vllm_num_blocks, dp8.vllm_num_blocks) == (11_136, 7_646)
     assert tp8.engine_kv_bytes_per_sequence == dp8.engine_kv_bytes_per_sequence == 512 * 4_497_408
-    assert (tp8.max_concurrent_users, tp8.max_users_per_rank) == (22, 22)
+    assert (tp8.max_concurrent_users, tp8.max_users_per_rank) == (21, 21)
     assert (dp8.max_concurrent_users, dp8.max_users_per_rank) == (112, 14)
     assert dp8.vllm_max_concurrency == pytest.approx(7_646 / 512)  # what each DP rank logs
 
@@ -77,17 +84,17 @@ def test_deepseek_v3_tp8_with_expert_parallelism_holds_what_tp8_holds():
     plain = dsv3("vllm", parallelism("vllm", None, 8, None))
     ep = dsv3("vllm", parallelism("vllm", None, 8, None, expert_parallel=True))
     assert ep.expert_parallel_size == 8 and ep.data_parallel_size == 1
-    assert ep.weights_bytes_per_gpu == plain.weights_bytes_per_gpu == 84_123_403_648
-    assert ep.max_concurrent_users == plain.max_concurrent_users == 22
+    assert ep.weights_bytes_per_gpu == plain.weights_bytes_per_gpu == 85_119_478_784
+    assert ep.max_concurrent_users == plain.max_concurrent_users == 21
 
 
 def test_deepseek_v3_sglang_dp_attention_split():
     """SGLang --tp 8 --dp 8 --enable-dp-attention --ep-size 8: attention TP 8 / 8 = 1 (`dp_attention.py`).
-    Weights per GPU (`models/deepseek_v2.py`): attention and norms/routers whole (attention TP 1), the embedding
-    whole (`VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled())`), lm_head, dense MLP and shared
-    experts and routed experts over all 8:
-        11,413,422,080 + 214,903,808 + 1,853,358,080 + (1,853,358,080 + 3,743,416,320 + 653,908,770,816) / 8
-        = 95,919,877,120 B.
+    Weights per GPU (`models/deepseek_v2.py`): attention whole (attention TP 1; MLA's down-projections, norms and
+    routers whole at any TP), the embedding whole (`VocabParallelEmbedding(enable_tp=not
+    is_dp_attention_enabled())`), lm_head, dense MLP and shared experts and routed experts over all 8:
+        10,489,954,304 + 923,467,776 + 214,903,808 + 1,853,358,080
+        + (1,853,358,080 + 3,743,416,320 + 653,908,770,816) / 8 = 95,919,877,120 B.
     mem_fraction_static (H200, 143,771 MiB; chunked_prefill_size 8,192 and cuda_graph_max_bs 512 at tp 8):
         reserved = 512 + 1.5 x 8,192 + 2 x 512 + 8 / 8 x 1,024 + 512 x 8 x 3 + 512 x 8 x 1.5 (DP attention,
         cuda_graph_max_bs > 300) = 33,280 MiB; round((143,771 - 33,280) / 143,771, 3) = 0.769.
@@ -96,7 +103,7 @@ def test_deepseek_v3_sglang_dp_attention_split():
     layout = parallelism("sglang", None, 8, None, dp=8, ep=8)
     assert layout == Parallelism(tp=1, dp=8, ep=8)
     cap = dsv3("sglang", layout)
-    assert cap.weights_bytes_per_gpu == ATTENTION + OTHER + EMBEDDING + (LM_HEAD + MLP + EXPERTS) // 8
+    assert cap.weights_bytes_per_gpu == ATTENTION + WHOLE + EMBEDDING + (LM_HEAD + MLP + EXPERTS) // 8
     assert cap.weights_bytes_per_gpu == 95_919_877_120
     assert cap.memory_fraction == 0.769
     assert cap.kv_budget_bytes == H200_BYTES * 769 // 1000 - 95_919_877_120 - GiB // 2 == 19_473_708_621
@@ -235,7 +242,7 @@ def test_cli_refuses_bad_layouts_in_one_line(monkeypatch, capsys, args, fragment
 
 
 def test_plan_finds_dp_attention_for_an_mla_moe_model_and_says_why(monkeypatch, capsys):
-    """64 users of DeepSeek-V3 at 32K on H200s: TP 8 holds 22 (above), so 8 GPUs as TP 8 cannot, while DP 8 x EP 8
+    """64 users of DeepSeek-V3 at 32K on H200s: TP 8 holds 21 (above), so 8 GPUs as TP 8 cannot, while DP 8 x EP 8
     holds 112: the plan's 8-GPU fp8-weights, bf16-KV row is that layout, and the plan says why DP wins."""
     result = plan(load_model(DSV3), Workload(ctx=CTX, users=64), H200)
     row = next(r for r in result.rows if r.gpus == 8 and (r.weights_dtype, r.kv_dtype) == ("fp8", "bf16"))

@@ -16,7 +16,7 @@ from kvplan.dtypes import kv_dtype
 from kvplan.engines import EngineOptions
 from kvplan.errors import KvplanError
 from kvplan.memory import estimate
-from kvplan.model import CompressedKV, SlidingKV
+from kvplan.model import CompressedKV, ParamCounts, SlidingKV
 from kvplan.sources.hf_config import model_from_config
 
 SLIDING, CSA, HCA = "sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"
@@ -94,8 +94,8 @@ def test_legacy_compress_rates_fold_in():
 def test_num_hash_layers_sets_the_token_table_layers():
     # a hash layer keeps tid2eid (vocab x top-k = 129,280 x 6) instead of the router's correction bias (256)
     per_hash_layer = 129_280 * 6 - 256
-    assert flash(num_hash_layers=5).params.other - flash().params.other == 2 * per_hash_layer
-    assert flash(mlp_layer_types=["moe"] * 43).params.other == flash(num_hash_layers=0).params.other
+    assert flash(num_hash_layers=5).params.other_replicated - flash().params.other_replicated == 2 * per_hash_layer
+    assert flash(mlp_layer_types=["moe"] * 43).params == flash(num_hash_layers=0).params
 
 
 # ------------------------------------------------------------------------------------------------ parameters
@@ -112,12 +112,16 @@ def test_hyper_connection_and_grouped_output_parameters_by_hand():
     """One layer of Flash, from modeling_deepseek_v4.py (hidden 4,096, 64 heads of 512, q_lora_rank 1,024,
     o_groups 8 of o_lora_rank 1,024, hc_mult 4)."""
     one, two = flash(num_hidden_layers=1, compress_ratios=[0]), flash(num_hidden_layers=2, compress_ratios=[0, 0])
-    # q_a 4,096 x 1,024 + q_b 1,024 x 32,768 + kv_proj 4,096 x 512 + o_a 8 x 1,024 x 4,096 + o_b 8,192 x 4,096
-    assert two.params.attention - one.params.attention == 4_194_304 + 33_554_432 + 2_097_152 + 33_554_432 + 33_554_432
-    # two hyper-connections: fn 24 x 16,384, base 24, scale 3 each; two norms 4,096; q_a_norm 1,024, kv_norm 512,
-    # 64 sinks; the router 256 x 4,096 and its tid2eid table (layer 1 hashes too) 129,280 x 6
-    assert two.params.other - one.params.other == 2 * (24 * 16_384 + 24 + 3) + 2 * 4096 + 1024 + 512 + 64 \
-        + 256 * 4096 + 129_280 * 6
+    layer = {group: getattr(two.params, group) - getattr(one.params, group) for group in ParamCounts.model_fields}
+    # split by head: q_b 1,024 x 32,768 + o_a 8 x 1,024 x 4,096 + o_b 8,192 x 4,096; whole on every TP rank (vLLM's
+    # fused_wqa_wkv): q_a 4,096 x 1,024 + kv_proj 4,096 x 512
+    assert layer["attention"] == 33_554_432 + 33_554_432 + 33_554_432
+    assert layer["attention_replicated"] == 4_194_304 + 2_097_152
+    # whole: two hyper-connections (fn 24 x 16,384, base 24, scale 3 each), two norms 4,096, q_a_norm 1,024,
+    # kv_norm 512, the router 256 x 4,096 and its tid2eid table (layer 1 hashes too) 129,280 x 6; split: 64 sinks
+    assert layer["other_replicated"] == 2 * (24 * 16_384 + 24 + 3) + 2 * 4096 + 1024 + 512 + 256 * 4096 \
+        + 129_280 * 6
+    assert layer["other"] == 64
 
 
 def test_parameters_equal_transformers_meta_build():

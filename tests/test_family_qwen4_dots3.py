@@ -5,8 +5,10 @@ Expected numbers come from transformers' real caches and meta-device builds (tes
 normalisation of the released config format, and hand arithmetic from transformers 5.23's modeling files (written
 out beside each); never from kvplan."""
 
+import json
+
 import pytest
-from conftest import assert_one_line_error, run_main
+from conftest import run_main
 
 from kvplan import engines
 from kvplan.capacity import gpu_layers
@@ -195,12 +197,13 @@ def test_profile_cut_drops_ple_layers_past_it(write_json):
 # --------------------------------------------------------------------------------------------------- engines
 
 
-def test_vllm_refuses_qwen4_exp_in_one_line_naming_its_release(monkeypatch, capsys, write_json):
-    """dots3 is sized under vLLM (tests/test_vllm_new_families.py); Qwen4-Exp's QSA caches are not modelled."""
+def test_vllm_sizes_qwen4_exp(monkeypatch, capsys, write_json):
+    """Both families are sized under vLLM, by hand in tests/test_vllm_new_families.py."""
     path = write_json(SMALL_QWEN4)
-    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k", "--gpu", "h100",
-                            "--engine", "vllm")
-    assert_one_line_error(code, err, "vLLM 0.33.0", "QSA", "--engine transformers")
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k", "--gpu", "h100",
+                              "--engine", "vllm", "--json")
+    assert code == 0, err
+    assert json.loads(out)["vllm_blocks_per_sequence"] > 0
 
 
 def test_show_prints_the_new_kinds(monkeypatch, capsys, write_json):

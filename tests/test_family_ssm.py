@@ -125,10 +125,128 @@ def test_vllm_mamba2_state_pages_per_request_by_release(version, pages):
     assert pool.blocks_per_request(8192) == 4 + 4 * pages
 
 
-def test_vllm_gated_deltanet_keeps_two_pages_in_align_mode():
-    """The prefill checkpoint page is MambaMixer2's: Gated DeltaNet (Qwen3.5) holds 2 pages under 0.33.0."""
-    pool = vllm_pool(load_model("Qwen/Qwen3.5-27B"))
-    assert pool.state_pages == 2
+# Gated DeltaNet on FlashInfer's prefill kernel (vLLM 0.33.0, model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py):
+# `_resolve_gdn_prefill_backend` picks FlashInfer on compute capability 9.0, and on 10.x and 12.x with
+# linear_key_head_dim 128 (CUDA 13 builds); `QwenGatedDeltaNetAttention` then declares a prefill checkpoint alignment
+# of 64 (`FLASHINFER_GDN_CHECKPOINT_ALIGNMENT`) and, in align mode, num_prefill_checkpoint_blocks = 1, so
+# `MambaSpec.max_memory_usage_bytes` is 3 pages and `_align_hybrid_block_size` aligns the attention block to
+# lcm(16, 64) = 64 tokens. Elsewhere (A100, L40S, ROCm, --gdn-prefill-backend triton, vLLM 0.32.0): 2 pages,
+# align 16.
+
+
+def gdn_capacity(name: str, gpu: str, ctx: int = 32_768, tp: int = 1, budget: int = 20 * GiB, **options):
+    return capacity(load_model(name), Workload(ctx=ctx), hardware=Hardware(name=gpu, memory_bytes=81_559 * MiB),
+                    parallel=Parallelism(tp=tp), kv_budget=budget, options=EngineOptions(**options))
+
+
+def test_vllm_qwen3_5_27b_on_an_h100_at_32k_with_flashinfer_checkpoints():
+    """Qwen3.5-27B: 16 attention layers (4 KV heads x 256, bf16: 4 x 256 x 2 x 2 = 4,096 B a token) and 48 Gated
+    DeltaNet layers: conv (2 x 16 x 128 + 48 x 128) x 3 x 2 B = 61,440 B, SSM 48 x 128 x 128 x 4 B (mamba_ssm_dtype
+    float32) = 3,145,728 B: state 3,207,168 B.
+    H100 (FlashInfer): block = 64 x cdiv(3,207,168, 64 x 4,096) = 64 x 13 = 832 tokens, page 832 x 4,096 =
+    3,407,872 B; groups of 16 layers (1 attention, 3 Gated DeltaNet), a block 16 pages = 54,525,952 B; a request at
+    32k: cdiv(32,768, 832) = 40 + 3 groups x 3 pages = 49 blocks. 20 GiB: 21,474,836,480 // 54,525,952 = 393 blocks,
+    concurrency 393 / 49 = 8.02x, logged tokens int(8.0204 x 32,768) = 262,812.
+    Triton (--gdn-prefill-backend triton): block 16 x cdiv(3,207,168, 16 x 4,096) = 784, a block 16 x 784 x 4,096 =
+    51,380,224 B, 42 + 3 x 2 = 48 blocks a request, 417 blocks, 8.69x, int(8.6875 x 32,768) = 284,672 tokens."""
+    flash = gdn_capacity("Qwen/Qwen3.5-27B", "NVIDIA H100 SXM")
+    assert (flash.vllm_block_bytes, flash.vllm_blocks_per_sequence) == (54_525_952, 49)
+    assert (flash.vllm_num_blocks, flash.vllm_kv_cache_tokens) == (393, 262_812)
+    assert flash.vllm_max_concurrency == 393 / 49
+    assert "attention block size raised to 832 tokens so a page holds a recurrent state" in flash.notes
+    assert any("prefill checkpoint page per state" in note and "9.0" in note for note in flash.notes)
+    triton = gdn_capacity("Qwen/Qwen3.5-27B", "NVIDIA H100 SXM", gdn_prefill_backend="triton")
+    assert (triton.vllm_block_bytes, triton.vllm_blocks_per_sequence) == (51_380_224, 48)
+    assert (triton.vllm_num_blocks, triton.vllm_kv_cache_tokens, triton.vllm_max_concurrency) == (417, 284_672, 8.6875)
+
+
+def test_vllm_qwen3_next_80b_on_four_h100s_at_32k_with_flashinfer_checkpoints():
+    """Qwen3-Next-80B-A3B at TP 4 (48 layers, every 4th attention: 12 attention, 36 Gated DeltaNet). Per GPU:
+    attention 2 KV heads replicated to 1 (1 x 256 x 2 x 2 = 1,024 B a token); Gated DeltaNet 16 / 4 = 4 key heads and
+    32 / 4 = 8 value heads of 128: conv (2 x 4 x 128 + 8 x 128) x 3 x 2 B = 12,288 B, SSM 8 x 128 x 128 x 2 B (bf16)
+    = 262,144 B: state 274,432 B.
+    H100 (FlashInfer): block 64 x cdiv(274,432, 64 x 1,024) = 320 tokens, groups of 12 layers (1 attention, 3 Gated
+    DeltaNet), a block 12 x 320 x 1,024 = 3,932,160 B; at 32k cdiv(32,768, 320) = 103 + 3 x 3 = 112 blocks a
+    request. 40 GiB: 42,949,672,960 // 3,932,160 = 10,922 blocks, 10,922 / 112 = 97.52x, int(97.518 x 32,768) =
+    3,195,465 tokens.
+    Triton: block 16 x cdiv(274,432, 16 x 1,024) = 272, 12 x 272 x 1,024 = 3,342,336 B, 121 + 3 x 2 = 127 blocks,
+    12,850 blocks, 101.18x, 3,315,502 tokens."""
+    flash = gdn_capacity("Qwen/Qwen3-Next-80B-A3B-Thinking", "NVIDIA H100 SXM", tp=4, budget=40 * GiB)
+    assert (flash.vllm_block_bytes, flash.vllm_blocks_per_sequence) == (3_932_160, 112)
+    assert (flash.vllm_num_blocks, flash.vllm_kv_cache_tokens) == (10_922, 3_195_465)
+    assert flash.vllm_max_concurrency == 10_922 / 112
+    triton = gdn_capacity("Qwen/Qwen3-Next-80B-A3B-Thinking", "NVIDIA H100 SXM", tp=4, budget=40 * GiB,
+                          gdn_prefill_backend="triton")
+    assert (triton.vllm_block_bytes, triton.vllm_blocks_per_sequence) == (3_342_336, 127)
+    assert (triton.vllm_num_blocks, triton.vllm_kv_cache_tokens) == (12_850, 3_315_502)
+
+
+@pytest.mark.parametrize(("gpu", "pages"), [
+    ("NVIDIA H100 SXM", 3), ("NVIDIA H200", 3), ("NVIDIA H20", 3),  # compute capability 9.0
+    ("NVIDIA B200", 3), ("NVIDIA GeForce RTX 5090", 3),  # 10.0 and 12.0, key head size 128
+    ("NVIDIA A100 80GB SXM", 2), ("NVIDIA L40S", 2), ("NVIDIA GeForce RTX 4090", 2),  # 8.0, 8.9: Triton
+    ("AMD Instinct MI300X", 2),  # ROCm: Triton or AITER FlyDSL, no checkpoints
+])
+def test_vllm_gated_deltanet_state_pages_by_gpu(gpu, pages):
+    """Qwen3.5-27B's and Qwen3.6-35B-A3B's Gated DeltaNet state pages per request by GPU, vLLM 0.33.0."""
+    for name in ("Qwen/Qwen3.5-27B", "Qwen/Qwen3.6-35B-A3B"):
+        engine = engines.engine("vllm", EngineOptions(), gpu, 81_559 * MiB)
+        model = load_model(name)
+        (layers,) = gpu_layers(engine.cached_layers(model), model.num_layers, 1, 1)
+        assert engine.pool(layers, model, kv_dtype("bf16")).state_pages == pages
+
+
+@pytest.mark.parametrize("options", [{"gdn_prefill_backend": "triton"}, {"gdn_prefill_backend": "cutedsl"},
+                                     {"version": "0.32.0"}])
+def test_vllm_gated_deltanet_without_flashinfer_keeps_two_pages(options):
+    """`--gdn-prefill-backend triton` (or cutedsl, vLLM's own CuTe kernel) keeps FlashInfer off; vLLM 0.32.0's Gated
+    DeltaNet exported no prefill checkpoints on any GPU (its `QwenGatedDeltaNetAttention` declares none)."""
+    cap = gdn_capacity("Qwen/Qwen3.5-27B", "NVIDIA H100 SXM", **options)
+    assert cap.vllm_blocks_per_sequence == 48
+
+
+def test_vllm_blackwell_flashinfer_takes_key_heads_of_128_only():
+    """On 10.x and 12.x FlashInfer's Gated DeltaNet kernel takes linear_key_head_dim 128 only; 9.0 any. Qwen3.5-27B
+    with key heads of 64: conv (2 x 16 x 64 + 48 x 128) x 3 x 2 = 49,152 B, SSM 48 x 128 x 64 x 4 = 1,572,864 B."""
+    config = json.loads(_library_text("Qwen__Qwen3.5-27B.json"))
+    config["text_config"]["linear_key_head_dim"] = 64
+    model = model_from_config(config, "test/narrow-keys", "test")
+    assert model.caches[0].state_size == 64
+    for gpu, pages in (("NVIDIA B200", 2), ("NVIDIA GeForce RTX 5090", 2), ("NVIDIA H100 SXM", 3)):
+        engine = engines.engine("vllm", EngineOptions(), gpu, 81_559 * MiB)
+        (layers,) = gpu_layers(engine.cached_layers(model), model.num_layers, 1, 1)
+        assert engine.pool(layers, model, kv_dtype("bf16")).state_pages == pages
+
+
+def test_vllm_with_no_gpu_named_assumes_flashinfer_and_says_so():
+    """--kv-budget alone: the Hopper/Blackwell variant (3 pages, 64-token alignment), and a note naming it."""
+    cap = capacity(load_model("Qwen/Qwen3.5-27B"), Workload(ctx=32_768), kv_budget=20 * GiB)
+    assert cap.vllm_blocks_per_sequence == 49
+    assert any(note.startswith("no GPU named: assumed") and "--gdn-prefill-backend triton" in note
+               for note in cap.notes)
+
+
+def test_vllm_other_recurrent_layers_take_no_gdn_checkpoint():
+    """Kimi Linear's KDA (`KimiGatedDeltaNetAttention`, models/kimi_k3) declares no prefill checkpoint on an H100:
+    its 2 pages stay; Nemotron 3 Nano's Mamba-2 keeps its own 3 (test above) whatever the GPU's GDN kernel."""
+    model = load_model("moonshotai/Kimi-Linear-48B-A3B-Instruct")
+    engine = engines.engine("vllm", EngineOptions(), "NVIDIA H100 SXM", 81_559 * MiB)
+    (layers,) = gpu_layers(engine.cached_layers(model), model.num_layers, 1, 1)
+    assert engine.pool(layers, model, kv_dtype("bf16")).state_pages == 2
+    assert vllm_pool(load_model(NANO), kv="bf16").state_pages == 3
+
+
+def test_gdn_prefill_backend_flag(monkeypatch, capsys):
+    """vLLM's choices on CUDA; another value, or the flag under another engine, is one line and exit 2."""
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "-m", "Qwen/Qwen3.5-27B", "--ctx", "32k", "--gpu",
+                            "h100", "--gdn-prefill-backend", "triton", "--json")
+    assert code == 0 and json.loads(out)["vllm_blocks_per_sequence"] == 48
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", "Qwen/Qwen3.5-27B", "--ctx", "32k", "--gpu",
+                            "h100", "--gdn-prefill-backend", "fla")
+    assert_one_line_error(code, err, "--gdn-prefill-backend", "fla")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", "Qwen/Qwen3.5-27B", "--ctx", "32k", "--gpu",
+                            "h100", "--engine", "sglang", "--gdn-prefill-backend", "triton")
+    assert_one_line_error(code, err, "--gdn-prefill-backend", "sglang")
 
 
 def test_vllm_nemotron_3_nano_tp2_splits_heads_and_groups():

@@ -99,6 +99,26 @@ def test_every_entry_has_a_source_and_bandwidth():
         assert gpu.bf16_tflops or gpu.note  # no BF16 figure only with a note saying why
 
 
+@pytest.mark.parametrize(("name", "capability"), [
+    # NVIDIA's table of CUDA compute capabilities (developer.nvidia.com/cuda-gpus)
+    ("h100", (9, 0)), ("h100-pcie", (9, 0)), ("h200", (9, 0)), ("h20", (9, 0)), ("b200", (10, 0)),
+    ("rtx-5090", (12, 0)), ("a100-80gb", (8, 0)), ("a10g", (8, 6)), ("l40s", (8, 9)), ("rtx-4090", (8, 9)),
+    ("v100", (7, 0)), ("t4", (7, 5)), ("mi300x", None), ("m3-ultra", None), ("tpu", None),
+])
+def test_compute_capability(name, capability):
+    assert gpus.compute_capability(name) == capability
+
+
+def test_only_nvidia_entries_give_a_compute_capability():
+    for gpu in gpus.catalogue():
+        assert (gpu.compute_capability is not None) == (gpu.vendor == "nvidia"), gpu.name
+    entry = gpus.catalogue()[0].model_dump()
+    with pytest.raises(ValueError, match="compute_capability"):
+        gpus.Gpu(**{**entry, "compute_capability": None})
+    with pytest.raises(ValueError, match="compute_capability"):
+        gpus.Gpu(**{**entry, "compute_capability": "9"})
+
+
 def test_dense_bf16_from_datasheets():
     # H100 SXM datasheet: 1,979 TFLOP/s BF16 with sparsity -> 989.4 dense; A100: 312; L4: 242 sparse -> 121
     assert gpus.find("h100").bf16_tflops == 989.4

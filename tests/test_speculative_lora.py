@@ -45,7 +45,8 @@ def test_vllm_llama31_70b_with_a_llama32_1b_draft(tp, users, users_without):
     8 KV heads of 64, hidden 2,048, MLP 8,192, tied embeddings of 128,256 x 2,048: 1,235,814,400 parameters), vLLM
     0.33.0 with num_speculative_tokens 4 on H100s at max_model_len 8,192.
     The draft is split like the model (draft_tensor_parallel_size defaults to the model's TP) and loads in bf16:
-    1,235,814,400 x 2 / tp bytes of it on each GPU, beside 70,553,706,496 x 2 / tp of the model's.
+    1,235,814,400 x 2 / tp bytes of it on each GPU, beside the model's: its norms whole on every GPU (80 x 2 x
+    8,192 + 8,192 = 1,318,912 parameters, vLLM's RMSNorm) and the rest, 70,552,387,584 parameters, / tp.
     Its attention layers join the KV-cache config: all full attention, so one group whose block holds one page of
     every layer, the model's 80 and the draft's 16 (UniformTypeKVCacheSpecs), with tp KV heads split evenly:
         TP 2: 4 heads of each on a GPU: 80 x (2 x 16 x 4 x 128 x 2) + 16 x (2 x 16 x 4 x 64 x 2)
@@ -58,7 +59,8 @@ def test_vllm_llama31_70b_with_a_llama32_1b_draft(tp, users, users_without):
     draft_page = {2: 262_144, 4: 131_072}[tp]
     block = 80 * 2 * 16 * (8 // tp) * 128 * 2 + 16 * 2 * 16 * (8 // tp) * 64 * 2
     assert block == {2: 2_883_584, 4: 1_441_792}[tp]
-    weights, draft_weights = 2 * 70_553_706_496 // tp, 2 * LLAMA_32_1B_PARAMS // tp
+    norms = 80 * 2 * 8_192 + 8_192
+    weights, draft_weights = 2 * norms + 2 * (70_553_706_496 - norms) // tp, 2 * LLAMA_32_1B_PARAMS // tp
     budget = vllm_budget(81_559 * MiB, weights + draft_weights, tp)
 
     cap = capacity(model, Workload(ctx=8192), hardware=H100, parallel=Parallelism(tp=tp), draft=draft,
@@ -110,9 +112,13 @@ def test_deepseek_v3_mtp_layer_parameters_by_hand():
     assert mtp.layers == 1 and [c.kind for c in mtp.caches] == ["mla"] and mtp.caches[0].layer == 61
     h = 7168
     p = mtp.params
-    assert p.attention == h * 1536 + 1536 * 128 * 192 + h * 576 + 512 * 128 * 256 + 128 * 128 * h == 187_105_280
+    # q_b, kv_b and o split by head; q_a and kv_a_proj_with_mqa whole on every TP rank
+    assert p.attention == 1536 * 128 * 192 + 512 * 128 * 256 + 128 * 128 * h == 171_966_464
+    assert p.attention_replicated == h * 1536 + h * 576 == 15_138_816
     assert p.mlp == 3 * h * 2048 and p.experts == 256 * 3 * h * 2048
-    assert p.other == 1536 + 512 + 2 * h + 256 * h + 256 + 2 * h * h + 3 * h == 104_633_600
+    # norms, the router and its correction bias, eh_proj (an nn.Linear): all whole on every TP rank
+    assert p.other_replicated == 1536 + 512 + 2 * h + 256 * h + 256 + 2 * h * h + 3 * h == 104_633_600
+    assert p.other == 0
     assert p.embedding == p.lm_head == 0
     checkpoint = model.params.total + p.total + 2 * 129_280 * h
     assert checkpoint == pytest.approx(685e9, rel=1e-3)
@@ -157,13 +163,14 @@ def test_vllm_qwen3_next_mtp_joins_the_attention_group_and_keeps_draft_states():
     num_spec): 8,192 x 5 x 2 + 1,048,576 = 1,130,496 B, so blocks of 16 x cdiv(1,130,496, 16 x 2,048) = 560 tokens;
     13 attention layers make the group size 13 (36 >= 1.5 x 13), 3 recurrent groups (3 padding layers), each
     keeping 2 + 2 pages (num_speculative_blocks = num_speculative_tokens): cdiv(8,192, 560) + 3 x 4 = 27 blocks of
-    13 pages."""
+    13 pages. Gated DeltaNet prefill on Triton (--gdn-prefill-backend triton: no FlashInfer prefill checkpoint)."""
     model = load_model("Qwen/Qwen3-Next-80B-A3B-Thinking")
     assert model.mtp.layers == 1 and [c.kind for c in model.mtp.caches] == ["full"]
-    alone = capacity(model, Workload(ctx=8192), kv_budget=60 * 2**30)
+    alone = capacity(model, Workload(ctx=8192), kv_budget=60 * 2**30,
+                     options=EngineOptions(gdn_prefill_backend="triton"))
     assert alone.vllm_block_bytes == 12 * 544 * 2048 and alone.vllm_blocks_per_sequence == 16 + 3 * 2
     cap = capacity(model, Workload(ctx=8192), kv_budget=60 * 2**30,
-                   options=EngineOptions(speculative_method="mtp", speculative_tokens=2))
+                   options=EngineOptions(speculative_method="mtp", speculative_tokens=2, gdn_prefill_backend="triton"))
     assert cap.vllm_block_bytes == 13 * 560 * 2048 and cap.vllm_blocks_per_sequence == 15 + 3 * 4
     assert cap.draft_weights_bytes_per_gpu == 2 * model.mtp.params.total  # bf16
 
@@ -172,7 +179,7 @@ def test_mtp_speculative_tokens_must_be_a_multiple_of_the_layers():
     """vLLM: num_speculative_tokens above n_predict must be divisible by it (MTP module reuse)."""
     config = raw("deepseek-ai__DeepSeek-V3.json") | {"num_nextn_predict_layers": 2}
     model = model_from_config(config, "two-mtp", "test")
-    assert model.mtp.layers == 2 and model.mtp.params.other == 2 * 104_633_600
+    assert model.mtp.layers == 2 and model.mtp.params.other_replicated == 2 * 104_633_600
     for tokens, ok in ((1, True), (2, True), (4, True), (3, False)):
         options = EngineOptions(speculative_method="mtp", speculative_tokens=tokens)
         if ok:
@@ -266,13 +273,15 @@ def test_vllm_eagle3_head_for_llama31_70b_on_4_h100():
     """SpecForge's EAGLE-3 head for Llama-3.1-70B (h 8,192, 64 heads and 8 KV heads of 128, MLP 28,672), TP 4: qkv
     2h x (16 + 2 x 2) x 128 = 41,943,040, o 2,048 x h = 16,777,216, MLP 3 x h x 7,168 = 176,160,768, norms 4h =
     32,768, fc 3h x h = 201,326,592 whole, lm_head 8,000 x h = 65,536,000: 501,776,384 x 2 + 256,000 = 1,003,808,768
-    B a GPU. Blocks of 81 layers x 16 x 2 x 2 x 128 x 2 = 1,327,104 B, 512 a request at 8k."""
+    B a GPU, beside the model's (its norms whole on every GPU). Blocks of 81 layers x 16 x 2 x 2 x 128 x 2 =
+    1,327,104 B, 512 a request at 8k."""
     per_gpu = 2 * (41_943_040 + 16_777_216 + 176_160_768 + 32_768 + 201_326_592 + 65_536_000) + 8 * 32_000
     assert per_gpu == 1_003_808_768
     model = load_model(TARGET)
     cap = capacity(model, Workload(ctx=8192), hardware=H100, parallel=Parallelism(tp=4), draft=head(EAGLE3_LLAMA3_70B),
                    options=EngineOptions(speculative_method="eagle3", speculative_tokens=3))
-    budget = vllm_budget(81_559 * MiB, 2 * 70_553_706_496 // 4 + per_gpu, 4)
+    norms = 80 * 2 * 8_192 + 8_192  # the model's, whole on every GPU
+    budget = vllm_budget(81_559 * MiB, 2 * norms + 2 * (70_553_706_496 - norms) // 4 + per_gpu, 4)
     assert cap.draft_weights_bytes_per_gpu == per_gpu and cap.kv_budget_bytes == budget
     assert cap.vllm_block_bytes == 81 * 16 * 2 * 2 * 128 * 2 == 1_327_104
     assert cap.max_concurrent_users == (budget // 1_327_104 - 1) // 512

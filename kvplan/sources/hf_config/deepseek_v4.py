@@ -143,7 +143,11 @@ def deepseek_v4_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> 
                    the checkpoint stores)
         streams    two hyper-connections (`hyper_connection`), two RMSNorms
     and for the model the embedding, the head's hyper-connection (hc_fn n x n hidden, hc_base n, hc_scale 1), the
-    final norm and lm_head. Multi-token-prediction layers are not built (num_nextn_predict_layers)."""
+    final norm and lm_head. Multi-token-prediction layers are not built (num_nextn_predict_layers).
+    vLLM 0.33.0 (`vllm/models/deepseek_v4`) holds whole on every TP rank q_a and kv_proj (fused_wqa_wkv, disable_tp),
+    the compressors and the indexer (`attention_replicated`; its weights_proj unquantised, `other_replicated`), and
+    the norms, routers, position biases and hyper-connections (`other_replicated`); q_b, o_a, o_b and the sinks
+    split by head."""
     vocab = cfg.int("vocab_size")
     head_dim, q_rank = cfg.int("head_dim"), cfg.int("q_lora_rank")
     o_rank, o_groups = cfg.int("o_lora_rank"), cfg.int("o_groups")
@@ -156,38 +160,39 @@ def deepseek_v4_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> 
         raise KvplanError(f"{cfg.where}: {top_k} experts per token but only {experts} experts: num_experts_per_tok "
                           "cannot exceed n_routed_experts")
     streams = cfg.int("hc_mult")
-    attention = hidden * q_rank + q_rank * heads * head_dim + hidden * head_dim + heads * head_dim * o_rank \
-        + o_groups * o_rank * hidden
-    attention_other = q_rank + head_dim + heads
     expert = 3 * hidden * width
-    layer_other = 2 * hyper_connection(streams, hidden) + 2 * hidden + (2 * width + hidden if cfg.flag(
-        "mlp_bias") else 0)
-    totals = {"attention": 0, "other": 0}
+    # per layer: the heads' projections; q_a and kv_proj; sinks and the MLP's biases; q_a_norm, kv_norm, the
+    # hyper-connections and the two norms
+    split = {"attention": q_rank * heads * head_dim + heads * head_dim * o_rank + o_groups * o_rank * hidden,
+             "attention_replicated": hidden * q_rank + hidden * head_dim,
+             "other": heads + (2 * width + hidden if cfg.flag("mlp_bias") else 0),
+             "other_replicated": q_rank + head_dim + 2 * hyper_connection(streams, hidden) + 2 * hidden}
+    totals = dict.fromkeys(split, 0)
     for i, hashed in enumerate(hash_layers(cfg, len(layout.types))):
-        totals["attention"] += attention
-        totals["other"] += attention_other + layer_other + experts * hidden + (vocab * top_k if hashed else experts)
+        for group, count in split.items():
+            totals[group] += count
+        totals["other_replicated"] += experts * hidden + (vocab * top_k if hashed else experts)  # the router
         for cache in layout.layer(i):
             if isinstance(cache, CompressedKV):
-                matrices, other = compressor_params(cfg, cache, hidden, q_rank)
-                totals["attention"] += matrices
-                totals["other"] += other
+                for group, count in compressor_params(cfg, cache, hidden, q_rank).items():
+                    totals[group] += count
     layers = len(layout.types)
     tied = cfg.flag("tie_word_embeddings")
-    return ParamCounts(embedding=vocab * hidden, lm_head=0 if tied else vocab * hidden,
-                       attention=totals["attention"], mlp=layers * expert, experts=layers * experts * expert,
-                       active_experts=layers * top_k * expert,
-                       other=totals["other"] + streams * streams * hidden + streams + 1 + hidden)
+    totals["other_replicated"] += streams * streams * hidden + streams + 1 + hidden
+    return ParamCounts(embedding=vocab * hidden, lm_head=0 if tied else vocab * hidden, mlp=layers * expert,
+                       experts=layers * experts * expert, active_experts=layers * top_k * expert, **totals)
 
 
-def compressor_params(cfg: Fields, cache: CompressedKV, hidden: int, q_rank: int) -> tuple[int, int]:
-    """(matrices, other) of a compressor (`DeepseekV4HCACompressor`, `DeepseekV4CSACompressor`) or of the CSA
-    indexer (`DeepseekV4Indexer`), which also projects its queries and per-head weights."""
+def compressor_params(cfg: Fields, cache: CompressedKV, hidden: int, q_rank: int) -> dict[str, int]:
+    """A compressor (`DeepseekV4HCACompressor`, `DeepseekV4CSACompressor`) or the CSA indexer (`DeepseekV4Indexer`),
+    which also projects its queries and per-head weights, by parameter group: every TP rank holds all of it."""
     width = cache.projection_width
-    matrices, other = 2 * hidden * width, cache.ratio * width + cache.head_dim
+    groups = {"attention_replicated": 2 * hidden * width, "other_replicated": cache.ratio * width + cache.head_dim}
     if cache.indexer:
         index_heads = cfg.int("index_n_heads")
-        matrices += q_rank * index_heads * cache.head_dim + hidden * index_heads
-    return matrices, other
+        groups["attention_replicated"] += q_rank * index_heads * cache.head_dim
+        groups["other_replicated"] += hidden * index_heads  # weights_proj, unquantised (quant_config=None)
+    return groups
 
 
 def deepseek_v4_widths(cfg: Fields, hidden: int, layout: Layout) -> Widths:

@@ -142,26 +142,30 @@ def dots3_dense_layers(cfg: Fields, n: int) -> set[int]:
     return {i for i in range(n) if i < first or not sparse[i]}
 
 
-def _attention_params(layer: Dots3Layer, hidden: int) -> tuple[int, int]:
-    """(matrices, other) of one layer's attention (`Dots3NoteTextAttention`): q_a_proj to q_lora_rank, its norm,
+def _attention_params(layer: Dots3Layer, hidden: int) -> dict[str, int]:
+    """One layer's attention (`Dots3NoteTextAttention`) by parameter group: q_a_proj to q_lora_rank, its norm,
     q_b_proj to heads x (nope + rope); kv_a_proj_with_mqa to the latent and the rotary key, the latent's norm,
     kv_b_proj to heads x (nope + v); o_proj; the rotary key's own norm (k_rope_only_layernorm); g_proj, one output
     gate per head; biases on q_a, kv_a and o with attention_bias. An indexed layer adds its indexer
     (`Dots3NoteTextIndexer`): wq_b from the query latent to index_n_heads x index_head_dim, wk to one key,
-    weights_proj to one weight per head, and k_norm, a LayerNorm."""
+    weights_proj to one weight per head, and k_norm, a LayerNorm.
+    vLLM (`models/dots3_note`) builds it on DeepSeek-V3.2's MLA and indexer: q_a and kv_a (fused_qkv_a_proj), the
+    norms, the indexer and the biases of q_a and kv_a are whole on every TP rank; q_b, kv_b, o and g_proj split by
+    head."""
     heads, q_rank, latent = layer.int("num_attention_heads"), layer.int("q_lora_rank"), layer.int("kv_lora_rank")
     nope, v = layer.int("qk_nope_head_dim"), layer.int("v_head_dim")
     rope = layer.fields.int("qk_rope_head_dim", minimum=0)
-    matrices = (hidden * q_rank + q_rank * heads * (nope + rope) + hidden * (latent + rope)
-                + latent * heads * (nope + v) + heads * v * hidden + hidden * heads)
-    other = q_rank + latent + rope
+    groups = {"attention": q_rank * heads * (nope + rope) + latent * heads * (nope + v) + heads * v * hidden
+              + hidden * heads, "attention_replicated": hidden * q_rank + hidden * (latent + rope),
+              "other_replicated": q_rank + latent + rope, "other": 0}
     if layer.fields.flag("attention_bias"):
-        other += q_rank + latent + rope + hidden
+        groups["other_replicated"] += q_rank + latent + rope
+        groups["other"] += hidden
     if layer.type == "indexed_attention":
         index_heads, index_dim = layer.int("index_n_heads"), layer.int("index_head_dim")
-        matrices += q_rank * index_heads * index_dim + hidden * index_dim + hidden * index_heads
-        other += 2 * index_dim
-    return matrices, other
+        groups["attention_replicated"] += q_rank * index_heads * index_dim + hidden * index_dim
+        groups["other_replicated"] += hidden * index_heads + 2 * index_dim
+    return groups
 
 
 def dots3_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
@@ -178,18 +182,19 @@ def dots3_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamC
     expert = 3 * hidden * cfg.int("moe_intermediate_size")
     shared = cfg.int("n_shared_experts") * cfg.int("moe_shared_expert_intermediate_size",
                                                    "shared_experts_intermediate_size")
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": hidden}  # final norm
+    totals = {"attention": 0, "attention_replicated": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": 0,
+              "other_replicated": hidden}  # final norm
     for i, layer in enumerate(layers):
-        matrices, other = _attention_params(layer, hidden)
-        totals["attention"] += matrices
-        totals["other"] += other + 2 * hidden
+        for group, count in _attention_params(layer, hidden).items():
+            totals[group] += count
+        totals["other_replicated"] += 2 * hidden
         if i in dense:
             totals["mlp"] += 3 * hidden * cfg.int("intermediate_size")
         else:
             totals["experts"] += experts * expert
             totals["active_experts"] += top_k * expert
             totals["mlp"] += 3 * hidden * shared
-            totals["other"] += experts * hidden + experts
+            totals["other_replicated"] += experts * hidden + experts  # the router
     tied = cfg.flag("tie_word_embeddings")
     return ParamCounts(embedding=vocab * hidden, lm_head=0 if tied else vocab * hidden, **totals)
 

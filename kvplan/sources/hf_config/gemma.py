@@ -155,18 +155,16 @@ def gemma_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str],
     return Layout(types=[layer.type for layer in layers], caches=caches, head_dim=cfg.int("head_dim"))
 
 
-def _attention_params(cfg: Fields, layer: GemmaLayer, hidden: int, heads: int, k_eq_v: bool) -> tuple[int, int]:
-    """(matrices, other) of a Gemma 3n / Gemma 4 attention: q_proj, o_proj and a per-head q_norm; a layer that
+def _attention_params(cfg: Fields, layer: GemmaLayer, hidden: int, heads: int, k_eq_v: bool) -> dict[str, int]:
+    """A Gemma 3n / Gemma 4 attention by parameter group: q_proj, o_proj and a per-head q_norm; a layer that
     computes its own keys adds k_proj, k_norm and v_proj (none on attention_k_eq_v full layers); v_norm has no
     weight. Biases with attention_bias."""
     q = heads * layer.head_dim
     kv = 0 if layer.shared else layer.kv_heads * layer.head_dim
     v = 0 if k_eq_v and not layer.sliding else kv
-    matrices = hidden * (q + kv + v) + q * hidden
-    other = layer.head_dim + (layer.head_dim if kv else 0)
-    if cfg.flag("attention_bias"):
-        other += q + kv + v + hidden
-    return matrices, other
+    return {"attention": hidden * (q + kv + v) + q * hidden,
+            "other": q + kv + v + hidden if cfg.flag("attention_bias") else 0,
+            "other_replicated": layer.head_dim + (layer.head_dim if kv else 0)}
 
 
 def gemma_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_type: str) -> ParamCounts:
@@ -187,39 +185,42 @@ def gemma_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_typ
                      and three more norms
         assistants   pre_projection 2 x backbone_hidden_size x hidden, post_projection hidden x backbone, and
                      the centroids hidden x num_centroids with use_ordered_embeddings
-    The per-layer `layer_scalar` and the assistants' token ordering are buffers, not parameters."""
+    The per-layer `layer_scalar` and the assistants' token ordering are buffers, not parameters. Norms, AltUp's
+    coefficients and router, and the MoE router act on the whole hidden state: every TP rank holds them
+    (`other_replicated`)."""
     layers = gemma_layers(cfg, model_type, len(layout.types), [])
     n = len(layers)
     vocab = cfg.int("vocab_size")
     ple = cfg.int("hidden_size_per_layer_input", default=0, minimum=0)
     embedding = vocab * hidden
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": hidden}  # final norm
+    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": 0,
+              "other_replicated": hidden}  # final norm
     if ple:
         embedding += cfg.int("vocab_size_per_layer_input") * n * ple
         totals["mlp"] += hidden * n * ple
-        totals["other"] += ple
+        totals["other_replicated"] += ple
     k_eq_v = cfg.flag("attention_k_eq_v")
     moe = cfg.flag("enable_moe_block")
     for layer, width in zip(layers, mlp_widths(cfg, model_type, layers), strict=True):
-        matrices, other = _attention_params(cfg, layer, hidden, heads, k_eq_v)
-        totals["attention"] += matrices
-        totals["other"] += other + 4 * hidden
+        for group, count in _attention_params(cfg, layer, hidden, heads, k_eq_v).items():
+            totals[group] += count
+        totals["other_replicated"] += 4 * hidden
         totals["mlp"] += 3 * hidden * width
         if ple:
             totals["mlp"] += 2 * hidden * ple
-            totals["other"] += hidden
+            totals["other_replicated"] += hidden
         if model_type == GEMMA_3N:
             streams, rank = cfg.int("altup_num_inputs"), cfg.int("laurel_rank")
-            totals["other"] += hidden + streams**2 + streams**3 + hidden * streams + hidden
+            totals["other_replicated"] += hidden + streams**2 + streams**3 + hidden * streams + hidden
             totals["mlp"] += 2 * hidden * rank
-            totals["other"] += hidden
+            totals["other_replicated"] += hidden
         if moe:
             experts = cfg.int("num_experts")
             top_k = experts_per_token(cfg, experts, "top_k_experts")
             expert = 3 * hidden * cfg.int("moe_intermediate_size", "expert_intermediate_size")
             totals["experts"] += experts * expert
             totals["active_experts"] += top_k * expert
-            totals["other"] += hidden * experts + hidden + experts + 3 * hidden
+            totals["other_replicated"] += hidden * experts + hidden + experts + 3 * hidden
     if model_type == GEMMA_3N:
         totals["mlp"] += 2 * (cfg.int("altup_num_inputs") - 1) * hidden * hidden
     if model_type in ASSISTANTS:
@@ -295,10 +296,11 @@ def recurrent_gemma_params(cfg: Fields, layout: Layout, hidden: int, heads: int)
     vocab = cfg.int("vocab_size")
     mlp_width = cfg.int("intermediate_size") // 2
     width, kernel = cfg.int("lru_width", default=hidden), cfg.int("conv1d_width")
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": hidden}
+    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": 0, "other_replicated": hidden}
     for cache in layout.caches:
         totals["mlp"] += 3 * hidden * mlp_width
-        totals["other"] += 2 * mlp_width + hidden + 2 * hidden
+        totals["other"] += 2 * mlp_width + hidden
+        totals["other_replicated"] += 2 * hidden  # two norms
         if cache.kind == "recurrent":
             totals["attention"] += 3 * hidden * width + 2 * width * width // heads
             totals["other"] += 2 * width + hidden + width * kernel + width + width + 2 * width

@@ -338,7 +338,7 @@ def nas_caches(blocks: list[Fields], head_dim: int, heads: int) -> list:
 
 def gated_deltanet_state(cfg: Fields, layer: int) -> RecurrentState:
     """Gated DeltaNet (Qwen3-Next): conv over q, k, v channels (2 x Hk x Dk + Hv x Dv) x (kernel - 1);
-    recurrent state Hv x Dv x Dk (vLLM's GDN MambaSpec)."""
+    recurrent state Hv x Dv x Dk (vLLM's GDN MambaSpec), Dk its state_size."""
     key_heads, value_heads = cfg.int("linear_num_key_heads"), cfg.int("linear_num_value_heads")
     key_dim, value_dim = cfg.int("linear_key_head_dim"), cfg.int("linear_value_head_dim")
     kernel = cfg.int("linear_conv_kernel_dim")
@@ -346,7 +346,7 @@ def gated_deltanet_state(cfg: Fields, layer: int) -> RecurrentState:
     return RecurrentState(layer=layer, mixer="gated_deltanet", conv_elements=conv_channels * (kernel - 1),
                           ssm_elements=value_heads * value_dim * key_dim,
                           ssm_dtype=optional_dtype(cfg, "mamba_ssm_dtype"),
-                          conv_kernel=kernel if kernel > 1 else None, heads=value_heads)
+                          conv_kernel=kernel if kernel > 1 else None, heads=value_heads, state_size=key_dim)
 
 
 def falcon_h1_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str]) -> Layout:

@@ -68,11 +68,11 @@ def read_mtp(cfg: Fields, model_type: str, family: Family, layout: Layout, param
     total = decoder_params(wider, model_type, family, with_mtp, hidden, heads)
     delta = {group: getattr(total, group) - getattr(params, group) for group in ParamCounts.model_fields}
     fusions = count if rule.fusion_per_layer else 1
-    if rule.fusion_per_layer:  # eh_proj in the model dtype (an nn.Linear vLLM does not quantise), three norms
-        delta["other"] += fusions * (2 * hidden * hidden + 3 * hidden)
-    else:  # fc, quantised with the decoder's linear layers, and three norms
+    if rule.fusion_per_layer:  # eh_proj in the model dtype (an nn.Linear vLLM does not quantise or split), 3 norms
+        delta["other_replicated"] += fusions * (2 * hidden * hidden + 3 * hidden)
+    else:  # fc, quantised with the decoder's linear layers (a ColumnParallelLinear), and three norms
         delta["mlp"] += 2 * hidden * hidden
-        delta["other"] += 3 * hidden
+        delta["other_replicated"] += 3 * hidden
     delta.update(embedding=0, lm_head=0, vision=0)  # the model's own (a vision tower is not in decoder_params)
     return MtpLayers(layers=count, caches=tuple(c for c in with_mtp.caches if c.layer >= n),
                      params=ParamCounts(**delta))

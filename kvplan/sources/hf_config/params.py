@@ -42,13 +42,13 @@ def _modernbert_decoder_params(cfg: Fields, layout: Layout, hidden: int, heads: 
     norm = hidden * (2 if cfg.flag("norm_bias") else 1)
     attention_bias = 4 * hidden if cfg.flag("attention_bias") else 0
     mlp_bias = 2 * intermediate + hidden if cfg.flag("mlp_bias") else 0
-    other = layers * (attention_bias + mlp_bias + 2 * norm) - norm + 3 * norm  # embedding, final and head norms
-    other += hidden * hidden + (hidden if cfg.flag("classifier_bias") else 0) + (vocab if cfg.flag(
-        "decoder_bias", default=True) else 0)
+    norms = layers * 2 * norm - norm + 3 * norm  # embedding, final and head norms
+    other = layers * (attention_bias + mlp_bias) + hidden * hidden + (hidden if cfg.flag("classifier_bias") else 0) \
+        + (vocab if cfg.flag("decoder_bias", default=True) else 0)
     tied = cfg.flag("tie_word_embeddings", default=True)
     return ParamCounts(embedding=vocab * hidden, lm_head=0 if tied else vocab * hidden,
                        attention=layers * 4 * hidden * hidden, mlp=layers * 3 * hidden * intermediate, experts=0,
-                       active_experts=0, other=other)
+                       active_experts=0, other=other, other_replicated=norms)
 
 
 # Families whose parameters no shared rule counts: model_type -> counter(cfg, layout, hidden, heads). Registered at
@@ -70,7 +70,9 @@ def decoder_params(cfg: Fields, model_type: str, family: Family, layout: Layout,
 def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, hidden: int,
                  heads: int) -> ParamCounts:
     """The shared rule: embeddings, each layer's mixer, MLP or experts and norms as `family` describes them,
-    the final norm and the output projection."""
+    the final norm and the output projection. Norms, routers and hyper-connections, which act on the hidden
+    state's full width, are `other_replicated`: every tensor-parallel rank holds them whole (vLLM's `RMSNorm` and
+    `ReplicatedLinear` routers)."""
     vocab = cfg.int("vocab_size", "n_vocab", "padded_vocab_size")
     norm = hidden * (2 if family.layer_norm else 1) * family.norm_weights
     embedding = vocab * hidden
@@ -79,8 +81,9 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
     tied = cfg.flag("tie_word_embeddings", default=True)
     lm_head = 0 if tied else vocab * hidden
     lm_head_bias = family.lm_head_bias or cfg.flag(family.lm_head_bias_field)
-    other = norm * (int(family.final_norm) + int(family.embedding_norm)) + (vocab if lm_head_bias else 0)
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": other}
+    totals = {"attention": 0, "attention_replicated": 0, "mlp": 0, "experts": 0, "active_experts": 0,
+              "other": vocab if lm_head_bias else 0,
+              "other_replicated": norm * (int(family.final_norm) + int(family.embedding_norm))}
     if family.bias_flag and cfg.flag(family.bias_flag):
         family = replace(family, qkv_bias=True, o_bias=True, mlp_bias=True)
     moe = None if model_type == "nemotron_h" else MoE.read(cfg, model_type)  # Nemotron-H: `_nemotron_h_moe`
@@ -91,10 +94,9 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
     for i, layer_type in enumerate(layout.types):
         layer_norms = _norms_per_layer(cfg, model_type, family)
         for cache in layout.layer(i):
-            mixer, mixer_other = _mixer_params(cfg, model_type, family, cache, hidden, layer_heads[i],
-                                               layout.head_dim)
-            totals["attention"] += mixer
-            totals["other"] += mixer_other
+            for group, count in _mixer_params(cfg, model_type, family, cache, hidden, layer_heads[i],
+                                              layout.head_dim).items():
+                totals[group] += count
         if layout.blocks:
             ffn, layer_norms = _nas_block_params(layout.blocks[i], hidden)
             totals["mlp"] += ffn
@@ -110,23 +112,23 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
             if mlp_bias and moe.shared_intermediate:  # the shared experts are the family's MLP, biases included
                 totals["other"] += 2 * moe.shared_intermediate + hidden
             if family.moe_output_norm:
-                totals["other"] += hidden
+                totals["other_replicated"] += hidden
             if family.gated_norms:  # post_attention_layernorm is gated on MoE layers
-                totals["other"] += 2 * hidden * cfg.int("gated_norm_rank")
+                totals["other_replicated"] += 2 * hidden * cfg.int("gated_norm_rank")
         else:
             totals["mlp"] += _dense_mlp(cfg, model_type, family, hidden)
             totals["other"] += _activation_params(cfg)
             if mlp_bias:
                 totals["other"] += _mlp_bias(cfg, model_type, family, hidden)
-        totals["other"] += layer_norms * norm
+        totals["other_replicated"] += layer_norms * norm
         if family.gated_norms:  # input_layernorm's gate: fc1 hidden -> rank, fc2 rank -> hidden
-            totals["other"] += 2 * hidden * cfg.int("gated_norm_rank")
+            totals["other_replicated"] += 2 * hidden * cfg.int("gated_norm_rank")
         if family.hyper_connections:  # attention's and MLP's: fn (2 n x n h), base (2 n), scale (2)
             streams = cfg.int("hc_mult")
-            totals["other"] += 2 * (2 * streams * streams * hidden + 2 * streams + 2)
+            totals["other_replicated"] += 2 * (2 * streams * streams * hidden + 2 * streams + 2)
     if family.hyper_connections:  # the head's: hc_fn (n x n h), hc_base (n), hc_scale (1)
         streams = cfg.int("hc_mult")
-        totals["other"] += streams * streams * hidden + streams + 1
+        totals["other_replicated"] += streams * streams * hidden + streams + 1
     return ParamCounts(embedding=embedding, lm_head=lm_head, **totals)
 
 
@@ -227,13 +229,16 @@ def _activation_params(cfg: Fields) -> int:
 
 
 def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: int, heads: int,
-                  head_dim: int) -> tuple[int, int]:
-    """(matrix params, other params) of a layer's attention or recurrent mixer."""
+                  head_dim: int) -> dict[str, int]:
+    """A layer's attention or recurrent mixer, by parameter group: its matrices (`attention`), the biases, sinks
+    and convolutions TP splits with the heads (`other`), and what every TP rank holds whole (MLA's down-projections,
+    a DSA indexer's projections, norms: the `_replicated` groups)."""
     if isinstance(cache, MLALatent):
-        matrices, other = _mla_params(cfg, hidden, heads, family.gated_query)
+        groups = _mla_params(cfg, hidden, heads, family.gated_query)
         if family.output_gate:  # Hy V4: gate_proj to one v_head_dim gate per head, and a sink logit per head
-            matrices, other = matrices + hidden * heads * cfg.int("v_head_dim"), other + heads
-        return matrices, other
+            groups["attention"] += hidden * heads * cfg.int("v_head_dim")
+            groups["other"] = heads
+        return groups
     if isinstance(cache, IndexerKeys):
         return _indexer_params(cfg, model_type, hidden, cache.head_dim)
     if isinstance(cache, RecurrentState):
@@ -241,80 +246,92 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
             return _gated_deltanet_params(cfg, hidden)
         if cache.mixer == "kda":
             return _kda_params(cfg, hidden)
-        return mamba_params(cfg, model_type, cache.mixer)
+        matrices, other = mamba_params(cfg, model_type, cache.mixer)
+        return {"attention": matrices, "other": other}
     if isinstance(cache, NoCache):
         replaced = "replaced by a linear" in cache.reason
-        return (hidden * hidden if replaced else 0), 0
+        return {"attention": hidden * hidden if replaced else 0}
     q, k, v = heads * head_dim, cache.kv_heads * cache.head_dim, cache.kv_heads * cache.head_dim_v
     matrices = hidden * (q + k + v) + heads * cache.head_dim_v * hidden
     if family.attention_gate == "full":  # a gate per output element (Qwen3-Next's doubled q_proj, AFMoE's gate_proj)
         matrices += hidden * q
     elif family.attention_gate == "head":  # a gate per head (Laguna's g_proj)
         matrices += hidden * heads
-    other = 0
+    other = norms = 0
     if family.qkv_bias or cfg.flag(family.qkv_bias_field):
         other += q + k + v
     if family.o_bias or (family.o_bias_field and cfg.flag(family.o_bias_field)):
         other += hidden
     if family.qk_norm and (family.qk_norm_field is None or cfg.flag(family.qk_norm_field)):
+        # whole on every rank: per head, and over all heads too where vLLM gathers q and k first (`olmoe.py`);
+        # MiniMax-M2's all-head norms are split (`MiniMaxText01RMSNormTP`), less than 1 MB held whole here
         norm_width = 2 * head_dim if family.qk_norm == "head" else q + k
-        other += norm_width * (2 if family.qk_norm_bias else 1)
+        norms += norm_width * (2 if family.qk_norm_bias else 1)
     if family.attention_sinks or (model_type == "mimo_v2_flash" and isinstance(cache, SlidingWindow)):
         other += heads  # attention sinks: one learned logit per head
     if family.output_gate:  # Beam: gate_proj (hidden -> heads x head_dim) and gate_bias
         matrices += hidden * heads * head_dim
         other += heads
-    return matrices, other
+    return {"attention": matrices, "other": other, "other_replicated": norms}
 
 
 
-def _mla_params(cfg: Fields, hidden: int, heads: int, gated_query: bool = False) -> tuple[int, int]:
+def _mla_params(cfg: Fields, hidden: int, heads: int, gated_query: bool = False) -> dict[str, int]:
     """DeepSeek MLA: q via q_lora_rank (or direct), kv_a (latent + rope), kv_b (latent -> heads), o.
     A gated query (A.X-K2 q_gate_proj) maps the query latent, normed and raw side by side (2 x q_lora_rank), to
-    each head's query and a v_head_dim output gate."""
+    each head's query and a v_head_dim output gate.
+    The down-projections q_a (hidden -> q_lora_rank) and kv_a (hidden -> kv_lora_rank + qk_rope_head_dim) make the
+    latents every head reads: vLLM and SGLang hold them, and q_a_layernorm and kv_a_layernorm, whole on every TP
+    rank (vLLM 0.33.0 `models/deepseek_v2.py` fused_qkv_a_proj, a MergedColumnParallelLinear with disable_tp;
+    SGLang 0.5.23 fused_qkv_a_proj_with_mqa, a ReplicatedLinear), quantised with the other linear layers; q_b
+    (or a direct q_proj), kv_b and o split by head."""
     nope, rope, v = cfg.int("qk_nope_head_dim"), cfg.int("qk_rope_head_dim", minimum=0), cfg.int("v_head_dim")
     latent = cfg.int("kv_lora_rank")
     q_rank = cfg.int("q_lora_rank", default=None)
     q_head = heads * (nope + rope)
-    q = hidden * q_rank + q_rank * q_head if q_rank else hidden * q_head
+    q_down, q_up = (hidden * q_rank, q_rank * q_head) if q_rank else (0, hidden * q_head)
     if gated_query:
-        q = hidden * cfg.int("q_lora_rank") + 2 * cfg.int("q_lora_rank") * heads * (nope + rope + v)
-    matrices = q + hidden * (latent + rope) + latent * heads * (nope + v) + heads * v * hidden
-    return matrices, latent + (q_rank or 0)  # kv_a_layernorm, q_a_layernorm
+        q_down, q_up = hidden * cfg.int("q_lora_rank"), 2 * cfg.int("q_lora_rank") * heads * (nope + rope + v)
+    return {"attention": q_up + latent * heads * (nope + v) + heads * v * hidden,
+            "attention_replicated": q_down + hidden * (latent + rope),
+            "other_replicated": latent + (q_rank or 0)}  # kv_a_layernorm, q_a_layernorm
 
 
 
-def _indexer_params(cfg: Fields, model_type: str, hidden: int, head_dim: int) -> tuple[int, int]:
+def _indexer_params(cfg: Fields, model_type: str, hidden: int, head_dim: int) -> dict[str, int]:
     """A DSA indexer (transformers `DeepseekV32Indexer`): wq_b from the query latent to index_n_heads x head_dim,
-    wk to one head_dim key, weights_proj to one weight per head; k_norm is a LayerNorm (weight and bias).
-    MiniMax-M3's (`MiniMaxM3VLIndexer`): q_proj and k_proj from the hidden state, RMSNorms on q and k."""
+    wk to one head_dim key, weights_proj to one weight per head; k_norm is a LayerNorm (weight and bias). vLLM and
+    SGLang hold all of it whole on every TP rank ("no tensor parallel, just replicated": vLLM 0.33.0
+    `models/deepseek_v2.py` Indexer, SGLang 0.5.23 `layers/attention/dsa/dsa_indexer.py`), wq_b and wk quantised
+    with the linear layers, weights_proj unquantised (quant_config=None; the checkpoint stores it in bf16).
+    MiniMax-M3's (`MiniMaxM3VLIndexer`): q_proj and k_proj from the hidden state, which vLLM folds into the
+    attention's qkv_proj and splits with it, RMSNorms on q and k."""
     index_heads = cfg.int("index_n_heads")
     if model_type == "minimax_m3_vl_text":
-        return hidden * (index_heads + 1) * head_dim, 2 * head_dim
-    matrices = cfg.int("q_lora_rank") * index_heads * head_dim + hidden * head_dim + hidden * index_heads
-    return matrices, 2 * head_dim
+        return {"attention": hidden * (index_heads + 1) * head_dim, "other_replicated": 2 * head_dim}
+    return {"attention_replicated": cfg.int("q_lora_rank") * index_heads * head_dim + hidden * head_dim,
+            "other_replicated": hidden * index_heads + 2 * head_dim}
 
 
-def _gated_deltanet_params(cfg: Fields, hidden: int) -> tuple[int, int]:
-    """Qwen3-Next Gated DeltaNet: in_proj_qkvz, in_proj_ba, conv1d (no bias), dt_bias, A_log, gated norm, out_proj."""
+def _gated_deltanet_params(cfg: Fields, hidden: int) -> dict[str, int]:
+    """Qwen3-Next Gated DeltaNet: in_proj_qkvz, in_proj_ba, conv1d (no bias), dt_bias, A_log, gated norm, out_proj.
+    TP splits all but the gated norm, one value head wide (`RMSNormGated(head_v_dim)`, vLLM `qwen3_next.py`)."""
     hk, hv = cfg.int("linear_num_key_heads"), cfg.int("linear_num_value_heads")
     dk, dv, kernel = cfg.int("linear_key_head_dim"), cfg.int("linear_value_head_dim"), cfg.int("linear_conv_kernel_dim")
     key_dim, value_dim = hk * dk, hv * dv
     matrices = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * hv + value_dim * hidden
-    other = (2 * key_dim + value_dim) * kernel + 2 * hv + dv
-    return matrices, other
+    return {"attention": matrices, "other": (2 * key_dim + value_dim) * kernel + 2 * hv, "other_replicated": dv}
 
 
 
-def _kda_params(cfg: Fields, hidden: int) -> tuple[int, int]:
+def _kda_params(cfg: Fields, hidden: int) -> dict[str, int]:
     """Kimi Delta Attention (transformers `KimiLinearDeltaAttention`): q, k, v projections to H x D each, their
     depthwise conv1d (no bias), the forget gate's low-rank f_a / f_b with dt_bias (H x D) and A_log (H), b_proj to
     one beta per head, the output gate's low-rank g_a / g_b, a gated RMSNorm over D and o_proj."""
     kda_heads, head_dim, kernel = kda_dims(cfg)
     width = kda_heads * head_dim
     matrices = 4 * hidden * width + 2 * (hidden * head_dim + head_dim * width) + hidden * kda_heads
-    other = 3 * width * kernel + width + kda_heads + head_dim
-    return matrices, other
+    return {"attention": matrices, "other": 3 * width * kernel + width + kda_heads, "other_replicated": head_dim}
 
 
 
@@ -346,7 +363,9 @@ def experts_per_token(cfg: Fields, experts: int, *names: str) -> int:
 
 @dataclass(frozen=True)
 class MoE:
-    """Mixture-of-experts layout: routed experts (counted as `experts`), shared experts (`mlp`), router (`other`)."""
+    """Mixture-of-experts layout: routed experts (counted as `experts`), shared experts (`mlp`), router
+    (`other_replicated`: a ReplicatedLinear in vLLM's MoE models, `GateLinear` in `models/deepseek_v2.py`; SGLang's
+    `MoEGate`), routed experts' biases (`other`, split with the experts)."""
 
     experts: int
     top_k: int
@@ -401,7 +420,8 @@ class MoE:
         totals["experts"] += self.experts * self.expert_size
         totals["active_experts"] += self.top_k * self.expert_size
         totals["mlp"] += self.shared
-        totals["other"] += self.router + self.experts * self.expert_bias
+        totals["other_replicated"] += self.router
+        totals["other"] += self.experts * self.expert_bias
 
 
 def stated_dense_layers(cfg: Fields, layers: int) -> set[int] | None:
@@ -456,7 +476,7 @@ def _bitnet_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> Para
     (hidden_size wide) and one over the MLP intermediate before down_proj (modeling_bitnet.py attn_sub_norm,
     ffn_sub_norm)."""
     counts = block_params(cfg, "bitnet", FAMILIES["bitnet"], layout, hidden, heads)
-    return _with(counts, other=len(layout.types) * (hidden + intermediate_size(cfg, "bitnet", hidden)))
+    return _with(counts, other_replicated=len(layout.types) * (hidden + intermediate_size(cfg, "bitnet", hidden)))
 
 
 def _diffllama_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
@@ -480,12 +500,14 @@ def _doge_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamC
     for cache in layout.caches:
         attention += cache.kv_heads * cache.head_dim_v * cache.kv_heads
         other += cache.kv_heads * (2 if cfg.flag("attention_bias") else 1)
+    router = 0
     if cfg.flag("is_moe"):
         layers, routed = len(layout.types), cfg.int("num_experts")
-        other += layers * hidden * 2 * math.isqrt(routed)
+        router = layers * hidden * 2 * math.isqrt(routed)
         experts = layers * routed * 2 * hidden
         active = layers * cfg.int("num_experts_per_tok") * 2 * hidden
-    return _with(counts, attention=attention, other=other, experts=experts, active_experts=active)
+    return _with(counts, attention=attention, other=other, other_replicated=router, experts=experts,
+                 active_experts=active)
 
 
 def _git_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
@@ -500,7 +522,7 @@ def _hyperclovax_params(cfg: Fields, layout: Layout, hidden: int, heads: int) ->
     """HyperCLOVA X: Llama blocks, and with use_post_norm an RMSNorm after attention and one after the MLP
     (modeling_hyperclovax.py post_norm1, post_norm2)."""
     counts = block_params(cfg, "hyperclovax", FAMILIES["hyperclovax"], layout, hidden, heads)
-    return _with(counts, other=len(layout.types) * 2 * hidden if cfg.flag("use_post_norm") else 0)
+    return _with(counts, other_replicated=len(layout.types) * 2 * hidden if cfg.flag("use_post_norm") else 0)
 
 
 def _jetmoe_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
@@ -516,8 +538,8 @@ def _jetmoe_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> Para
     tied = cfg.flag("tie_word_embeddings", default=True)
     return ParamCounts(embedding=vocab * hidden, lm_head=0 if tied else vocab * hidden,
                        attention=layers * hidden * 2 * width, mlp=0, experts=layers * routed * expert,
-                       active_experts=layers * top_k * expert,
-                       other=layers * (2 * (hidden * routed + hidden) + 2 * hidden) + hidden)
+                       active_experts=layers * top_k * expert, other=layers * 2 * hidden,
+                       other_replicated=layers * (2 * hidden * routed + 2 * hidden) + hidden)
 
 
 def _laguna_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
@@ -540,7 +562,7 @@ def _mllama_text_params(cfg: Fields, layout: Layout, hidden: int, heads: int) ->
                                             head_dim_v=layout.head_dim))
     counts = block_params(cfg, "mllama_text_model", FAMILIES["mllama_text_model"],
                           replace(layout, caches=self_attention), hidden, heads)
-    return _with(counts, embedding=8 * hidden, other=cross * (2 * layout.head_dim + 2))
+    return _with(counts, embedding=8 * hidden, other=cross * 2, other_replicated=cross * 2 * layout.head_dim)
 
 
 def _moshi_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
@@ -561,7 +583,7 @@ def _stablelm_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> Pa
     """StableLM: with use_parallel_residual attention and MLP share the input LayerNorm, so there is no
     post_attention_layernorm (modeling_stablelm.py)."""
     counts = block_params(cfg, "stablelm", FAMILIES["stablelm"], layout, hidden, heads)
-    return _with(counts, other=-len(layout.types) * 2 * hidden if cfg.flag("use_parallel_residual") else 0)
+    return _with(counts, other_replicated=-len(layout.types) * 2 * hidden if cfg.flag("use_parallel_residual") else 0)
 
 
 def _nemotron_h_moe(cfg: Fields, hidden: int, totals: dict) -> None:
@@ -576,7 +598,7 @@ def _nemotron_h_moe(cfg: Fields, hidden: int, totals: dict) -> None:
     totals["experts"] += experts * expert
     totals["active_experts"] += top_k * expert
     totals["mlp"] += 2 * hidden * shared + (2 * hidden * latent if latent else 0)
-    totals["other"] += experts * hidden + experts
+    totals["other_replicated"] += experts * hidden + experts
     if cfg.flag("mlp_bias"):
         totals["other"] += shared + hidden + (latent + hidden if latent else 0)
 
@@ -594,7 +616,7 @@ def mamba_lm_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_
     mixer, other = mamba_params(cfg, model_type, MAMBA_MIXERS[model_type])
     layers = len(layout.types)
     return ParamCounts(embedding=embedding, lm_head=lm_head, attention=layers * mixer, mlp=0, experts=0,
-                       active_experts=0, other=layers * (other + hidden) + hidden)
+                       active_experts=0, other=layers * other, other_replicated=layers * hidden + hidden)
 
 
 def zamba_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_type: str) -> ParamCounts:
@@ -615,7 +637,7 @@ def zamba_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_typ
     kv_heads, head_dim = read_kv_heads(cfg, model_type, heads), layout.head_dim
     blocks = min(hybrids, cfg.int("num_mem_blocks", default=1) if model_type == "zamba2" else 1)
     block_attention = wide * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
-    block_other = wide + hidden + (2 * intermediate + hidden if cfg.flag("add_bias_linear") else 0)
+    block_bias = 2 * intermediate + hidden if cfg.flag("add_bias_linear") else 0
     attention = len(layout.types) * mixer + hybrids * hidden * hidden + blocks * block_attention
     mlp = blocks * 3 * hidden * intermediate
     if model_type == "zamba2":
@@ -623,9 +645,10 @@ def zamba_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_typ
         mlp += hybrids * (hidden * rank + rank * 2 * intermediate)
         if cfg.flag("use_shared_attention_adapter"):
             attention += hybrids * 3 * 2 * wide * rank
-    other = len(layout.types) * (mixer_other + hidden) + blocks * block_other + hidden
+    norms = len(layout.types) * hidden + blocks * (wide + hidden) + hidden
     return ParamCounts(embedding=embedding, lm_head=lm_head, attention=attention, mlp=mlp, experts=0,
-                       active_experts=0, other=other)
+                       active_experts=0, other=len(layout.types) * mixer_other + blocks * block_bias,
+                       other_replicated=norms)
 
 
 def zaya_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
@@ -650,10 +673,11 @@ def zaya_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCo
     router = hidden * router_width + router_width + router_width + 2 * (router_width**2 + router_width) \
         + router_width * (experts + 1)
     layers = len(layout.types)
-    other = layers * (attention_other + router + 2 * hidden + 8 * hidden) + (layers - 1) * router_width \
-        + 2 * hidden + hidden + (cfg.int("vocab_size") if cfg.flag("lm_head_bias") else 0)
+    whole = layers * (router + 2 * hidden + 8 * hidden) + (layers - 1) * router_width + 2 * hidden + hidden
+    other = layers * attention_other + (cfg.int("vocab_size") if cfg.flag("lm_head_bias") else 0)
     return ParamCounts(embedding=embedding, lm_head=lm_head, attention=layers * attention, mlp=0,
-                       experts=layers * experts * expert, active_experts=layers * top_k * expert, other=other)
+                       experts=layers * experts * expert, active_experts=layers * top_k * expert, other=other,
+                       other_replicated=whole)
 
 
 FAMILY_PARAMS.update({
@@ -693,7 +717,7 @@ def opt_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCou
         embedding=vocab * width + (cfg.int("max_position_embeddings") + 2) * hidden,
         lm_head=0 if cfg.flag("tie_word_embeddings", default=True) else vocab * width,
         attention=layers * 4 * hidden * hidden, mlp=layers * 2 * hidden * ffn, experts=0, active_experts=0,
-        other=layers * (biases + 2 * norm) + (norm if final_norm else 0) + projections)
+        other=layers * biases + projections, other_replicated=layers * 2 * norm + (norm if final_norm else 0))
 
 
 def xlm_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
@@ -724,13 +748,14 @@ def longcat_flash_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -
     vocab, blocks = cfg.int("vocab_size"), len(layout.types)
     moe = MoE.read(cfg, "longcat_flash")
     scored = moe.experts + cfg.int("zero_expert_num", default=0, minimum=0)
-    attention, mla_other = (2 * blocks * part for part in _mla_params(cfg, hidden, heads))
+    mla = {group: 2 * blocks * count for group, count in _mla_params(cfg, hidden, heads).items()}
     router = hidden * scored + scored + (scored if cfg.flag("router_bias") else 0)
     return ParamCounts(
         embedding=vocab * hidden, lm_head=0 if cfg.flag("tie_word_embeddings") else vocab * hidden,
-        attention=attention, mlp=blocks * 2 * 3 * hidden * cfg.int("ffn_hidden_size", "intermediate_size"),
+        attention=mla["attention"], attention_replicated=mla["attention_replicated"],
+        mlp=blocks * 2 * 3 * hidden * cfg.int("ffn_hidden_size", "intermediate_size"),
         experts=blocks * moe.experts * moe.expert_size, active_experts=blocks * moe.top_k * moe.expert_size,
-        other=mla_other + blocks * (router + 4 * hidden) + hidden)
+        other=0, other_replicated=mla["other_replicated"] + blocks * (router + 4 * hidden) + hidden)
 
 
 FAMILY_PARAMS["longcat_flash"] = longcat_flash_params

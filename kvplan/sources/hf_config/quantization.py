@@ -72,7 +72,7 @@ def _quantization(cfg: Fields, notes: list[str]) -> tuple[Quantization | None, s
     bits = qc.int("bits", default=None)
     groups = LINEAR_GROUPS
     if any("attn" in module for module in qc.list("modules_to_not_convert", str)):
-        groups = tuple(g for g in groups if g != "attention")
+        groups = tuple(g for g in groups if not g.startswith("attention"))
     kv_dtype = None
     if method == "fp8":
         dtype = "fp8"

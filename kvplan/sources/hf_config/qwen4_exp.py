@@ -11,6 +11,7 @@ What a sequence keeps, layer by layer (`DynamicCache`):
     indexed_attention  keys and values for every token, and the QSA indexer's raw key (indexer_head_dim, one
                        head, model dtype) for every token (`DynamicIndexedLayer.update_indexer`): the indexer
                        pools them into blocks of indexer_compress_ratio keys at every step, it stores no pooled key
+                       (vLLM stores them otherwise: `kvplan.engines.Vllm.qwen4_exp_specs`)
 """
 
 from __future__ import annotations
@@ -84,11 +85,22 @@ def ngram_heads(cfg: Fields) -> int:
 def ple_state(cfg: Fields, layer: int, hidden: int) -> RecurrentState:
     """A PLE layer's state: its dilated convolution (dilation ngram_size) keeps (kernel - 1) x ngram_size inputs
     of hc_count x hidden channels, exactly that many (`Qwen4ExpTextPLELayer.short_conv_state_len`), and its n-gram
-    hash the last ngram_size - 1 token ids."""
+    hash the last ngram_size - 1 token ids. Its projections are not split by tensor parallelism, so every GPU
+    holds the whole state (vLLM `Qwen4ExpPLELayer`: disable_tp, `is_kv_cache_tp_replicated`)."""
     ngram = cfg.int("ngram_size", minimum=2)
     inputs = (cfg.int("ple_conv_kernel_size") - 1) * ngram
     return RecurrentState(layer=layer, mixer="ple", conv_elements=cfg.int("hc_count") * hidden * inputs,
-                          ssm_elements=0, token_ids=ngram - 1)
+                          ssm_elements=0, token_ids=ngram - 1, split_by_tensor_parallel=False)
+
+
+def uses_mrope(cfg: Fields) -> bool:
+    """Whether the rotary positions have three axes: an mrope_section in rope_parameters (or the older
+    rope_scaling), as vLLM reads it (`uses_mrope`, transformers_utils/config.py)."""
+    for name in ("rope_parameters", "rope_scaling"):
+        rope = cfg.get(name, default=None)
+        if isinstance(rope, dict) and isinstance(rope.get("mrope_section"), list):
+            return True
+    return False
 
 
 def qwen4_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str]) -> Layout:
@@ -96,6 +108,8 @@ def qwen4_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str])
     head_dim = cfg.int("head_dim")
     attention = {"kv_heads": read_kv_heads(cfg, QWEN4_EXP, heads), "head_dim": head_dim, "head_dim_v": head_dim}
     index_head_dim = qsa_indexer(cfg)[1] if "indexed_attention" in types else 0
+    indexer = {"head_dim": index_head_dim, "mrope": uses_mrope(cfg),
+               "compress_ratio": cfg.int("indexer_compress_ratio") if index_head_dim else None}
     ple = set(ple_layers(cfg, types))
     caches: list[LayerCache] = []
     for i, layer_type in enumerate(types):
@@ -104,7 +118,7 @@ def qwen4_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str])
             if i in ple:
                 caches.append(ple_state(cfg, i, hidden))
         else:
-            caches += [FullAttention(layer=i, **attention), IndexerKeys(layer=i, head_dim=index_head_dim)]
+            caches += [FullAttention(layer=i, **attention), IndexerKeys(layer=i, **indexer)]
     return Layout(types=types, caches=caches, head_dim=head_dim)
 
 
@@ -175,12 +189,14 @@ def qwen4_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamC
         residuals    two gated residuals per layer and the model's final mixer (`_hyper_connection`)
         PLE          per PLE layer: the n-gram table (`ngram_table_rows` x ple_embed_dim / n-gram heads), key and
                      value projections from ple_embed_dim (to hc x hidden and hidden), three norms over hc x hidden,
-                     and the depthwise conv1d (hc x hidden x ple_conv_kernel_size)"""
+                     and the depthwise conv1d (hc x hidden x ple_conv_kernel_size)
+    Norms, routers and the gated residuals are whole on every TP rank (vLLM `models/qwen4_exp`: ReplicatedLinear
+    mixers, `other_replicated`)."""
     vocab = cfg.int("vocab_size")
     tied = cfg.flag("tie_word_embeddings")
     embedding = vocab * hidden
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0,
-              "other": _hyper_connection(cfg, hidden, combine=False)}
+    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": 0,
+              "other_replicated": _hyper_connection(cfg, hidden, combine=False)}
     moe = MoE.read(cfg, QWEN4_EXP)
     key_heads, value_heads = cfg.int("linear_num_key_heads"), cfg.int("linear_num_value_heads")
     key_dim = key_heads * cfg.int("linear_key_head_dim")
@@ -191,20 +207,21 @@ def qwen4_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamC
     for layer_type in layout.types:
         if layer_type == "linear_attention":
             totals["attention"] += hidden * (conv_dim + value_dim + 2 * value_heads) + value_dim * hidden
-            totals["other"] += conv_dim * cfg.int("linear_conv_kernel_dim") + 2 * value_heads \
-                + cfg.int("linear_value_head_dim")
+            totals["other"] += conv_dim * cfg.int("linear_conv_kernel_dim") + 2 * value_heads
+            totals["other_replicated"] += cfg.int("linear_value_head_dim")  # the gated norm
         else:
             index_heads, index_dim = qsa_indexer(cfg)
             totals["attention"] += hidden * (2 * q + 2 * kv) + q * hidden + hidden * (index_heads + 1) * index_dim
-            totals["other"] += 2 * head_dim + 2 * index_dim + ((2 * q + 2 * kv + hidden)
-                                                                if cfg.flag("attention_bias") else 0)
+            totals["other_replicated"] += 2 * head_dim + 2 * index_dim
+            totals["other"] += (2 * q + 2 * kv + hidden) if cfg.flag("attention_bias") else 0
         moe.add(totals, hidden)
-        totals["other"] += 2 * _hyper_connection(cfg, hidden, combine=True)
+        totals["other_replicated"] += 2 * _hyper_connection(cfg, hidden, combine=True)
     width, embed_dim = cfg.int("hc_count") * hidden, cfg.int("ple_embed_dim", "hidden_size")
     for ple_index in range(len(ple_layers(cfg, layout.types))):
         embedding += ngram_table_rows(cfg, ple_index) * (embed_dim // ngram_heads(cfg))
         totals["mlp"] += embed_dim * width + embed_dim * hidden
-        totals["other"] += 3 * width + width * cfg.int("ple_conv_kernel_size")
+        totals["other_replicated"] += 3 * width
+        totals["other"] += width * cfg.int("ple_conv_kernel_size")
     return ParamCounts(embedding=embedding, lm_head=0 if tied else vocab * hidden, **totals)
 
 

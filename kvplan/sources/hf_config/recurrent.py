@@ -45,7 +45,7 @@ def _attention(hidden: int, heads: int, kv_heads: int, head_dim: int, bias: bool
 
 
 def _counts(embedding: int, lm_head: int, **groups: int) -> ParamCounts:
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": 0} | groups
+    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": 0, "other_replicated": 0} | groups
     return ParamCounts(embedding=embedding, lm_head=lm_head, **totals)
 
 
@@ -99,31 +99,33 @@ def lfm_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_type:
     biases with conv_bias) or attention (q, k, v, out_proj; per-head q and k norms; LFM3: biases with
     attention_bias and a per-head output gate g_proj with use_attention_gate); then a SwiGLU MLP (LFM2: the width
     block_auto_adjust_ff_dim makes of block_ff_dim, `lfm2_intermediate`) or, in LFM2-MoE past num_dense_layers,
-    routed experts with a sigmoid router and its expert_bias. One final norm (embedding_norm)."""
+    routed experts with a sigmoid router and its expert_bias. One final norm (embedding_norm). Norms and the
+    router are whole on every TP rank (`other_replicated`)."""
     vocab, kernel = cfg.int("vocab_size"), cfg.int("conv_L_cache", minimum=2)
     lfm3 = model_type == "lfm3"
     norms = 4 if lfm3 and cfg.flag("use_sandwich_norm", default=True) else 2
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": hidden}
+    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": 0, "other_replicated": hidden}
     conv_bias = cfg.flag("conv_bias")
     if model_type == "lfm2_moe":
         experts, top_k = cfg.int("num_experts"), cfg.int("num_experts_per_tok")
         expert = 3 * hidden * cfg.int("moe_intermediate_size")
         dense_layers = cfg.int("num_dense_layers", minimum=0)
     for i, cache in enumerate(layout.caches):
-        totals["other"] += norms * hidden
+        totals["other_replicated"] += norms * hidden
         if cache.kind == "recurrent":
             totals["attention"] += 3 * hidden * hidden + hidden * hidden
             totals["other"] += hidden * kernel + (5 * hidden if conv_bias else 0)  # conv; in_proj, conv, out biases
         else:
             bias = lfm3 and cfg.flag("attention_bias")
             totals["attention"] += _attention(hidden, heads, cache.kv_heads, cache.head_dim, bias)
-            totals["other"] += 2 * cache.head_dim
+            totals["other_replicated"] += 2 * cache.head_dim
             if lfm3 and cfg.flag("use_attention_gate", default=True):
                 totals["attention"] += hidden * heads
         if model_type == "lfm2_moe" and i >= dense_layers:
             totals["experts"] += experts * expert
             totals["active_experts"] += top_k * expert
-            totals["other"] += experts * hidden + (experts if cfg.flag("use_expert_bias", default=True) else 0)
+            totals["other_replicated"] += experts * hidden + (experts if cfg.flag("use_expert_bias", default=True)
+                                                              else 0)
         else:
             width = lfm2_intermediate(cfg) if model_type == "lfm2" else cfg.int("intermediate_size")
             totals["mlp"] += 3 * hidden * width
@@ -167,7 +169,8 @@ def minimax_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str
 def minimax_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCounts:
     """MiniMax (`modeling_minimax.py`, Mixtral-style): every layer routes to num_local_experts SwiGLU experts of
     intermediate_size (router h x E). Softmax layers: q, k, v, o. Lightning layers: qkv_proj h -> 3 H d,
-    output_gate h -> H d, out_proj, and a norm over H d. Two norms per layer and a final one."""
+    output_gate h -> H d, out_proj, and a norm over H d (split by head). Two norms per layer and a final one,
+    and the routers, are whole on every TP rank."""
     vocab, width = cfg.int("vocab_size"), cfg.int("intermediate_size")
     experts, top_k = cfg.int("num_local_experts"), cfg.int("num_experts_per_tok")
     inner = heads * layout.head_dim
@@ -181,7 +184,7 @@ def minimax_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> Para
     n = len(layout.caches)
     return _counts(vocab * hidden, 0 if cfg.flag("tie_word_embeddings") else vocab * hidden, attention=attention,
                    experts=n * experts * 3 * hidden * width, active_experts=n * top_k * 3 * hidden * width,
-                   other=other + n * (2 * hidden + experts * hidden) + hidden)
+                   other=other, other_replicated=n * (2 * hidden + experts * hidden) + hidden)
 
 
 # ----------------------------------------------------------------------------------------- Ling 3 (bailing_hybrid)
@@ -227,7 +230,9 @@ def bailing_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> Para
     KDA layers (Hd = H x d): q, k, v, g_proj and f_proj h -> Hd, b_proj h -> H, o_proj, conv 3 Hd x kernel,
     A_log H, dt_bias Hd, gated norm d. MLP: SwiGLU of intermediate_size on the dense layers (mlp_layer_types, else
     the first first_k_dense_replace), else routed experts of moe_intermediate_size (router with its correction
-    bias) and n_shared_experts experts' worth of shared SwiGLU."""
+    bias) and n_shared_experts experts' worth of shared SwiGLU. vLLM (`bailing_moe_v3.py`) holds kv_a_proj_with_mqa
+    whole on every TP rank like DeepSeek's MLA (`attention_replicated`), and the norms and routers
+    (`other_replicated`)."""
     shared_width = cfg.int("moe_shared_expert_intermediate_size", default=None)
     expert_width = cfg.int("moe_intermediate_size")
     if shared_width is not None and shared_width != expert_width:
@@ -246,23 +251,27 @@ def bailing_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> Para
     else:
         dense = [i < cfg.int("first_k_dense_replace", default=0, minimum=0) for i in range(n)]
     inner = kda_heads * d
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": hidden}
+    totals = {"attention": 0, "attention_replicated": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": 0,
+              "other_replicated": hidden}
     for i, cache in enumerate(layout.caches):
-        totals["other"] += 2 * hidden
+        totals["other_replicated"] += 2 * hidden
         if cache.kind == "mla":
-            totals["attention"] += (hidden * heads * (nope + rope) + hidden * (latent + rope)
-                                    + latent * heads * (nope + v) + heads * v * hidden + hidden * heads)
-            totals["other"] += latent + ((latent + rope + hidden) if bias else 0)
+            totals["attention"] += (hidden * heads * (nope + rope) + latent * heads * (nope + v) + heads * v * hidden
+                                    + hidden * heads)
+            totals["attention_replicated"] += hidden * (latent + rope)
+            totals["other_replicated"] += latent + ((latent + rope) if bias else 0)  # kv_a_layernorm, kv_a's bias
+            totals["other"] += hidden if bias else 0
         else:
             totals["attention"] += 5 * hidden * inner + hidden * kda_heads + inner * hidden
-            totals["other"] += 3 * inner * kernel + kda_heads + inner + d
+            totals["other"] += 3 * inner * kernel + kda_heads + inner
+            totals["other_replicated"] += d
         if dense[i]:
             totals["mlp"] += 3 * hidden * cfg.int("intermediate_size")
         else:
             totals["experts"] += experts * 3 * hidden * expert_width
             totals["active_experts"] += top_k * 3 * hidden * expert_width
             totals["mlp"] += 3 * hidden * shared
-            totals["other"] += experts * hidden + experts
+            totals["other_replicated"] += experts * hidden + experts
     return _counts(vocab * hidden, 0 if cfg.flag("tie_word_embeddings") else vocab * hidden, **totals)
 
 
@@ -288,9 +297,9 @@ def rwkv_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCo
     width = cfg.int("intermediate_size", default=4 * hidden)
     attention = n * (4 * hidden * inner)
     mlp = n * (2 * hidden * width + hidden * hidden)
-    other = n * (2 * inner + 5 * hidden + 2 * 2 * hidden) + 2 * hidden + 2 * hidden  # + pre_ln, ln_out
+    norms = n * 2 * 2 * hidden + 2 * hidden + 2 * hidden  # ln1, ln2; pre_ln, ln_out
     return _counts(vocab * hidden, 0 if cfg.flag("tie_word_embeddings") else vocab * hidden, attention=attention,
-                   mlp=mlp, other=other)
+                   mlp=mlp, other=n * (2 * inner + 5 * hidden), other_replicated=norms)
 
 
 # -------------------------------------------------------------------------------------------------------- xLSTM
@@ -317,11 +326,12 @@ def xlstm_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamC
     width = intermediate_size(cfg, "xlstm", hidden)
     attention = n * (hidden * (2 * qk + 2 * v) + 2 * hidden * heads + v * hidden)
     mlp = n * 3 * hidden * width
-    per_block = 2 * heads + v + 2 * hidden
+    per_block = 2 * heads + v  # gate biases, the multi-head norm
+    norms = 2 * hidden * (2 if bias else 1)  # two RMSNorms a block
     if bias:
-        per_block += (2 * qk + 2 * v) + v + hidden + 2 * hidden + 2 * width + hidden
+        per_block += (2 * qk + 2 * v) + v + hidden + 2 * width + hidden
     return _counts(vocab * hidden, 0 if cfg.flag("tie_word_embeddings") else vocab * hidden, attention=attention,
-                   mlp=mlp, other=n * per_block + hidden * (2 if bias else 1))
+                   mlp=mlp, other=n * per_block, other_replicated=n * norms + hidden * (2 if bias else 1))
 
 
 # ---------------------------------------------------------------------------------------------------------- HRM
@@ -419,7 +429,8 @@ def inkling_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_t
     (one h query, three on full layers, none on layer 0) and its MLP's (one h), separate k and v input norms on
     full layers, whose k and v convs add per-token taps (static K x KV d, weight_proj h -> KV x K); routed
     experts only. Both: two RMSNorms per layer, convs after attention and after the MLP, a normed embedding
-    (embed_norm), a final norm; lm_head is never tied."""
+    (embed_norm), a final norm; lm_head is never tied. Norms and the router are whole on every TP rank
+    (`other_replicated`)."""
     v2 = model_type == "inkling2_text"
     vocab, kernel = cfg.int("vocab_size"), cfg.int("conv_kernel_size", "sconv_kernel_size", minimum=2)
     d_rel = cfg.int("d_rel")
@@ -432,23 +443,23 @@ def inkling_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_t
     else:
         kinds = cfg.list("mlp_layer_types", str, length=n) or ["sparse"] * n
         dense = [kind == "dense" for kind in _check_types(cfg, kinds, ("dense", "sparse"), "mlp_layer_types")]
-    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0,
-              "other": 2 * hidden + (hidden if v2 else 0)}  # embed_norm, final norm; Inkling 2's final_input
+    totals = {"attention": 0, "mlp": 0, "experts": 0, "active_experts": 0, "other": 0,
+              "other_replicated": 2 * hidden + (hidden if v2 else 0)}  # embed_norm, final norm; Inkling 2's final_input
     for i, layer_type in enumerate(layout.types):
         sliding = layer_type == "hybrid_sliding"
         q_heads, kv_heads, head_dim = _inkling_heads(cfg, sliding)
         q, kv = q_heads * head_dim, kv_heads * head_dim
         extent = cfg.int("sliding_window_size", "sliding_window") if sliding else cfg.int("rel_extent")
         totals["attention"] += hidden * (q + 2 * kv) + q * hidden + hidden * q_heads * d_rel
-        other = d_rel * extent + 2 * kv * kernel + 2 * hidden + 2 * hidden * kernel
+        other, whole = d_rel * extent + 2 * kv * kernel + 2 * hidden * kernel, 2 * hidden
         if v2:
             totals["attention"] += hidden * q + hidden * q_heads
             other += q + q_heads * d_rel + hidden * (1 + (0 if i == 0 else 1 if sliding else 3))
             if not sliding:
                 totals["attention"] += 2 * hidden * kv_heads * kernel
-                other += 2 * hidden  # q, k, v input norms instead of input_layernorm
+                whole += 2 * hidden  # q, k, v input norms instead of input_layernorm
         else:
-            other += 2 * head_dim
+            whole += 2 * head_dim
         if dense[i]:
             totals["mlp"] += 3 * hidden * cfg.int("intermediate_size")
             other += 1  # global_scale
@@ -456,8 +467,9 @@ def inkling_params(cfg: Fields, layout: Layout, hidden: int, heads: int, model_t
             totals["experts"] += experts * expert
             totals["active_experts"] += top_k * expert
             totals["mlp"] += shared * expert
-            other += (experts + shared) * hidden + experts + (0 if v2 else 1)  # router, correction bias, scale
+            whole += (experts + shared) * hidden + experts + (0 if v2 else 1)  # router, correction bias, scale
         totals["other"] += other
+        totals["other_replicated"] += whole
     return _counts(vocab * hidden, vocab * hidden, **totals)
 
 
