@@ -11,7 +11,11 @@ kv_unified, swa_full, flash_attn_type, type_k, type_v, n_ubatch, n_batch, n_rs_s
 lines, `llama_memory_recurrent: size = ...` and the CPU "compute buffer size". The MiB there have two decimals, so
 llama.cpp's bytes are rebuilt from the cell, layer and stream counts it logs (and checked to round to the MiB it
 logs) and set beside kvplan's `--engine llama.cpp` figures for the same settings; a context llama.cpp refuses is
-set beside kvplan's refusal.
+set beside kvplan's refusal. A case with a `draft` also makes the context llama-server makes for a draft model
+(-md, `common_speculative_init_result` in common/speculative.cpp): the draft's model, n_ctx = llama_n_ctx of the
+model's context, the same slots, unified cache, --swa-full, batch sizes and flash attention, f16 K and V, n_rs_seq 0
+and one output per slot (n_outputs_max = n_seq_max, `common_base_params_to_speculative`); both contexts' bytes
+and compute buffers are summed beside kvplan's plan with the draft.
 
 This script installs nothing. Build llama-cpp-python (which vendors llama.cpp) with `gguf` and numpy in a virtual
 environment of its own, then run the script with the project's interpreter:
@@ -235,7 +239,8 @@ def mamba() -> Family:
 
 FAMILIES = {f.name: f for f in (
     llama("dense GQA", 2048, 16, 4, 128, 5632, vocab=32000), llama("MQA", 1024, 8, 1, 128, 2816),
-    llama("head 80", 640, 8, 8, 80, 1024), gemma2(), gemma3(), gpt_oss(), olmo3(), deepseek2(), jamba(),
+    llama("head 80", 640, 8, 8, 80, 1024), llama("draft", 512, 8, 2, 64, 1024, vocab=32000), gemma2(), gemma3(),
+    gpt_oss(), olmo3(), deepseek2(), jamba(),
     gated_deltanet("qwen3next", "Qwen3NextForCausalLM", "qwen3_next", "qwen3next", moe=True),
     gated_deltanet("qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text", "qwen35", moe=False),
     nemotron_h(), mamba())}
@@ -261,6 +266,7 @@ class Case:
     rs_seq: int = 0
     refused: str = ""  # the reason llama.cpp gives, where it refuses the context
     frontend: str | None = None  # kvplan is given this --frontend alone; llama.cpp that front end's settings
+    draft: str | None = None  # a draft model's family: llama-server's draft context beside the model's
 
     @property
     def label(self) -> str:
@@ -276,6 +282,8 @@ class Case:
             parts.append(f"n_rs_seq {self.rs_seq}")
         if self.frontend:
             parts.append(f"kvplan --frontend {self.frontend}")
+        if self.draft:
+            parts.append(f"draft {self.draft}")
         return ", ".join(parts)
 
 
@@ -319,6 +327,11 @@ CASES = [
     Case("nemotron_h", 4096, seqs=4, rs_seq=3), Case("nemotron_h", 4096, seqs=1),
     Case("nemotron_h", 4096, seqs=2, type_k="q8_0", type_v="q4_0"),
     Case("mamba", 4096, seqs=3), Case("mamba", 4096, seqs=3, rs_seq=3),
+    # llama-server -md: the draft context beside the model's
+    Case("dense GQA", 4096, draft="draft"), Case("dense GQA", 4096, seqs=4, draft="draft"),
+    Case("dense GQA", 4096, seqs=4, unified=False, flash_attn="off", draft="draft"),
+    Case("dense GQA", 8192, type_k="q8_0", type_v="q8_0", ubatch=256, draft="draft"),
+    Case("gemma3", 4096, seqs=2, draft="MQA"), Case("qwen35", 4096, seqs=2, draft="MQA"),
 ]
 
 
@@ -407,8 +420,20 @@ else:
         for key, value in args["context"].items():
             setattr(cparams, key, value)
         cparams.n_threads = cparams.n_threads_batch = 1
-        ok = bool(llama_cpp.llama_init_from_model(model, cparams))
-    print("ORACLE " + json.dumps({"ok": ok, "log": "".join(logs)}), flush=True)
+        ctx = llama_cpp.llama_init_from_model(model, cparams)
+        ok = bool(ctx)
+    out = {"ok": ok, "log": "".join(logs)}
+    if ok and args.get("draft"):  # llama-server's draft context (common_speculative_init_result)
+        del logs[:]
+        draft = llama_cpp.llama_model_load_from_file(args["draft"].encode(), mparams)
+        cparams.n_ctx = llama_cpp.llama_n_ctx(ctx)
+        cparams.type_k = cparams.type_v = 1  # f16: -ctkd, -ctvd
+        cparams.n_rs_seq = 0
+        cparams.n_outputs_max, cparams.n_outputs_max_per_seq = cparams.n_seq_max, 1
+        cparams.ctx_other = ctx
+        out["draft_ok"] = bool(draft) and bool(llama_cpp.llama_init_from_model(draft, cparams))
+        out["draft_log"] = "".join(logs)
+    print("ORACLE " + json.dumps(out), flush=True)
 '''
 
 
@@ -484,17 +509,18 @@ def llama_cpp_bytes(family: Family, log: str) -> dict:
 # ------------------------------------------------------------------------------------------------- kvplan
 
 
-def kvplan_figures(config: Path, case: Case) -> dict:
-    """kvplan's llama.cpp plan for `case.seqs` users of case.ctx tokens with the same settings, or its refusal."""
+def kvplan_figures(config: Path, case: Case, draft: Path | None = None) -> dict:
+    """kvplan's llama.cpp plan for `case.seqs` users of case.ctx tokens with the same settings (and the draft model
+    of config.json `draft`), or its refusal."""
     options = EngineOptions(kv_unified=case.unified, swa_full=case.swa_full, flash_attn=case.flash_attn,
                             ubatch_size=case.ubatch, batch_size=case.batch, cache_type_k=case.type_k,
-                            cache_type_v=case.type_v, speculative_tokens=case.rs_seq)
+                            cache_type_v=case.type_v, speculative_tokens=case.rs_seq or None)
     if case.frontend:
         options = EngineOptions(frontend=case.frontend)
     spec = load_model(str(config))
     try:
         cap = capacity(spec, Workload(ctx=case.ctx, users=case.seqs), engine_name="llama.cpp", options=options,
-                       kv_budget=1 << 50)
+                       kv_budget=1 << 50, draft=load_model(str(draft)) if draft else None)
     except KvplanError as err:
         return {"refused": str(err)}
     if not cap.fits:
@@ -521,15 +547,23 @@ def compare(python: str, cases: list[Case]) -> list[str]:
         built: dict[str, Path] = {}
         for case in cases:
             family = FAMILIES[case.family]
-            if case.family not in built:
-                directory = Path(tmp) / re.sub(r"\W+", "-", case.family)
-                directory.mkdir()
-                built[case.family] = build(python, family, directory)
-            result = child(python, {"mode": "run", "path": str(built[case.family]), "context": context_params(case)})
-            ours = kvplan_figures(built[case.family].with_name("config.json"), case)
+            for name in filter(None, (case.family, case.draft)):
+                if name not in built:
+                    directory = Path(tmp) / re.sub(r"\W+", "-", name)
+                    directory.mkdir()
+                    built[name] = build(python, FAMILIES[name], directory)
+            result = run(python, case, built)
+            ours = kvplan_figures(built[case.family].with_name("config.json"), case,
+                                  built[case.draft].with_name("config.json") if case.draft else None)
             rows.append(row(family, case, result, ours))
             print(rows[-1], file=sys.stderr, flush=True)
     return rows
+
+
+def run(python: str, case: Case, built: dict[str, Path]) -> dict:
+    """llama.cpp's context for the case (and its draft context), from the GGUFs `built` by family."""
+    args = {"mode": "run", "path": str(built[case.family]), "context": context_params(case)}
+    return child(python, args | ({"draft": str(built[case.draft])} if case.draft else {}))
 
 
 def row(family: Family, case: Case, result: dict, ours: dict) -> str:
@@ -543,6 +577,13 @@ def row(family: Family, case: Case, result: dict, ours: dict) -> str:
     if "refused" in ours:
         return f"{start} accepted | kvplan refused: {ours['refused']} | NO | | |"
     theirs = llama_cpp_bytes(family, result["log"])
+    if case.draft:  # the two contexts together
+        if not result.get("draft_ok"):
+            return f"{start} the draft context failed: {result.get('draft_log', '')[-200:]} | | NO | | |"
+        drafted = llama_cpp_bytes(FAMILIES[case.draft], result["draft_log"])
+        theirs = {"kv": theirs["kv"] + drafted["kv"], "state": theirs["state"] + drafted["state"],
+                  "cells": theirs["cells"] + [f"draft {c}" for c in drafted["cells"]],
+                  "compute_mib": theirs["compute_mib"] + drafted["compute_mib"]}
     total = theirs["kv"] + theirs["state"]
     same = total == ours["bytes"]
     compute, predicted = theirs["compute_mib"], ours["compute"] / MiB

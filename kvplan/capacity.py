@@ -173,11 +173,13 @@ class Capacity(BaseModel):
     engine_kv_bytes_per_sequence_draft: int = Field(0, description="what speculative decoding adds to "
                                                     "engine_kv_bytes_per_sequence: the draft's layers, and the slots "
                                                     "of a step's drafts where the engine keeps them per request")
-    lora_slots: int | None = Field(None, description="LoRA adapters held on each GPU at once (vLLM max_loras)")
+    lora_slots: int | None = Field(None, description="LoRA adapters held on each GPU at once (vLLM max_loras; "
+                                   "llama.cpp: the --lora files)")
     lora_rank: int | None = Field(None, description="the largest adapter rank a slot holds (max_lora_rank)")
     lora_bytes_per_gpu: int = 0
     lora_host_bytes_per_gpu: int | None = Field(None, description="host memory of each GPU's worker for "
-                                                "max_cpu_loras cached adapters, at most")
+                                                "max_cpu_loras cached adapters, at most (llama.cpp: the token "
+                                                "embeddings' pairs)")
 
     @property
     def headroom_bytes(self) -> int:
@@ -443,10 +445,13 @@ def engine_dtypes(model: ModelSpec, engine_name: str = "vllm", kv_dtype_name: st
 # ------------------------------------------------------------------------------ speculative decoding and LoRA
 
 
+DRAFTED = ("draft_model", "eagle", "eagle3")  # the methods whose draft is --draft-model
+
+
 @dataclass
 class DraftAndAdapters:
     """What a speculative decoder and LoRA adapters add to each GPU of a deployment: the draft's weights and its
-    layers' caches (`draft_layers`, as `gpu_layers` gives them; `draft_count` its layer count), the LoRA slots."""
+    layers' caches (`draft_layers`, as `gpu_layers` gives them), the LoRA slots."""
 
     method: str | None = None
     tokens: int | None = None
@@ -454,7 +459,6 @@ class DraftAndAdapters:
     draft_name: str | None = None
     draft_weights_per_gpu: int = 0
     draft_layers: list = field(default_factory=list)
-    draft_count: int = 0
     lora: LoraSlots | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -466,18 +470,28 @@ class DraftAndAdapters:
 def speculation_options(model: ModelSpec, draft: ModelSpec | None, engine_name: str, options: EngineOptions,
                         parallel: Parallelism) -> EngineOptions:
     """The engine options with the speculative method and its draft tokens K resolved as vLLM's
-    `SpeculativeConfig` resolves them: a --draft-model means method draft_model; mtp runs the checkpoint's own
-    MTP layers and K defaults to their count (n_predict), which a larger K must be a multiple of; draft_model and
-    ngram need K. Under llama.cpp --speculative-tokens stays its own setting (recurrent rollback rows)."""
+    `SpeculativeConfig` resolves them: a --draft-model means method draft_model unless eagle or eagle3 is given
+    (its EAGLE head); mtp runs the checkpoint's own MTP layers and K defaults to their count (n_predict), which a
+    larger K must be a multiple of; the others need K. Under llama.cpp --speculative-tokens stays its own setting
+    (recurrent rollback rows)."""
     method, tokens = options.speculative_method, options.speculative_tokens
     engine_class = engines.engine_class(engine_name)
+    if model.eagle is not None:
+        raise KvplanError(f"{model.name} is an EAGLE draft head ({model.eagle.architecture}), not a model to serve: "
+                          "give it as --draft-model with --speculative-method eagle or eagle3")
+    if draft is not None and engine_class.draft_models:  # llama-server -md: --speculative-tokens is its own
+        return llama_cpp_draft(model, draft, parallel, options)
     if draft is not None:
         if not engine_class.speculative_methods:
             raise KvplanError(f"kvplan does not size {engine_class.label}'s speculative-decoding drafts: "
-                              "--draft-model is for --engine vllm or sglang")
-        if method not in (None, "draft_model"):
-            raise KvplanError(f"--draft-model is the draft of --speculative-method draft_model, not {method}")
-        method = "draft_model"
+                              "--draft-model is for --engine vllm, sglang or llama.cpp")
+        if method not in (None, *DRAFTED):
+            raise KvplanError(f"--draft-model is the draft of --speculative-method draft_model, eagle or eagle3, not "
+                              f"{method}")
+        method = method or "draft_model"
+        if draft.eagle is not None and method == "draft_model":
+            raise KvplanError(f"--draft-model {draft.name} is an EAGLE draft head ({draft.eagle.architecture}): give "
+                              "--speculative-method eagle or eagle3")
     if not engine_class.speculative_methods:  # llama.cpp's --speculative-tokens is its own; the engine refuses the rest
         return options
     if method is None:
@@ -485,8 +499,9 @@ def speculation_options(model: ModelSpec, draft: ModelSpec | None, engine_name: 
             raise KvplanError(f"--speculative-tokens: {engine_class.label} speculates with a draft: give --draft-model "
                               "or --speculative-method mtp or ngram")
         return options
-    if method == "draft_model" and draft is None:
-        raise KvplanError("--speculative-method draft_model needs --draft-model")
+    if method in DRAFTED and draft is None:
+        raise KvplanError(f"--speculative-method {method} needs --draft-model"
+                          + (", the EAGLE head's config" if method != "draft_model" else ""))
     if parallel.pp > 1:
         raise KvplanError("kvplan sizes speculative decoding on one pipeline stage: give --pp 1")
     if method == "mtp":
@@ -504,12 +519,32 @@ def speculation_options(model: ModelSpec, draft: ModelSpec | None, engine_name: 
     if not tokens:
         raise KvplanError(f"--speculative-method {method} needs --speculative-tokens, the draft tokens per step "
                           "(vLLM num_speculative_tokens, SGLang --speculative-num-draft-tokens), at least 1")
-    if draft is not None and draft.vocab_size != model.vocab_size:
+    if method == "draft_model" and draft.vocab_size != model.vocab_size:
         sizes = (f"{model.vocab_size:,} and {draft.vocab_size:,}" if draft.vocab_size and model.vocab_size
                  else "one of them unknown")
         raise KvplanError(f"--draft-model {draft.name}: target and draft model should have the same vocabulary size "
                           f"({sizes}), as vLLM's SpeculativeConfig requires")
     return options.model_copy(update={"speculative_method": method, "speculative_tokens": tokens})
+
+
+def llama_cpp_draft(model: ModelSpec, draft: ModelSpec, parallel: Parallelism,
+                    options: EngineOptions) -> EngineOptions:
+    """llama-server's -md draft model: one that shares the model's vocabulary (the draft-simple speculator refuses
+    vocabularies whose sizes differ by more than 128, `common_speculative_are_compatible`) on one GPU; its
+    tokens a step are --spec-draft-n-max (--speculative-tokens, default 3)."""
+    if draft.eagle is not None:
+        raise KvplanError(f"--draft-model {draft.name} is an EAGLE head: kvplan sizes llama.cpp's draft models (-md), "
+                          "not its EAGLE3 drafts")
+    if parallel.pp > 1:
+        raise KvplanError("kvplan sizes llama.cpp's draft context on one GPU: give --pp 1 (--gpus 1)")
+    if not (model.vocab_size and draft.vocab_size):
+        raise KvplanError(f"--draft-model {draft.name}: kvplan needs both vocabulary sizes to check that llama.cpp "
+                          "takes the draft")
+    if abs(model.vocab_size - draft.vocab_size) > engines.LLAMA_CPP_VOCAB_DIFFERENCE:
+        raise KvplanError(f"llama.cpp: the target and draft vocabs are not compatible ({model.vocab_size:,} and "
+                          f"{draft.vocab_size:,} tokens: they may differ by {engines.LLAMA_CPP_VOCAB_DIFFERENCE} at "
+                          "most)")
+    return options
 
 
 def draft_and_adapters(model: ModelSpec, draft: ModelSpec | None, engine: Engine, parallel: Parallelism,
@@ -521,12 +556,15 @@ def draft_and_adapters(model: ModelSpec, draft: ModelSpec | None, engine: Engine
     v1/spec_decode/draft_model.py), while EAGLE and MTP heads are built on the model's TP group. A draft model
     loads in the model's dtype (`SpeculativeConfig`: dtype=target_model_config.dtype), unquantised unless its own
     checkpoint is; MTP layers follow the model's quantisation, --weights-dtype included ("Align the quantization
-    of draft model")."""
+    of draft model"). An EAGLE head is built by the engine around its layers, in the model's dtype, parts of it
+    whole on every GPU (`Engine.eagle_head`)."""
     extras = DraftAndAdapters(lora=engine.lora_slots(model))
-    method = engine.options.speculative_method
+    method, tokens = engine.options.speculative_method, engine.options.speculative_tokens
+    if draft is not None and engine.draft_models:
+        method, tokens = "draft_model", tokens or engines.LLAMA_CPP_DRAFT_MAX
     if method is None:
         return extras
-    extras.method, extras.tokens = method, engine.options.speculative_tokens
+    extras.method, extras.tokens = method, tokens
     if method == "ngram":
         extras.draft_name = "n-gram lookup (no draft weights or cache)"
         return extras
@@ -546,16 +584,23 @@ def draft_and_adapters(model: ModelSpec, draft: ModelSpec | None, engine: Engine
         runner = draft
         engine.check_caches(draft)
         compute = engine.default_weights_dtype(model) or model.dtype
-        drafted = weights_bytes(draft, None if draft.quantization or draft.dtype == compute else compute)[0]
+        if engine.draft_models:  # llama.cpp loads the draft's GGUF as it is
+            drafted = weights_bytes(draft)[0]
+        elif method == "draft_model":
+            drafted = weights_bytes(draft, None if draft.quantization or draft.dtype == compute else compute)[0]
         extras.draft_name = draft.name
     try:
         check_parallel(runner, parallel.tp, 1)
     except KvplanError as err:
         raise KvplanError(f"the draft {runner.name}: {err}") from None
     extras.draft = runner
-    extras.draft_weights_per_gpu = math.ceil(drafted / parallel.tp)
+    if method in ("eagle", "eagle3"):  # the engine builds the head around its layers, some parts whole on every GPU
+        head = engine.eagle_head(model, draft, method)
+        extras.draft_weights_per_gpu = weight_dtype(compute).bytes_for(head.elements) + 8 * head.int64
+        extras.notes += head.notes
+    else:
+        extras.draft_weights_per_gpu = math.ceil(drafted / parallel.tp)
     extras.draft_layers = gpu_layers(engine.cached_layers(runner), runner.num_layers, parallel.tp, 1)[0]
-    extras.draft_count = runner.num_layers
     return extras
 
 
@@ -636,10 +681,8 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
     pools = [engine.pool(layers, model, kv) for layers in stages]
     target_pools = None
     if added.method:  # one stage: speculation_options refuses PP
-        if added.draft_layers:
-            engine.pool(added.draft_layers, added.draft, kv)  # the engine's refusals of the draft's own kind
         target_pools = pools
-        pools = [engine.speculative_pool(stages[0], added.draft_layers, added.draft_count, model, kv)]
+        pools = [engine.speculative_pool(stages[0], added.draft_layers, added.draft, model, kv)]
     return _Deployment(engine, kv, weights_label, weights_dtype_name, weights_per_gpu, experts_per_gpu, fraction,
                        overhead_bytes, breakdown, budget, stages, pools, [*notes, *added.notes], extras, offloaded,
                        added, target_pools)

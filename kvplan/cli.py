@@ -92,17 +92,19 @@ CacheTypeV = _flag(str | None, "llama.cpp V cache type (default --kv-dtype, else
 FlashAttn = _flag(str | None, "llama.cpp -fa: on, off or auto (default auto; llama-cpp-python off)",
                   "--flash-attn", "-fa")
 SpeculativeTokens = _flag(int | None, "draft tokens per step of speculative decoding (vLLM num_speculative_tokens, "
-                          "SGLang --speculative-num-draft-tokens; llama.cpp: recurrent states kept for rollback)",
-                          "--speculative-tokens")
+                          "SGLang --speculative-num-draft-tokens; llama.cpp: recurrent states kept for rollback, or "
+                          "with --draft-model --spec-draft-n-max)", "--speculative-tokens")
 # Speculative decoding and LoRA (vLLM, SGLang), docs/engines.md
-DraftModel = _flag(str | None, "draft model of speculative decoding, read as --model is (vllm, sglang)",
-                   "--draft-model")
-SpeculativeMethod = _flag(str | None, "draft_model (with --draft-model), mtp (the checkpoint's MTP layers) or "
-                          "ngram (vllm, sglang)", "--speculative-method")
+DraftModel = _flag(str | None, "draft model of speculative decoding, read as --model is, or an EAGLE head's config "
+                   "(vllm, sglang; llama.cpp -md)", "--draft-model")
+SpeculativeMethod = _flag(str | None, "draft_model (with --draft-model), eagle or eagle3 (--draft-model: the EAGLE "
+                          "head), mtp (the checkpoint's MTP layers) or ngram (vllm, sglang)", "--speculative-method")
 EnableLora = _flag(bool | None, "vLLM: preallocate LoRA adapter slots", "--enable-lora")
 MaxLoras = _flag(int | None, "vLLM: LoRA adapters on each GPU at once (default 1)", "--max-loras")
 MaxLoraRank = _flag(int | None, "vLLM: largest LoRA rank (default 16)", "--max-lora-rank")
 MaxCpuLoras = _flag(int | None, "vLLM: LoRA adapters cached in host memory (default --max-loras)", "--max-cpu-loras")
+Lora = Annotated[list[str] | None, typer.Option("--lora", metavar="<file>", help="llama.cpp: a LoRA adapter GGUF it "
+                                                "loads at start-up (repeat for more)")]
 Frontend = _flag(str | None, "llama.cpp front end: server (llama-server, default) or python (llama-cpp-python "
                  "Llama())")
 # vLLM's multimodal and offloading flags (docs/engines.md)
@@ -143,7 +145,7 @@ def estimate(
     kv_offloading_size: KvOffloadSize = None, kv_offloading_backend: KvOffloadBackend = None,
     cpu_offload_gb: CpuOffload = None, draft_model: DraftModel = None, speculative_method: SpeculativeMethod = None,
     enable_lora: EnableLora = None, max_loras: MaxLoras = None, max_lora_rank: MaxLoraRank = None,
-    max_cpu_loras: MaxCpuLoras = None, gdn_prefill_backend: GdnPrefill = None,
+    max_cpu_loras: MaxCpuLoras = None, gdn_prefill_backend: GdnPrefill = None, lora: Lora = None,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
@@ -168,7 +170,7 @@ def estimate(
                    kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
                    cpu_offload_gb=cpu_offload_gb, gdn_prefill_backend=gdn_prefill_backend)
     added = dict(speculative_method=speculative_method, enable_lora=enable_lora, max_loras=max_loras,
-                 max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras)
+                 max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras, lora=lora)
     capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
                       overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
                       async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values(),
@@ -261,7 +263,7 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                     cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None,
                     limit_mm=None, language_model_only=None, kv_offloading_size=None, kv_offloading_backend=None,
                     cpu_offload_gb=None, speculative_method=None, enable_lora=None, max_loras=None,
-                    max_lora_rank=None, max_cpu_loras=None, gdn_prefill_backend=None):
+                    max_lora_rank=None, max_cpu_loras=None, gdn_prefill_backend=None, lora=None):
     from kvplan.engines import EngineOptions
     from kvplan.units import parse_gib
 
@@ -273,7 +275,8 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                                  ("--flash-attn", flash_attn, ("on", "off", "auto")),
                                  ("--frontend", frontend, ("server", "python")),
                                  ("--kv-offloading-backend", kv_offloading_backend, ("native", "lmcache")),
-                                 ("--speculative-method", speculative_method, ("draft_model", "mtp", "ngram")),
+                                 ("--speculative-method", speculative_method,
+                                  ("draft_model", "eagle", "eagle3", "mtp", "ngram")),
                                  ("--gdn-prefill-backend", gdn_prefill_backend, ("flashinfer", "triton", "cutedsl"))):
         if value not in (None, *choices):
             raise KvplanError(f"{flag} is {' or '.join(choices)}, got {brief(value)}")
@@ -293,16 +296,27 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                          if cpu_offload_gb is not None else None,
                          speculative_method=speculative_method, enable_lora=enable_lora,
                          max_loras=max_loras, max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras,
-                         gdn_prefill_backend=gdn_prefill_backend)
+                         gdn_prefill_backend=gdn_prefill_backend, lora_adapters=_lora_adapters(lora))
+
+
+def _lora_adapters(paths: list[str] | None):
+    """--lora: each adapter GGUF's header, read as llama.cpp loads the file."""
+    if not paths:
+        return None
+    from pathlib import Path
+
+    from kvplan.sources.gguf_model import read_lora_adapter
+
+    return tuple(read_lora_adapter(Path(path).expanduser()) for path in paths)
 
 
 def _draft(name: str | None, token: str | None):
-    """--draft-model, read as --model is (its Hub revision: main)."""
+    """--draft-model, read as --model is (its Hub revision: main), or an EAGLE head's config."""
     if name is None:
         return None
     from kvplan.sources import load_model
 
-    return load_model(name, None, token)
+    return load_model(name, None, token, eagle_head=True)
 
 
 def _hardware(gpu: str | None, vram: str | None, gpus: int | None = None):
@@ -361,6 +375,7 @@ def plan(
     cpu_offload_gb: CpuOffload = None, draft_model: DraftModel = None,
     speculative_method: SpeculativeMethod = None, enable_lora: EnableLora = None, max_loras: MaxLoras = None,
     max_lora_rank: MaxLoraRank = None, max_cpu_loras: MaxCpuLoras = None, gdn_prefill_backend: GdnPrefill = None,
+    lora: Lora = None,
     max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider")] = 64,
     as_json: Json = False,
 ) -> None:
@@ -387,7 +402,7 @@ def plan(
                               kv_offloading_backend=kv_offloading_backend, cpu_offload_gb=cpu_offload_gb,
                               speculative_method=speculative_method, enable_lora=enable_lora, max_loras=max_loras,
                               max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras,
-                              gdn_prefill_backend=gdn_prefill_backend)
+                              gdn_prefill_backend=gdn_prefill_backend, lora=lora)
     spec = load_model(model, revision, token, gguf_file)
     engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
     result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,

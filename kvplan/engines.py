@@ -28,9 +28,11 @@ from kvplan.model import (
     REPLICATED_GROUPS,
     TRANSFORMERS_ONLY_KINDS,
     CompressedKV,
+    EagleHead,
     FullAttention,
     IndexerKeys,
     LayerCache,
+    LoraAdapter,
     MLALatent,
     ModelSpec,
     MultimodalInput,
@@ -114,12 +116,13 @@ class EngineOptions(BaseModel):
     kv_offloading_size: int | None = None  # bytes of host memory
     kv_offloading_backend: Literal["native", "lmcache"] | None = None
     cpu_offload_bytes: int | None = None
-    speculative_method: Literal["draft_model", "mtp", "ngram"] | None = None
+    speculative_method: Literal["draft_model", "eagle", "eagle3", "mtp", "ngram"] | None = None
     enable_lora: bool | None = None
     max_loras: int | None = None
     max_lora_rank: int | None = None
     max_cpu_loras: int | None = None
     gdn_prefill_backend: Literal["flashinfer", "triton", "cutedsl"] | None = None
+    lora_adapters: tuple[LoraAdapter, ...] | None = None  # llama.cpp --lora files, as read
 
 
 FLAG_NAMES = {
@@ -135,6 +138,7 @@ FLAG_NAMES = {
     "speculative_method": "--speculative-method", "enable_lora": "--enable-lora",
     "max_loras": "--max-loras", "max_lora_rank": "--max-lora-rank", "max_cpu_loras": "--max-cpu-loras",
     "gdn_prefill_backend": "--gdn-prefill-backend",
+    "lora_adapters": "--lora",
 }
 
 
@@ -253,6 +257,7 @@ class Engine(ABC):
     tp_spans_dp: ClassVar[bool] = False  # its --tp counts every GPU of a stage, DP ranks included (SGLang)
     # speculative decoding methods whose memory kvplan sizes under this engine (EngineOptions.speculative_method)
     speculative_methods: ClassVar[tuple[str, ...]] = ()
+    draft_models: ClassVar[bool] = False  # runs a --draft-model without a --speculative-method (llama-server -md)
 
     def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
                  dp: int = 1, ep: int = 1):
@@ -386,15 +391,23 @@ class Engine(ABC):
     def weights_offloaded(self, weights_per_gpu: int) -> int:
         """Bytes of each GPU's weights the engine keeps in host memory instead (0: none)."""
         return 0
-    def speculative_pool(self, layers: Layers, draft: Layers, draft_layers: int, model: ModelSpec,
+    def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,
                          kv: DType) -> KVPool:
-        """One GPU's pool when the engine also runs a draft (`draft`: the draft's caches on this GPU, `draft_layers`
-        its layer count): by default the draft's layers join the model's in the one pool."""
-        return self.pool([*layers, *draft], model, kv)
+        """One GPU's pool when the engine also runs a draft (`draft`: the draft model, MTP layers or EAGLE head, None
+        for n-gram lookup; `draft_layers`: its caches on this GPU): by default the draft's layers join the model's
+        in the one pool, once the engine's refusals of the draft's own kind are passed."""
+        if draft_layers:
+            self.pool(draft_layers, draft, kv)
+        return self.pool([*layers, *draft_layers], model, kv)
 
     def lora_slots(self, model: ModelSpec) -> "LoraSlots | None":
         """The LoRA adapter slots this engine preallocates on each GPU (EngineOptions.enable_lora), or None."""
         return None
+
+    def eagle_head(self, model: ModelSpec, head: ModelSpec, method: str) -> "EagleHeadWeights":
+        """The weights of EAGLE head `head` on each GPU, as this engine builds it for `model` (engines whose
+        speculative_methods include eagle and eagle3)."""
+        raise KvplanError(f"kvplan does not size {self.label}'s EAGLE heads")
 
 
 # ----------------------------------------------------------------------------------------------------- vLLM
@@ -615,7 +628,7 @@ class Vllm(Engine):
                        "max_lora_rank", "max_cpu_loras", "gdn_prefill_backend"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
     data_parallel = True
-    speculative_methods = ("draft_model", "mtp", "ngram")
+    speculative_methods = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
 
     @classmethod
     def ep_size_problem(cls, ep: int, stage: int) -> str | None:
@@ -1300,10 +1313,10 @@ class Vllm(Engine):
     # Speculative decoding (`--speculative-config`) and LoRA (`--enable-lora`), as vLLM 0.33.0 allocates them.
 
     def lookahead_tokens(self) -> int:
-        """KV slots a request reserves past its scheduled tokens for the drafter to write: K for draft models and
-        MTP, none for n-gram (`VllmConfig.num_lookahead_tokens`)."""
-        return (self.options.speculative_tokens or 0) if self.options.speculative_method in ("draft_model", "mtp") \
-            else 0
+        """KV slots a request reserves past its scheduled tokens for the drafter to write: K for draft models, EAGLE
+        heads and MTP, none for n-gram (`VllmConfig.num_lookahead_tokens`)."""
+        drafted = self.options.speculative_method not in (None, "ngram")
+        return (self.options.speculative_tokens or 0) if drafted else 0
 
     def speculative_state_pages(self) -> int:
         """A Mamba-style layer keeps one more state page per speculative token, for the states of the drafts it
@@ -1311,7 +1324,7 @@ class Vllm(Engine):
         method)."""
         return (self.options.speculative_tokens or 0) if self.options.speculative_method else 0
 
-    def speculative_pool(self, layers: Layers, draft: Layers, draft_layers: int, model: ModelSpec,
+    def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,
                          kv: DType) -> VllmPool:
         """The draft's attention layers join the model's KV-cache config: they sit in the same static forward
         context, so `GPUModelRunner.get_kv_cache_spec` gives each its spec (marked `is_draft`, which "never affects
@@ -1323,7 +1336,51 @@ class Vllm(Engine):
             raise KvplanError(f"vLLM: max_num_batched_tokens {self.max_num_batched_tokens():,} has no slot left beside "
                               f"the {self.lookahead_tokens():,} lookahead tokens of speculative decoding: raise "
                               "--max-num-batched-tokens or lower --speculative-tokens")
-        return self.pool([*layers, *draft], model, kv)
+        return super().speculative_pool(layers, draft_layers, draft, model, kv)
+
+    def eagle_head(self, model: ModelSpec, head: ModelSpec, method: str) -> "EagleHeadWeights":
+        """vLLM 0.33.0 builds the class `vllm_eagle_class` names (EagleLlamaForCausalLM, llama_eagle.py, for eagle;
+        Eagle3LlamaForCausalLM, llama_eagle3.py, for eagle3) in the model's dtype, split like the model (its
+        draft_tensor_parallel_size). With h the head's hidden size, on each GPU:
+            EAGLE    its layers (`EagleShape.linear_elements`), their norms but layer 0's input norm (2 h a layer
+                     - h, no final norm), fc 2 h x h (`ReplicatedLinear`: whole on every GPU)
+            EAGLE-3  its layers with layer 0's qkv reading 2 h, 3 norms a layer (hidden_norm too) and a final one,
+                     fc A x T x h whole (A = num_aux_hidden_states, default 3; T = target_hidden_size, default
+                     h; none without use_aux_hidden_state), an RMSNorm of A x T with norm_before_fc and A of T with
+                     fc_norm, its own lm_head of draft_vocab_size rows (default vocab_size), and draft_id_to_target_id,
+                     draft_vocab_size int64s whole, where draft_vocab_size is not the model's vocabulary
+        The embeddings are the model's (`_maybe_share_embeddings`: shared where the head's checkpoint has none or
+        the model's own, which EAGLE training keeps frozen, and the widths match), as is an EAGLE head's lm_head
+        (the class has none of its own: `_maybe_share_lm_head`). An EAGLE-3 head's own lm_head is assumed trained
+        (distinct from the model's, as its draft vocabulary makes it)."""
+        built = vllm_eagle_class(method, head.eagle.architecture if head.eagle else "LlamaForCausalLM")
+        if VLLM_EAGLE_CLASSES.get(built) != method:
+            kind = VLLM_EAGLE_CLASSES.get(built)
+            raise KvplanError(f"vLLM builds the EAGLE head {head.name} ({head.eagle.architecture}) as {built}, "
+                              + (f"an {kind} head: give --speculative-method {kind}" if kind else
+                                 "a class it does not have (EAGLEConfig, registry.py)"))
+        e = head.eagle or EagleHead(architecture="LlamaForCausalLM")
+        s, tp = eagle_shape(model, head, self.tp), self.tp
+        h = s.hidden
+        if method == "eagle":
+            eagle1_fields(head)
+            eagle_reads(model, head, h, "hidden_size")
+            return EagleHeadWeights(elements=s.linear_elements(tp, False) + 2 * h * s.layers - h + 2 * h * h,
+                                    notes=["EAGLE head: embeddings and lm_head are the model's"])
+        target = e.target_hidden_size or h
+        eagle_reads(model, head, target, "target_hidden_size" if e.target_hidden_size else "hidden_size")
+        fused = (e.aux_hidden_states or 3) * target if e.use_aux_hidden_state else 0
+        draft_vocab = e.draft_vocab_size or s.vocab
+        elements = (s.linear_elements(tp, True) + 3 * h * s.layers + h + fused * h
+                    + fused * (int(e.norm_before_fc) + int(e.fc_norm)) + s.vocab_rows(draft_vocab, tp))
+        own_embeddings = h != model.widths.hidden
+        if own_embeddings:
+            elements += s.vocab_rows(s.vocab, tp)
+        mapped = draft_vocab if draft_vocab != model.vocab_size else 0
+        return EagleHeadWeights(elements=elements, int64=mapped, notes=[
+            f"EAGLE-3 head: its own lm_head of {draft_vocab:,} tokens"
+            + (f" and a {mapped:,}-token map to the model's vocabulary" if mapped else "")
+            + (", its own embeddings (not the model's width)" if own_embeddings else ", the model's embeddings")])
 
     def lora_slots(self, model: ModelSpec) -> "LoraSlots | None":
         """`--enable-lora`: max_loras GPU slots, each holding an adapter of up to max_lora_rank (`LoRAConfig`:
@@ -1346,15 +1403,15 @@ class Vllm(Engine):
             raise KvplanError(f"vLLM: --max-cpu-loras ({host}) must be >= --max-loras ({slots})")
         dtype = kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype)
         per_gpu = vllm_lora_elements(model, rank, self.tp)
-        return LoraSlots(slots=slots, rank=rank, dtype=dtype.name, host_adapters=host,
-                         gpu_bytes=slots * dtype.bytes_for(per_gpu),
-                         adapter_bytes=dtype.bytes_for(vllm_lora_elements(model, rank, 1)))
+        return LoraSlots(slots=slots, rank=rank, dtype=dtype.name, gpu_bytes=slots * dtype.bytes_for(per_gpu),
+                         host_bytes=host * dtype.bytes_for(vllm_lora_elements(model, rank, 1)))
 
 
 class LoraSlots(BaseModel):
-    """LoRA adapters an engine keeps: `slots` on each GPU (`gpu_bytes` in all, preallocated at start-up), each of
-    rank up to `rank` in `dtype`; `host_adapters` more cached in each GPU worker's host memory, `adapter_bytes`
-    each at most (one adapter of the largest rank on every module the slots hold, unsharded)."""
+    """LoRA adapters an engine keeps: `slots` on each GPU (`gpu_bytes` in all, at start-up), each of rank up to
+    `rank` in `dtype`, and `host_bytes` of them in host memory (vLLM: max_cpu_loras adapters cached by each GPU's
+    worker, one of the largest rank on every module the slots hold, unsharded, at most; llama.cpp: the token
+    embeddings' pairs)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -1362,12 +1419,7 @@ class LoraSlots(BaseModel):
     rank: int
     dtype: str
     gpu_bytes: int
-    host_adapters: int
-    adapter_bytes: int
-
-    @property
-    def host_bytes(self) -> int:
-        return self.host_adapters * self.adapter_bytes
+    host_bytes: int
 
 
 # vLLM model classes whose LoRA layers kvplan sizes, by config model_type, and whether the class declares
@@ -1409,6 +1461,123 @@ def vllm_lora_elements(model: ModelSpec, rank: int, tp: int) -> int:
                               f"has {model.vocab_size:,})")
         total += 2 * rank * (model.vocab_size + h)
     return total
+
+
+# -------------------------------------------------------------------------------------------- EAGLE heads
+
+
+VOCAB_PADDING = 64  # rows of a VocabParallelEmbedding or ParallelLMHead, padded (vLLM and SGLang: 64)
+
+
+class EagleShape(BaseModel):
+    """A Llama EAGLE head's decoder layers, read off its model spec: `layers` of hidden `hidden`, `heads` query and
+    `kv_heads` KV heads of `head_dim`, an MLP of `intermediate`, a vocabulary of `vocab`, `tied` embeddings."""
+
+    model_config = ConfigDict(frozen=True)
+
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    tied: bool
+
+    def linear_elements(self, tp: int, wide_first: bool) -> int:
+        """The layers' linear weights on one GPU of tp (vLLM `QKVParallelLinear`, `RowParallelLinear`,
+        `MergedColumnParallelLinear`; SGLang's alike): per layer
+            qkv_proj  input x (heads / tp + 2 max(1, kv_heads / tp)) x head_dim   (KV heads replicated past tp)
+            o_proj    heads / tp x head_dim x hidden
+            gate_up   hidden x 2 I / tp          down  I / tp x hidden
+        with input = hidden, or 2 hidden for layer 0 of an EAGLE-3 head (`wide_first`: it reads the token's
+        embedding and the fused hidden state side by side)."""
+        q, kv = self.heads // tp * self.head_dim, max(1, self.kv_heads // tp) * self.head_dim
+        mlp = self.intermediate // tp
+        layer = self.hidden * (q + 2 * kv) + q * self.hidden + 3 * self.hidden * mlp
+        return self.layers * layer + (self.hidden * (q + 2 * kv) if wide_first else 0)
+
+    def vocab_rows(self, rows: int, tp: int) -> int:
+        """Elements of an embedding or output head of `rows` rows on one GPU: padded to 64, split by TP."""
+        return pad(rows, VOCAB_PADDING) // tp * self.hidden
+
+
+def eagle_shape(model: ModelSpec, head: ModelSpec, tp: int) -> EagleShape:
+    """The head's shape, refused where kvplan cannot size it exactly: layers other than plain Llama ones (its
+    parameter count must be that of full-attention layers without biases or q/k norms, two norms each and a final
+    one), a `bias` the engines read as attention bias, a quantised checkpoint, an MLP TP does not divide, or a
+    vocabulary not the model's (both engines map the head's tokens into the model's vocabulary:
+    `compute_logits` in vLLM, hot_token_id in SGLang)."""
+    e, w, p = head.eagle, head.widths, head.params
+    attention = {(c.kind, c.kv_heads, c.head_dim, c.head_dim_v) for c in head.caches if hasattr(c, "kv_heads")}
+    if len(attention) != 1 or len(head.caches) != head.num_layers or w is None:
+        raise KvplanError(f"the EAGLE head {head.name}: kvplan sizes heads of full-attention Llama layers")
+    ((kind, kv_heads, head_dim, head_dim_v),) = attention
+    s = EagleShape(layers=head.num_layers, hidden=w.hidden, heads=head.num_attention_heads, kv_heads=kv_heads,
+                   head_dim=head_dim, intermediate=w.mlp_intermediate, vocab=head.vocab_size or 0, tied=p.tied)
+    h, q, kv = s.hidden, s.heads * head_dim, kv_heads * head_dim
+    plain = ParamCounts(embedding=s.vocab * h, lm_head=0 if s.tied else s.vocab * h,
+                        attention=s.layers * (2 * h * q + 2 * h * kv), mlp=s.layers * 3 * h * s.intermediate,
+                        experts=0, active_experts=0, other=0, other_replicated=s.layers * 2 * h + h)
+    if kind != "full" or head_dim != head_dim_v or not w.gated_mlp or p != plain or (e and e.bias):
+        raise KvplanError(f"the EAGLE head {head.name}: kvplan sizes heads of plain Llama layers (full attention, "
+                          "gated MLP, no biases); its config gives it others"
+                          + (" (bias true)" if e and e.bias else ""))
+    if head.quantization is not None:
+        raise KvplanError(f"the EAGLE head {head.name} is quantised ({head.quantization.method}): kvplan sizes heads "
+                          "in the model's dtype")
+    if s.intermediate % tp:
+        raise KvplanError(f"the EAGLE head {head.name}: TP {tp} does not divide its MLP width {s.intermediate:,}")
+    if s.vocab != model.vocab_size:
+        raise KvplanError(f"the EAGLE head {head.name} has vocab_size {s.vocab:,}, {model.name} "
+                          f"{model.vocab_size or 'unknown'}: a head drafts in its model's vocabulary")
+    return s
+
+
+def eagle1_fields(head: ModelSpec) -> None:
+    """An EAGLE (not EAGLE-3) head has none of EAGLE-3's fields: a config that states them describes an EAGLE-3
+    checkpoint, whose weights the EAGLE class would not take."""
+    e = head.eagle
+    stated = [name for name, value in (("draft_vocab_size", e and e.draft_vocab_size),
+                                       ("target_hidden_size", e and e.target_hidden_size),
+                                       ("num_aux_hidden_states", e and e.aux_hidden_states)) if value]
+    if stated:
+        raise KvplanError(f"the EAGLE head {head.name} states {', '.join(stated)}, fields of EAGLE-3 heads: give "
+                          "--speculative-method eagle3")
+
+
+def eagle_reads(model: ModelSpec, head: ModelSpec, width: int, field: str) -> None:
+    """A head reads the model's hidden states: their width (`field` of its config) must be the model's."""
+    hidden = model.widths.hidden if model.widths else None
+    if width != hidden:
+        raise KvplanError(f"the EAGLE head {head.name} reads hidden states {width:,} wide ({field}), {model.name}'s "
+                          f"are {f'{hidden:,}' if hidden else 'of unknown width'}: a head serves the model it was "
+                          "trained on")
+
+
+class EagleHeadWeights(BaseModel):
+    """What an EAGLE head puts on each GPU: `elements` in the model's dtype and `int64` 8-byte token ids (its
+    draft-to-model vocabulary map), and where its embeddings and output head come from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    elements: int
+    int64: int = 0
+    notes: list[str] = []
+
+
+# vLLM 0.33.0's EAGLEConfig (transformers_utils/configs/eagle.py) names the class it builds from the head's
+# architecture: Eagle{arch} for method eagle unless it starts with Eagle, Eagle3{arch} for eagle3 unless it starts or
+# ends with Eagle3; registry.py maps these names to the two Llama EAGLE classes.
+VLLM_EAGLE_CLASSES = {"EagleLlamaForCausalLM": "eagle", "Eagle3LlamaForCausalLM": "eagle3",
+                      "LlamaForCausalLMEagle3": "eagle3"}
+
+
+def vllm_eagle_class(method: str, architecture: str) -> str:
+    if method == "eagle":
+        return architecture if architecture.startswith("Eagle") else f"Eagle{architecture}"
+    return architecture if architecture.startswith("Eagle3") or architecture.endswith("Eagle3") else \
+        f"Eagle3{architecture}"
 
 
 # --------------------------------------------------------------------------------------------------- SGLang
@@ -1489,7 +1658,7 @@ class Sglang(Engine):
         return shares
     reads = frozenset({"memory_fraction", "speculative_tokens", "speculative_method", "enable_lora", "max_loras",
                        "max_lora_rank"})
-    speculative_methods = ("draft_model", "mtp", "ngram")
+    speculative_methods = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
 
     def _buckets(self) -> tuple[int, int]:
         """(chunked_prefill_size, cuda_graph_max_bs) by GPU memory in MiB, as SGLang picks them (CUDA)."""
@@ -1544,7 +1713,7 @@ class Sglang(Engine):
                           window=max((r.window for r in windowed), default=0),
                           state=sum(r.count * r.state_bytes for r in table), notes=notes)
 
-    def speculative_pool(self, layers: Layers, draft: Layers, draft_layers: int, model: ModelSpec,
+    def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,
                          kv: DType) -> SglangPool:
         """SGLang 0.5.23 sizes one token count for the model's pool and its draft's (`DefaultPoolConfigurator`,
         model_executor/pool_configurator.py): a draft of d layers (MTP: num_nextn_predict_layers; a standalone or
@@ -1552,15 +1721,60 @@ class Sglang(Engine):
         "assumes the draft shares the target's per-layer KV size", whatever the draft's own layers hold. A running
         request also holds the slots of a step's drafts (`spec_decode_alloc_len_per_request`: the
         speculative_num_draft_tokens at page size 1 and top-k 1). N-gram decoding has no draft pool."""
-        pool = self.pool(layers, model, kv)
-        if pool.swa_cell or pool.state or any(c.kind == "indexer" for c, _ in [*layers, *draft]):
+        pool, count = self.pool(layers, model, kv), draft.num_layers if draft else 0
+        if draft_layers:
+            self.pool(draft_layers, draft, kv)
+        if pool.swa_cell or pool.state or any(c.kind == "indexer" for c, _ in [*layers, *draft_layers]):
             raise KvplanError(f"kvplan does not model SGLang's draft pool beside {model.name}'s sliding-window, "
                               "recurrent-state or indexer pools: use --engine vllm")
-        cell = pool.full_cell + pool.full_cell * draft_layers // model.num_layers
-        notes = [*pool.notes, f"draft pool: {draft_layers} layer{'s' if draft_layers > 1 else ''} sized like the "
-                               f"model's, {cell - pool.full_cell:,} B per token"] if draft_layers else pool.notes
+        cell = pool.full_cell + pool.full_cell * count // model.num_layers
+        notes = [*pool.notes, f"draft pool: {count} layer{'s' if count > 1 else ''} sized like the "
+                               f"model's, {cell - pool.full_cell:,} B per token"] if count else pool.notes
         return SglangPool(full_cell=cell, swa_cell=0, window=0, state=0, notes=notes,
                           draft_tokens=self.options.speculative_tokens or 0)
+
+    def eagle_head(self, model: ModelSpec, head: ModelSpec, method: str) -> EagleHeadWeights:
+        """SGLang 0.5.23 builds the class the head's config names (srt/models/llama_eagle.py LlamaForCausalLMEagle
+        for EAGLE, llama_eagle3.py LlamaForCausalLMEagle3 for EAGLE3) in the model's dtype, on the model's TP. With
+        h the head's hidden size, on each GPU:
+            EAGLE    its layers (`EagleShape.linear_elements`), their norms but layer 0's input norm, no final norm,
+                     fc 2 h x h with its bias (an nn.Linear: whole on every GPU); embeddings and lm_head the model's
+                     (`set_embed_and_head`)
+            EAGLE3   its layers with layer 0's qkv reading 2 h, 3 norms a layer and a final one, fc A x T x h whole
+                     (A = num_aux_hidden_states, default 3; T = target_hidden_size, default h), an RMSNorm of A x T
+                     with norm_before_fc and A of T with fc_norm or use_aux_norm; its own lm_head of
+                     draft_vocab_size rows, or the model's where the config states no draft_vocab_size or ties
+                     it to the embeddings; the model's embeddings unless target_hidden_size differs from h
+                     (`set_embed`); hot_token_id, draft_vocab_size int64s on the GPU, from the checkpoint's d2t map
+                     (assumed there when draft_vocab_size is not the model's vocabulary)."""
+        kinds = {"LlamaForCausalLMEagle": "eagle", "LlamaForCausalLMEagle3": "eagle3"}
+        named = head.eagle.architecture if head.eagle else "LlamaForCausalLM"
+        if kinds.get(named) != method:
+            raise KvplanError(f"SGLang builds the draft {head.name} as the class its config names, {named}: its Llama "
+                              "EAGLE heads are LlamaForCausalLMEagle (--speculative-method eagle) and "
+                              "LlamaForCausalLMEagle3 (eagle3)")
+        e, s, tp = head.eagle, eagle_shape(model, head, self.tp), self.tp
+        h = s.hidden
+        if method == "eagle":
+            eagle1_fields(head)
+            eagle_reads(model, head, h, "hidden_size")
+            return EagleHeadWeights(elements=s.linear_elements(tp, False) + 2 * h * s.layers - h + 2 * h * h + h,
+                                    notes=["EAGLE head: embeddings and lm_head are the model's"])
+        target = e.target_hidden_size or h
+        eagle_reads(model, head, target, "target_hidden_size" if e.target_hidden_size else "hidden_size")
+        fused = (e.aux_hidden_states or 3) * target
+        own_head = e.draft_vocab_size is not None and not s.tied
+        own_embeddings = target != h
+        elements = (s.linear_elements(tp, True) + 3 * h * s.layers + h + fused * h
+                    + fused * (int(e.norm_before_fc) + int(e.fc_norm or e.use_aux_norm))
+                    + (s.vocab_rows(e.draft_vocab_size, tp) if own_head else 0)
+                    + (s.vocab_rows(s.vocab, tp) if own_embeddings else 0))
+        mapped = e.draft_vocab_size if e.draft_vocab_size not in (None, model.vocab_size) else 0
+        return EagleHeadWeights(elements=elements, int64=mapped, notes=[
+            "EAGLE3 head: "
+            + (f"its own lm_head of {e.draft_vocab_size:,} tokens" if own_head else "the model's lm_head")
+            + (f", a {mapped:,}-token hot-token map" if mapped else "")
+            + (", its own embeddings" if own_embeddings else ", the model's embeddings")])
 
     def lora_slots(self, model: ModelSpec) -> None:
         """SGLang's LoRA memory pool (lora/mem_pool.py) holds the modules it infers from the adapters of
@@ -1575,6 +1789,8 @@ class Sglang(Engine):
 
 # ------------------------------------------------------------------------------------------------ llama.cpp
 
+LLAMA_CPP_DRAFT_MAX = 3  # tokens a draft model drafts a step, --spec-draft-n-max (common/common.h: n_max = 3)
+LLAMA_CPP_VOCAB_DIFFERENCE = 128  # the most a draft's vocabulary may differ in size (common/speculative.cpp)
 LLAMA_CPP_PAD = 256  # n_ctx, per-slot and SWA cells are padded to 256 (llama-context.cpp, llama-kv-cache-iswa.cpp)
 LLAMA_MAX_SEQ = 256  # the most sequences one context holds (src/llama-cparams.h; llama_context refuses more)
 # Model types whose llama.cpp graph keeps its sliding (or chunked) window: an iSWA cache (src/models/gemma2.cpp,
@@ -1687,9 +1903,11 @@ class LlamaCppGraph:
                 width = sum(heads) if r.cache.kind == "mla" else heads[1]
                 self.attention.append((width, getattr(r.cache, "kv_heads", 1) * heads[1], r.kind in WINDOWED))
 
-    def bytes(self, context: LlamaCppContext, flash_attn: bool, cells: list[int], v_copy: int = 0) -> int:
+    def bytes(self, context: LlamaCppContext, flash_attn: bool, cells: list[int], v_copy: int = 0,
+              outputs: int | None = None) -> int:
         """`cells`: the cells per stream of each attention row's cache; `v_copy`: the bytes per element of a
-        transposed copy of V each layer makes (0: none)."""
+        transposed copy of V each layer makes (0: none); `outputs`: the context's n_outputs_max where it is set
+        below the micro-batch (the graph is reserved with min(T, n_outputs_max) outputs)."""
         tokens = cdiv(min(context.n_ctx, context.n_ubatch), context.n_seq) * context.n_seq
         caches: dict[bool, tuple[int, int]] = {}  # sliding? -> (n_kv, widest V row)
         layer = 4 * tokens * self.layer
@@ -1704,7 +1922,7 @@ class LlamaCppGraph:
                                                                                             1 + v_row)
                                       for n_kv, v_row in caches.values())
         output = self.vocab + (2 if flash_attn else 3) * self.hidden
-        return max(inputs + layer, 4 * tokens * output)
+        return max(inputs + layer, 4 * min(tokens, outputs or tokens) * output)
 
 
 class LlamaCppPool(KVPool):
@@ -1715,9 +1933,11 @@ class LlamaCppPool(KVPool):
     (`LlamaCppGraph`), which grows with n_ctx."""
 
     def __init__(self, engine: "LlamaCpp", table: list[Row], state: int, state_rows: int, flash_attn: bool,
-                 v_copy: int, graph: LlamaCppGraph | None, notes: list[str]):
+                 v_copy: int, graph: LlamaCppGraph | None, notes: list[str], output_per_slot: bool = False):
+        """`output_per_slot`: the context reserves one output per sequence (n_outputs_max = n_seq_max: a draft
+        context, `common_base_params_to_speculative`)."""
         self.engine, self.state, self.state_rows, self.flash_attn = engine, state, state_rows, flash_attn
-        self.v_copy, self.graph, self.notes = v_copy, graph, notes
+        self.v_copy, self.graph, self.notes, self.output_per_slot = v_copy, graph, notes, output_per_slot
         self.table = [r for r in table if r.kind != "recurrent"]
         self.max_sequences = engine.frontend.max_sequences
 
@@ -1744,7 +1964,22 @@ class LlamaCppPool(KVPool):
         if self.graph is None:
             return GiB // 2
         context = self.engine.context(users, ctx)
-        return self.graph.bytes(context, self.flash_attn, self.cells(context), self.v_copy)
+        return self.graph.bytes(context, self.flash_attn, self.cells(context), self.v_copy,
+                                context.n_seq if self.output_per_slot else None)
+
+
+class LlamaCppDraftedPool(KVPool):
+    """llama-server with a draft model (-md): the model's context and the draft's, each with its cache and its
+    compute buffer, for the same slots and cells (`LlamaCpp.speculative_pool`)."""
+
+    def __init__(self, model: LlamaCppPool, draft: LlamaCppPool, notes: list[str]):
+        self.model, self.draft, self.notes, self.max_sequences = model, draft, notes, model.max_sequences
+
+    def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
+        return self.model.bytes_for(users, ctx) + self.draft.bytes_for(users, ctx)
+
+    def activation_bytes(self, users: int, ctx: int) -> int:
+        return self.model.activation_bytes(users, ctx) + self.draft.activation_bytes(users, ctx)
 
 
 class LlamaCpp(Engine):
@@ -1756,10 +1991,11 @@ class LlamaCpp(Engine):
     label = "llama.cpp"
     default_version = "0c1e57098b"
     paged = False
+    draft_models = True
     splits_heads = False
     activations_label = "compute buffer"
     reads = frozenset({"memory_fraction", "kv_unified", "swa_full", "ubatch_size", "batch_size", "cache_type_k",
-                       "cache_type_v", "flash_attn", "speculative_tokens", "frontend"})
+                       "cache_type_v", "flash_attn", "speculative_tokens", "frontend", "lora_adapters"})
     kv_dtypes = ("fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")
 
     def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
@@ -1827,8 +2063,11 @@ class LlamaCpp(Engine):
         return True
 
     def check_model_kv(self, model: ModelSpec, kv: DType) -> None:
-        """llama_init_from_model's refusals (src/llama-context.cpp), in its words."""
-        k, v = self.cache_types(kv)
+        self.check_cache_types(model, *self.cache_types(kv))
+
+    def check_cache_types(self, model: ModelSpec, k: DType, v: DType) -> None:
+        """llama_init_from_model's refusals (src/llama-context.cpp), in its words, for K cache `k` and V cache
+        `v`."""
         flash_attn = self.resolve_flash_attn(model, v)
         mla = any(c.kind == "mla" for c in model.caches)
         if mla and k != v:
@@ -1849,9 +2088,34 @@ class LlamaCpp(Engine):
     compressed_attention = "llama.cpp 0c1e57098b keeps it in a cache of its own, src/llama-kv-cache-dsv4.cpp"
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> LlamaCppPool:
+        return self.context_pool(layers, model, *self.cache_types(kv), self.options.speculative_tokens or 0)
+
+    def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,
+                         kv: DType) -> LlamaCppDraftedPool:
+        """llama-server -md: beside the model's context, the draft model gets a context of its own
+        (`common_speculative_init_result`, common/speculative.cpp), made from the server's parameters
+        (`common_base_params_to_speculative`): the model's n_ctx (llama_n_ctx of its context, so as many cells per
+        stream), slots, unified or per-slot cache, --swa-full, batch sizes and flash attention, with the draft's
+        own cache types (-ctkd/-ctvd, default f16; kvplan takes the default), n_rs_seq 0 and one output per slot
+        (n_outputs_max = -np). So the draft's cache and compute buffer are sized by the rules of any context, on
+        the draft's layers. The draft-simple speculator asks the model's context for no rollback rows
+        (`need_n_rs_seq`: MTP, EAGLE3 and DFlash drafts only), so its recurrent layers keep one row a sequence."""
+        if self.frontend.max_sequences == 1:
+            raise KvplanError("llama-cpp-python's Llama() makes no draft context (its draft_model is a prompt-lookup "
+                              "proposer): a --draft-model is llama-server's -md, --frontend server")
+        f16 = kv_dtype("fp16")
+        target = self.context_pool(layers, model, *self.cache_types(kv), 0)
+        drafted = self.context_pool(draft_layers, draft, f16, f16, 0, output_per_slot=True)
+        notes = [*target.notes, f"draft context for {draft.name}: the model's cells and slots, f16 K and V (-ctkd, "
+                                f"-ctvd), flash attention {'on' if drafted.flash_attn else 'off'}, one output a slot"]
+        return LlamaCppDraftedPool(target, drafted, notes)
+
+    def context_pool(self, layers: Layers, model: ModelSpec, k: DType, v: DType, rollback_rows: int,
+                     output_per_slot: bool = False) -> LlamaCppPool:
+        """The cache and compute buffer of one llama_context on `model`'s `layers`: K cache `k`, V cache `v`,
+        n_rs_seq `rollback_rows` where the architecture rolls its recurrent state back."""
         self.refuse_compressed_attention(model)
-        self.check_model_kv(model, kv)
-        k, v = self.cache_types(kv)
+        self.check_cache_types(model, k, v)
         flash_attn = self.resolve_flash_attn(model, v)
         # a GGUF's windows are llama.cpp's already: kvplan.sources.gguf_model reads its hparams as llama.cpp does
         from_gguf = model.checkpoint is not None and model.checkpoint.format == "gguf"
@@ -1863,7 +2127,7 @@ class LlamaCpp(Engine):
             (c.kv_heads * c.head_dim_v for c in model.caches if c.kind in ("full", *WINDOWED)), default=None)
         table = llama_cpp_rows(layers, k, v, v_width, ignores_swa)
         rollback = model.architecture in LLAMA_CPP_RS_ROLLBACK
-        n_rs_seq = (self.options.speculative_tokens or 0) if rollback else 0
+        n_rs_seq = rollback_rows if rollback else 0
         notes = [f"{self.frontend.label}: {'unified' if self.unified else 'per-slot'} cache, n_ctx padded to "
                  f"{LLAMA_CPP_PAD}, n_ubatch {self.n_ubatch}, flash attention {'on' if flash_attn else 'off'}"
                  + (" (auto)" if self.flash_attn == "auto" else "")]
@@ -1873,7 +2137,7 @@ class LlamaCpp(Engine):
             notes.append(f"llama.cpp's {model.architecture} graph keeps no sliding window: every layer's cache is "
                          "full")
         recurrent = [r for r in table if r.kind == "recurrent"]
-        if recurrent and self.options.speculative_tokens:
+        if recurrent and rollback_rows:
             notes.append(f"recurrent state: {1 + n_rs_seq} rows per sequence (n_rs_seq {n_rs_seq})" if rollback else
                          f"llama.cpp keeps no rollback states for {model.architecture} (n_rs_seq clamped to 0)")
         graph = LlamaCppGraph(model, table) if model.widths else None
@@ -1882,7 +2146,27 @@ class LlamaCpp(Engine):
         # auto resolved off: the untransposed V is copied transposed for each layer's attention (llama-graph.cpp)
         v_copy = v.block_bytes if self.flash_attn == "auto" and not flash_attn else 0
         return LlamaCppPool(self, table, sum(r.count * r.state_bytes for r in recurrent), 1 + n_rs_seq, flash_attn,
-                            v_copy, graph, notes)
+                            v_copy, graph, notes, output_per_slot)
+
+    def lora_slots(self, model: ModelSpec) -> LoraSlots | None:
+        """--lora: every adapter file is loaded whole at start-up, each pair in the buffer of the tensor it changes
+        (`llama_adapter_lora_init`, src/llama-adapter.cpp; no slots and nothing preallocated: an adapter of scale 0
+        takes its memory too). With every layer on the GPU that is the GPU for all but the token embeddings' pair,
+        which stays in host memory with the embeddings (the input layer is kept on the CPU, `dev_input`); split
+        over --pp GPUs as the weights are. llama.cpp
+        refuses an adapter of another architecture ("model arch and LoRA arch mismatch"), which kvplan checks where
+        the model is a GGUF file (its general.architecture)."""
+        adapters = self.options.lora_adapters
+        if not adapters:
+            return None
+        gguf_arch = model.architecture if model.checkpoint and model.checkpoint.format == "gguf" else None
+        for adapter in adapters:
+            if gguf_arch and adapter.architecture != gguf_arch:
+                raise KvplanError(f"llama.cpp: model arch and LoRA arch mismatch: {adapter.name} is for "
+                                  f"{adapter.architecture or 'no architecture'}, {model.name} is {gguf_arch}")
+        return LoraSlots(slots=len(adapters), rank=max(a.rank for a in adapters), dtype="as stored",
+                         gpu_bytes=cdiv(sum(a.device_bytes for a in adapters), self.pp),
+                         host_bytes=sum(a.host_bytes for a in adapters))
 
     def assumptions(self) -> list[str]:
         if self.frontend.max_sequences == 1:

@@ -447,6 +447,41 @@ class MtpLayers(BaseModel):
     params: ParamCounts
 
 
+class EagleHead(BaseModel):
+    """What an EAGLE draft head's config.json states beyond its Llama decoder layers (the model's `caches` and
+    `params` read as a Llama decoder of num_hidden_layers layers): a speculative decoder builds the head from these
+    with a fused input projection `fc` and, for EAGLE-3, a draft vocabulary of its own (vLLM's llama_eagle.py and
+    llama_eagle3.py, SGLang's alike; `kvplan.engines`). None where the config does not state the field."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    architecture: str = Field(description="the class the config names (LlamaForCausalLMEagle3, LlamaForCausalLM, ...)")
+    draft_vocab_size: PositiveInt | None = Field(None, description="rows of an EAGLE-3 head's own lm_head")
+    target_hidden_size: PositiveInt | None = Field(None, description="the width of the model hidden states it reads")
+    aux_hidden_states: PositiveInt | None = Field(None, description="model hidden states an EAGLE-3 fc fuses "
+                                                  "(num_aux_hidden_states, or eagle_config's layer ids)")
+    use_aux_hidden_state: bool = Field(True, description="eagle_config.use_aux_hidden_state: False drops fc")
+    norm_before_fc: bool = False
+    fc_norm: bool = False
+    use_aux_norm: bool = Field(False, description="SGLang's older name for fc_norm")
+    bias: bool = Field(False, description="the config's `bias` (vLLM reads it as attention bias)")
+
+
+class LoraAdapter(BaseModel):
+    """A LoRA adapter file as llama.cpp loads it (`--lora`, a GGUF of general.type adapter): each changed tensor's A
+    and B, in the types the file stores. llama.cpp puts each pair in the buffer of the tensor it changes, so the
+    token embeddings' pair stays in host memory with them; norm vectors it skips."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    name: str
+    architecture: str = Field(description="the adapter's general.architecture, which must be the model's")
+    rank: PositiveInt = Field(description="the largest rank of its pairs")
+    pairs: PositiveInt
+    device_bytes: int = Field(ge=0, description="bytes of the pairs beside tensors on the GPU")
+    host_bytes: int = Field(ge=0, description="bytes of the token embeddings' pair, in host memory")
+
+
 class ModelSpec(BaseModel):
     """What kvplan knows of a model: its caches layer by layer, its parameters, dtypes and limits."""
 
@@ -475,3 +510,5 @@ class ModelSpec(BaseModel):
                                                             "vocab_size), where the source states it")
     mtp: MtpLayers | None = Field(None, description="the checkpoint's multi-token-prediction layers, where kvplan "
                                                     "reads them (a speculative decoder's draft)")
+    eagle: EagleHead | None = Field(None, description="an EAGLE draft head's own fields, where the config states "
+                                                      "it is one: such a model is a draft, not a model to serve")

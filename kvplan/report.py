@@ -258,8 +258,9 @@ def print_capacity(console: Console, cap) -> None:
         if cap.draft_weights_bytes_per_gpu:
             table.add_row("- draft weights", both_units(cap.draft_weights_bytes_per_gpu))
         if cap.lora_bytes_per_gpu:
-            table.add_row(f"- LoRA slots ({cap.lora_slots:,} x rank {cap.lora_rank:,})",
-                          both_units(cap.lora_bytes_per_gpu))
+            held = (f"adapters ({cap.lora_slots:,}, rank up to {cap.lora_rank:,})" if cap.engine == "llama.cpp" else
+                    f"slots ({cap.lora_slots:,} x rank {cap.lora_rank:,})")
+            table.add_row(f"- LoRA {held}", both_units(cap.lora_bytes_per_gpu))
         table.add_row("- overhead" + ("" if any(cap.overhead.values()) else " (none)"), both_units(cap.overhead_bytes))
         for name, size in cap.overhead.items():
             if size:
@@ -332,7 +333,11 @@ def _extras_notes(cap) -> list[str]:
     if cap.speculative_method:
         out.append(f"speculative decoding ({cap.speculative_method}, {cap.speculative_tokens:,} draft token"
                    f"{'s' if cap.speculative_tokens > 1 else ''} per step): {cap.draft_model}")
-    if cap.lora_slots:
+    if cap.lora_slots and cap.engine == "llama.cpp":
+        if cap.lora_host_bytes_per_gpu:
+            out.append(f"LoRA adapters: {format_bytes(cap.lora_host_bytes_per_gpu)} of them (the token embeddings' "
+                       "pairs) in host memory with the embeddings")
+    elif cap.lora_slots:
         out.append(f"LoRA host cache: up to {format_bytes(cap.lora_host_bytes_per_gpu)} of host memory per GPU "
                    f"worker (max_cpu_loras adapters of rank {cap.lora_rank:,} on every LoRA module)")
     return out

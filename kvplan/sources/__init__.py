@@ -24,7 +24,18 @@ def is_repo_id(name: str) -> bool:
 
 
 def load_model(name: str, revision: str | None = None, token: str | None = None,
-               gguf_file: str | None = None) -> ModelSpec:
+               gguf_file: str | None = None, eagle_head: bool = False) -> ModelSpec:
+    """`_load_model`, refusing an EAGLE draft head (`ModelSpec.eagle`) unless `eagle_head`: it is a draft, read
+    for --draft-model, not a model kvplan plans for."""
+    spec = _load_model(name, revision, token, gguf_file)
+    if spec.eagle is not None and not eagle_head:
+        raise KvplanError(f"{brief(name)} is an EAGLE draft head ({spec.eagle.architecture}), not a model to serve: "
+                          "give it as --draft-model with --speculative-method eagle or eagle3")
+    return spec
+
+
+def _load_model(name: str, revision: str | None = None, token: str | None = None,
+                gguf_file: str | None = None) -> ModelSpec:
     """Resolve `--model`: an existing local path (config.json, a directory, a YAML spec, a GGUF file), then the
     bundled library, then the Hub for names shaped `org/name` (docs/hub.md), or `org/name:TAG` and `gguf_file`
     for a GGUF file in a Hub repo (its header alone, by range requests). `revision` asks for a Hub revision, so a

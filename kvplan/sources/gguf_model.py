@@ -30,6 +30,7 @@ from kvplan.model import (
     CheckpointTensors,
     ChunkedAttention,
     FullAttention,
+    LoraAdapter,
     MLALatent,
     ModelSpec,
     NoCache,
@@ -572,6 +573,46 @@ def check_parts(headers: list[gguf.Header], names: list[str]) -> None:
     found = sum(len(h.tensors) for h in headers)
     if expected and expected != found:
         raise KvplanError(f"{names[0]}: split.tensors.count is {expected:,} but the parts hold {found:,} tensors")
+
+
+def read_lora_adapter(path: Path) -> LoraAdapter:
+    """A LoRA adapter GGUF as llama.cpp 0c1e57098b loads it (`llama_adapter_lora_init_impl`, src/llama-adapter.cpp),
+    refused in its words where it would refuse it: general.type must be adapter and adapter.type lora; tensors
+    `<name>.lora_a` and `<name>.lora_b` pair up by the base tensor they change (each needs both), `*_norm.weight`
+    ones are skipped, any other is refused. The rank is B's first dimension."""
+    header = gguf.read_file(path)
+    where = str(path)
+
+    def text(key: str) -> str:
+        value = header.metadata.get(key)
+        return str(value.value) if value is not None and isinstance(value.value, str) else ""
+
+    if text("general.type") != "adapter":
+        raise KvplanError(f"{where}: llama.cpp: expect general.type to be 'adapter', but got: {text('general.type')}")
+    if text("adapter.type") != "lora":
+        raise KvplanError(f"{where}: llama.cpp: expect adapter.type to be 'lora', but got: {text('adapter.type')}")
+    pairs: dict[str, dict[str, gguf.Tensor]] = {}
+    for tensor in header.tensors:
+        base, _, part = tensor.name.rpartition(".")
+        if part in ("lora_a", "lora_b"):
+            pairs.setdefault(base, {})[part] = tensor
+        elif not tensor.name.endswith("_norm.weight"):
+            raise KvplanError(f"{where}: llama.cpp: LoRA tensor {brief(tensor.name)} has unexpected suffix")
+    if not pairs:
+        raise KvplanError(f"{where}: the adapter has no LoRA tensors (<name>.lora_a and <name>.lora_b)")
+    device = host = rank = 0
+    for base, pair in pairs.items():
+        if len(pair) != 2:
+            raise KvplanError(f"{where}: llama.cpp: LoRA tensor pair for {brief(base)} is missing one component")
+        a, b = pair["lora_a"], pair["lora_b"]
+        rank = max(rank, b.dims[0])  # B is [rank, output] (token_embd's [rank, n_embd])
+        if base.endswith("token_embd.weight"):  # the input layer stays on the CPU (`dev_input`, src/llama-model.cpp)
+            host += a.nbytes + b.nbytes
+        else:
+            device += a.nbytes + b.nbytes
+    arch = text("general.architecture")
+    return LoraAdapter(name=path.name, architecture=MODEL_TYPES.get(arch, arch), rank=rank, pairs=len(pairs),
+                       device_bytes=device, host_bytes=host)
 
 
 def load_file(path: Path) -> ModelSpec:

@@ -8,6 +8,7 @@ from pathlib import Path
 from kvplan.errors import KvplanError
 from kvplan.model import ModelSpec
 from kvplan.sources.hf_config import gemma  # noqa: F401  (registers the Gemma 3n, Gemma 4, RecurrentGemma rules)
+from kvplan.sources.hf_config.eagle import read_eagle_head
 from kvplan.sources.hf_config.encoders import (
     BERT_FAMILIES,
     ENCODER_DECODERS,
@@ -86,12 +87,7 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
     model_type = MODEL_TYPE_ALIASES.get(model_type, model_type)
     if model_type in REFUSED_FAMILIES:
         raise KvplanError(f"{where}: {REFUSED_FAMILIES[model_type]}")
-    eagle = next((a for a in top.list("architectures") if "eagle" in str(a).lower() and not str(a).endswith(
-        "ForConditionalGeneration")), None)  # vLLM's speculator classes (registry.py); Eagle2.5-VL is a model
-    if eagle:  # its config reads as a plain decoder, but its layers and vocabulary are built otherwise
-        raise KvplanError(f"{where}: field architectures names {eagle}, an EAGLE draft head: kvplan does not size "
-                          "EAGLE heads (vLLM builds them with a fused input projection and a draft vocabulary of "
-                          "their own)")
+    eagle = read_eagle_head(top, Fields(data, where), model_type)  # another family's head is refused here
     for key, value in MODEL_TYPE_DEFAULTS.get(model_type, {}).items():
         data.setdefault(key, value)
     lift_nested_fields(data, model_type, where)
@@ -111,7 +107,7 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
     if model_type in ENCODER_DECODERS or top.flag("is_encoder_decoder"):
         return encoder_decoder(cfg, top, model_type, name, source, notes)
     spec = decoder(cfg, model_type, name, source, notes, vision)
-    return spec.model_copy(update={"multimodal": multimodal}) if multimodal else spec
+    return spec.model_copy(update={"multimodal": multimodal, "eagle": eagle}) if multimodal or eagle else spec
 
 
 
