@@ -2015,6 +2015,16 @@ class LlamaCpp(Engine):
                     raise KvplanError(f"{flag}: {err}") from None
                 self.check_kv_dtype(dtype, flag)
 
+    def weight_shares(self, model: ModelSpec) -> dict[str, Fraction]:
+        """As any engine's, but for the token embeddings of a model with an output layer of its own: llama.cpp
+        keeps its input layer in host memory (`dev_input` is the CPU in `llama_model::load_tensors`,
+        src/llama-model.cpp: little is gained by offloading it). A model that ties them gets a copy on the GPU as
+        its output layer (TENSOR_DUPLICATED), so its embeddings count there."""
+        shares = super().weight_shares(model)
+        if not model.params.tied:
+            shares["embedding"] = Fraction(0)
+        return shares
+
     def check_kv_dtype(self, dtype: DType, flag: str = "--kv-dtype") -> None:
         if dtype.name not in self.kv_dtypes:
             raise KvplanError(f"llama.cpp has no {dtype.name} KV cache ({flag}): it offers f32, f16, bf16, q8_0, "
@@ -2133,6 +2143,9 @@ class LlamaCpp(Engine):
                  + (" (auto)" if self.flash_attn == "auto" else "")]
         if k != v:
             notes.append(f"K cache {ggml_name(k)}, V cache {ggml_name(v)}")
+        if not model.params.tied and model.params.embedding:
+            notes.append("token embeddings stay in host memory (llama.cpp keeps the input layer on the CPU): not in "
+                         "the weights per GPU")
         if ignores_swa and any(cache.kind in WINDOWED for cache, _ in layers):
             notes.append(f"llama.cpp's {model.architecture} graph keeps no sliding window: every layer's cache is "
                          "full")

@@ -421,3 +421,16 @@ def test_lora_of_another_architecture_is_refused_for_a_gguf_model(tmp_path, monk
                           ["model arch and LoRA arch mismatch: qwen-lora.gguf is for qwen2"])
     refused(monkeypatch, capsys, ["estimate", "-m", LLAMA31_8B, "--ctx", "8k", "--gpu", "h100",
                                                 "--lora", str(lora)], ["--lora is not a vLLM setting"])
+
+
+def test_token_embeddings_stay_in_host_memory():
+    """src/llama-model.cpp, `load_tensors`: the input layer (token_embd) is kept on the CPU whatever -ngl says;
+    a tied model's output layer is a copy of it on the GPU. Llama-3-8B (untied), bf16: 8,030,261,248 x 2 B of
+    weights less its 128,256 x 4,096 x 2 B of embeddings = 15,009,849,344 B on the GPU; Gemma-3-1B (tied) keeps
+    all of its weights there."""
+    cap = capacity(load_model(LLAMA), Workload(ctx=8192), engine_name="llama.cpp", hardware=H100)
+    assert cap.weights_bytes_per_gpu == 8_030_261_248 * 2 - 128_256 * 4_096 * 2
+    assert any("host memory" in note for note in cap.notes)
+    tied = load_model("google/gemma-3-1b-it")
+    cap = capacity(tied, Workload(ctx=8192), engine_name="llama.cpp", hardware=H100)
+    assert cap.weights_bytes_per_gpu == 2 * tied.params.total

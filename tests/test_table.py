@@ -155,9 +155,10 @@ def test_engine_rules_and_vram(monkeypatch, capsys):
     (record,) = json.loads(out)
     assert record["kv_dtype"] == "fp16" and record["engine"] == "llama.cpp"
     assert record["gpu"] == "24.00 GiB GPU" and record["gpu_memory_bytes"] == 24 * GiB
-    # 24 GiB - 14.96 GiB weights - 1 GiB overhead = 8.04 GiB: 8 users of 1 GiB (8 x 8,192 cells, a multiple
-    # of llama.cpp's 256-cell padding)
-    assert record["max_users"] == 8
+    # 24 GiB - 13.98 GiB weights on the GPU (14.96 GiB less the 0.98 GiB of token embeddings llama.cpp keeps in
+    # host memory) - 0.5 GiB CUDA context = 9.52 GiB: 9 users of 1 GiB (9 x 8,192 cells, a multiple of llama.cpp's
+    # 256-cell padding) and a compute buffer of about 0.3 GiB; 10 would need 10 GiB
+    assert record["max_users"] == 9
 
 
 def test_no_kv_cache_model_has_no_user_bound(monkeypatch, capsys):
