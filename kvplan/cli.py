@@ -294,16 +294,9 @@ def models(
     if as_json:
         print(json.dumps([e.model_dump() for e in chosen], indent=2))
         return
-    from rich.table import Table
+    from kvplan.report import print_models
 
-    from kvplan.report import print_table
-
-    table = Table(title=f"{len(chosen)} bundled models", title_justify="left")
-    for column in ("model", "aliases", "provenance"):
-        table.add_column(column, overflow="fold")
-    for entry in chosen:
-        table.add_row(entry.id, "\n".join(entry.aliases), entry.provenance)
-    print_table(_console(), table, whole=(0, 1))
+    print_models(_console(), chosen)
 
 
 # `table` and `plot`: several models x contexts x GPUs (kvplan/table.py, kvplan/plot.py, docs/tables.md).

@@ -395,7 +395,8 @@ def render(table: Table, fmt: str, *, pivot: bool = False, metric: str | None = 
         return json.dumps(records(table), indent=2) + "\n"
     from rich.console import Console
 
-    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False, markup=False)
+    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False, markup=False,
+                      emoji=False)
     for renderable in rich_renderables(table, pivot=pivot, metric=metric):
         console.print(renderable)
     return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"
@@ -504,9 +505,9 @@ def rich_renderables(table: Table, *, pivot: bool = False, metric: str | None = 
             out.add_row(*(Text(plain(c)) for c in cells))
     else:
         columns = text_columns(table)
-        for column in columns:
-            out.add_column(Text(column.header), justify="right" if column.numeric else "left",
-                           overflow="fold")
+        for column in columns:  # a GPU's column is headed by its name alone: the title names the figure
+            out.add_column(Text(column.header.removeprefix(f"{USERS_FIGURE}, ")),
+                           justify="right" if column.numeric else "left", overflow="fold")
         rows = table.rows
         for i, row in enumerate(rows):
             first = i == 0 or rows[i - 1].estimate.model != row.estimate.model
