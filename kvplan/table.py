@@ -393,13 +393,7 @@ def render(table: Table, fmt: str, *, pivot: bool = False, metric: str | None = 
             raise KvplanError("--pivot is for rich, markdown and csv: json is always one object per model x "
                               "ctx (x GPU)")
         return json.dumps(records(table), indent=2) + "\n"
-    from rich.console import Console
-
-    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False, markup=False,
-                      emoji=False)
-    for renderable in rich_renderables(table, pivot=pivot, metric=metric):
-        console.print(renderable)
-    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"
+    return boxed(table, pivot=pivot, metric=metric)
 
 
 def markdown_table(headers: Sequence[str], numeric: Sequence[bool], rows: Iterable[Sequence[str]]) -> str:
@@ -492,33 +486,70 @@ def title(table: Table) -> str:
     return text
 
 
+def rich_cells(table: Table, *, pivot: bool = False, metric: str | None = None):
+    """The rich table's headers, which columns are numbers, its rows of cells and whether each row ends a model's
+    section; a GPU's column is headed by its name alone, the title naming the figure. rich draws it on a terminal
+    (`rich_renderables`), `boxed` in a file or a pipe."""
+    if pivot:
+        headers, numeric, grid = pivot_grid(table, metric)
+        return headers, numeric, [[plain(c) for c in cells] for cells, _ in grid], [False] * len(grid)
+    columns = text_columns(table)
+    rows, ends = [], []
+    for i, row in enumerate(table.rows):
+        first = i == 0 or table.rows[i - 1].estimate.model != row.estimate.model
+        cells = [plain(column.cell(row)) for column in columns]
+        rows.append([cells[0] if first else "", *cells[1:]])
+        ends.append(i == len(table.rows) - 1 or table.rows[i + 1].estimate.model != row.estimate.model)
+    headers = [column.header.removeprefix(f"{USERS_FIGURE}, ") for column in columns]
+    return headers, [column.numeric for column in columns], rows, ends
+
+
 def rich_renderables(table: Table, *, pivot: bool = False, metric: str | None = None) -> list:
     from rich.table import Table as RichTable
     from rich.text import Text  # cells as Text: a model path with [brackets] is not rich markup
 
+    headers, numeric, rows, ends = rich_cells(table, pivot=pivot, metric=metric)
     out = RichTable(title=Text(title(table)), title_justify="left")
-    if pivot:
-        headers, numeric, grid = pivot_grid(table, metric)
-        for header, num in zip(headers, numeric, strict=True):
-            out.add_column(Text(header), justify="right" if num else "left", overflow="fold")
-        for cells, _ in grid:
-            out.add_row(*(Text(plain(c)) for c in cells))
-    else:
-        columns = text_columns(table)
-        for column in columns:  # a GPU's column is headed by its name alone: the title names the figure
-            out.add_column(Text(column.header.removeprefix(f"{USERS_FIGURE}, ")),
-                           justify="right" if column.numeric else "left", overflow="fold")
-        rows = table.rows
-        for i, row in enumerate(rows):
-            first = i == 0 or rows[i - 1].estimate.model != row.estimate.model
-            last = i == len(rows) - 1 or rows[i + 1].estimate.model != row.estimate.model
-            cells = [column.cell(row) for column in columns]
-            out.add_row(*(Text(plain(c)) for c in [cells[0] if first else "", *cells[1:]]), end_section=last)
+    for header, number in zip(headers, numeric, strict=True):
+        out.add_column(Text(header), justify="right" if number else "left", overflow="fold")
+    for cells, end in zip(rows, ends, strict=True):
+        out.add_row(*map(Text, cells), end_section=end)
     renderables = [out]
     note = footnote(table)
     if note:
         renderables.append(Text(plain(f"* {note}")))
     return renderables
+
+
+# rich's HEAVY_HEAD box, each rule as (left, fill, cross, right)
+TOP, BELOW_HEADER, SECTION, BOTTOM = "┏━┳┓", "┡━╇┩", "├─┼┤", "└─┴┘"
+
+
+def boxed(table: Table, *, pivot: bool = False, metric: str | None = None) -> str:
+    """The rich table as plain text at its full width, drawn as rich draws it (title, HEAVY_HEAD box, one space of
+    padding, numbers right-aligned) without laying it out through rich, which takes seconds for a whole library."""
+    from rich.cells import cell_len
+
+    headers, numeric, rows, ends = rich_cells(table, pivot=pivot, metric=metric)
+    widths = [max(cell_len(header), *(cell_len(cells[i]) for cells in rows)) for i, header in enumerate(headers)]
+
+    def rule(chars: str) -> str:
+        left, fill, cross, right = chars
+        return left + cross.join(fill * (width + 2) for width in widths) + right
+
+    def line(cells: Sequence[str], bar: str = "│") -> str:
+        padded = (" " * (width - cell_len(cell)) + cell if number else cell + " " * (width - cell_len(cell))
+                  for cell, width, number in zip(cells, widths, numeric, strict=True))
+        return (bar + bar.join(f" {cell} " for cell in padded) + bar).rstrip()
+
+    out = [title(table), rule(TOP), line(headers, "┃"), rule(BELOW_HEADER)]
+    for i, (cells, end) in enumerate(zip(rows, ends, strict=True)):
+        out.append(line(cells))
+        if end and i < len(rows) - 1:
+            out.append(rule(SECTION))
+    out.append(rule(BOTTOM))
+    note = footnote(table)
+    return "\n".join(out + ([plain(f"* {note}")] if note else [])) + "\n"
 
 
 def print_rich(console, table: Table, *, pivot: bool = False, metric: str | None = None) -> None:

@@ -202,6 +202,25 @@ def test_rich_default_and_out_file(monkeypatch, capsys, tmp_path):
     assert "KV / seq (GiB)" in out and "1.00" in out and "128.00" in out
 
 
+def test_rich_text_in_a_file_is_drawn_as_rich_draws_it():
+    """A file or a pipe gets the rich table drawn by `boxed`, which must match rich's own drawing of the same table
+    at full width (rich takes seconds over a whole library); only a title wider than the table differs, kept on
+    one line where rich wraps it (the pivot table here)."""
+    from rich.console import Console
+
+    result = planning.build([LLAMA31, "Qwen/Qwen3-32B", "google/gemma-3-27b-it", "deepseek-ai/DeepSeek-V3"],
+                            [4096, 131072], gpus=planning.parse_gpus("h100,l40s,4xh100", None))
+    for options in ({}, {"pivot": True}):
+        console = Console(file=io.StringIO(), width=10_000, color_system=None, markup=False, emoji=False)
+        for renderable in planning.rich_renderables(result, **options):
+            console.print(renderable)
+        drawn = "".join(line.rstrip() + "\n" for line in console.file.getvalue().splitlines())
+        boxed = planning.render(result, "rich", **options)
+        assert boxed.startswith(planning.title(result) + "\n┏")
+        assert boxed.split("┏", 1)[1] == drawn.split("┏", 1)[1]
+        assert boxed == drawn or options
+
+
 def test_models_from_file_and_filter(monkeypatch, capsys, tmp_path):
     listing = tmp_path / "models.txt"
     listing.write_text(f"# planning set\n{LLAMA31}\n\n  openai/gpt-oss-20b   # the small MoE\n",
