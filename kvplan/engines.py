@@ -272,6 +272,11 @@ class VllmPool(KVPool):
         self.groups, self.block_bytes, self.in_flight = groups, block_bytes, in_flight
         self.encoder_tokens, self.batched_tokens = encoder_tokens, batched_tokens
         self.log_formula, self.notes, self.state_pages = log_formula, notes, state_pages
+        # Block counts by ctx, summed over the groups once: a search for the users that fit asks at one ctx for
+        # many user counts (`kvplan.capacity.max_users`).
+        self._per_request: dict[int, int] = {}
+        self._held: dict[int, int] = {}
+        self._surge: dict[int, int] = {}
 
     def blocks(self, group: VllmGroup, max_len: int) -> int:
         """Blocks one request reserves in one group (`max_memory_usage_bytes` / page):
@@ -305,10 +310,20 @@ class VllmPool(KVPool):
         return self.blocks(group, ctx)
 
     def blocks_per_request(self, max_len: int) -> int:
-        return sum(g.groups * self.blocks(g, max_len) for g in self.groups)
+        if max_len not in self._per_request:
+            self._per_request[max_len] = sum(g.groups * self.blocks(g, max_len) for g in self.groups)
+        return self._per_request[max_len]
+
+    def blocks_held(self, ctx: int) -> int:
+        """Blocks one sequence holds in steady decode (`decode_blocks`, over the groups)."""
+        if ctx not in self._held:
+            self._held[ctx] = sum(g.groups * self.decode_blocks(g, ctx) for g in self.groups)
+        return self._held[ctx]
 
     def shared_blocks(self, prefix: int) -> int:
         """Blocks a cached prefix saves each further request: its whole blocks in full-attention groups."""
+        if not prefix:
+            return 0
         return sum(g.groups * (prefix // g.block_size) for g in self.groups if g.kind == "full")
 
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
@@ -319,23 +334,24 @@ class VllmPool(KVPool):
         return (users * self.blocks_per_request(ctx) - (users - 1) * shared + 1) * self.block_bytes
 
     def bytes_per_sequence_decode(self, ctx: int) -> int:
-        return sum(g.groups * self.decode_blocks(g, ctx) for g in self.groups) * self.block_bytes
+        return self.blocks_held(ctx) * self.block_bytes
 
     def surge_blocks(self, ctx: int) -> int:
         """Blocks the engine's in-flight tokens add to the steady hold, once for the engine: the tokens scheduled
         but not yet settled (at most I across all requests, `max_in_flight_tokens`) keep the sliding and chunked
         blocks they were computed against until the step settles."""
-        return sum(g.groups * cdiv(min(self.in_flight, ctx), g.block_size)
-                   for g in self.groups if g.kind in WINDOWED)
+        if ctx not in self._surge:
+            self._surge[ctx] = sum(g.groups * cdiv(min(self.in_flight, ctx), g.block_size)
+                                   for g in self.groups if g.kind in WINDOWED)
+        return self._surge[ctx]
 
     def steady_bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
         """(users x blocks held in steady decode - (users - 1) x shared prefix blocks + in-flight surge + 1 null
         block) x block bytes: what `users` requests at ctx hold with no request preempted."""
         if users == 0:
             return self.block_bytes
-        held = sum(g.groups * self.decode_blocks(g, ctx) for g in self.groups)
         shared = self.shared_blocks(shared_prefix)
-        return (users * held - (users - 1) * shared + self.surge_blocks(ctx) + 1) * self.block_bytes
+        return (users * self.blocks_held(ctx) - (users - 1) * shared + self.surge_blocks(ctx) + 1) * self.block_bytes
 
     def log(self, available: int, max_len: int) -> VllmLog:
         """num_blocks = available // block bytes; concurrency = num_blocks / blocks per request;

@@ -20,7 +20,7 @@ from functools import partial
 from pathlib import Path
 
 from kvplan.errors import KvplanError
-from kvplan.memory import Estimate, estimate
+from kvplan.memory import Estimate, estimates
 from kvplan.model import ModelSpec
 from kvplan.output import write_output
 from kvplan.text import plain
@@ -243,9 +243,9 @@ def _model_rows(spec: ModelSpec, ctxs, batch, gpus, engine_name, options, kv_nam
                 capacity, tp, pp) -> list[Row]:
     if engine_name is not None:
         kv_name, weights_name = capacity.engine_dtypes(spec, engine_name, kv_name, weights_name)
-    estimates = [estimate(spec, ctx, batch, kv_name, weights_name) for ctx in ctxs]
+    by_ctx = estimates(spec, ctxs, batch, kv_name, weights_name)
     per_gpu: list[list[Users]] = []
-    if gpus and all(e.kv_bytes_per_sequence == 0 for e in estimates):
+    if gpus and all(e.kv_bytes_per_sequence == 0 for e in by_ctx):
         per_gpu = [[Users(gpu, None, None, None)] * len(ctxs) for gpu in gpus]
     elif gpus:
         hardware = [(capacity.Hardware(name=gpu.name, memory_bytes=gpu.memory_bytes),
@@ -254,7 +254,7 @@ def _model_rows(spec: ModelSpec, ctxs, batch, gpus, engine_name, options, kv_nam
                                      kv_dtype_name=kv_name, weights_dtype_name=weights_name,
                                      overhead=overhead)
         per_gpu = [[Users(gpu, *cell) for cell in cells] for gpu, cells in zip(gpus, sweep, strict=True)]
-    return [Row(e, spec.max_context, tuple(users[i] for users in per_gpu)) for i, e in enumerate(estimates)]
+    return [Row(e, spec.max_context, tuple(users[i] for users in per_gpu)) for i, e in enumerate(by_ctx)]
 
 
 def _failure_line(failures: list[str], total: int, hint: bool = False) -> str:
