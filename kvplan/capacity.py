@@ -42,14 +42,14 @@ ATTENTION_KINDS = ("full", "sliding", "chunked", "cross")
 class Hardware(BaseModel):
     """The GPU: its catalogue name (None for --vram) and the memory it may use; nothing with --kv-budget."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str | None = None
     memory_bytes: int | None = None
 
 
 class Parallelism(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     tp: int = 1
     pp: int = 1
@@ -65,7 +65,7 @@ class Workload(BaseModel):
     """Users each holding ctx tokens (prompt plus output); avg_ctx: their mean length; shared_prefix: the
     tokens of a system prompt every user starts with, cached once by prefix caching."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     ctx: int
     users: int | None = None
@@ -79,6 +79,8 @@ class Workload(BaseModel):
 
 class Capacity(BaseModel):
     """One deployment's capacity. Sizes in bytes, per GPU unless named otherwise."""
+
+    model_config = ConfigDict(defer_build=True)
 
     engine: str
     engine_version: str
@@ -626,6 +628,8 @@ def minimum_gpus(model: ModelSpec, workload: Workload, splits_heads: bool, kv_na
 
 
 class PlanRow(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     gpus: int
     tensor_parallel_size: int
     pipeline_parallel_size: int
@@ -640,6 +644,8 @@ class PlanRow(BaseModel):
 
 
 class Plan(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     model: str
     engine: str
     engine_version: str

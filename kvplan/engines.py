@@ -50,7 +50,7 @@ def pad(n: int, multiple: int) -> int:
 class Overhead(BaseModel):
     """What an engine keeps on each GPU besides weights and KV cache, in bytes."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     activations: int = 0
     non_torch: int = 0
@@ -65,7 +65,7 @@ class Overhead(BaseModel):
 class EngineOptions(BaseModel):
     """Engine flags as given on the command line; None means the engine's own default."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     version: str | None = None
     memory_fraction: float | None = None
@@ -100,7 +100,7 @@ class Row(BaseModel):
     """`count` identical layers of one GPU, as an engine treats them: `kind` is the cache kind, with MLA and
     cross-attention counted as full, and windowed layers too where the engine ignores their window."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     cache: LayerCache
     kind: str
@@ -249,6 +249,8 @@ class Engine(ABC):
 class VllmLog(BaseModel):
     """The numbers vLLM logs at start-up for max_model_len L (`kv_cache_utils.py`)."""
 
+    model_config = ConfigDict(defer_build=True)
+
     num_blocks: int
     kv_cache_tokens: int
     max_concurrency: float
@@ -257,6 +259,8 @@ class VllmLog(BaseModel):
 
 class VllmGroup(BaseModel):
     """KV-cache groups of one layer spec: `groups` groups sharing the block pool."""
+
+    model_config = ConfigDict(defer_build=True)
 
     kind: str
     groups: int

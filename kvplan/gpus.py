@@ -1,24 +1,36 @@
-"""The GPU catalogue (`kvplan/data/gpus.yaml`): memory as the driver reports it, bandwidth, BF16 throughput.
+"""The GPU catalogue (`kvplan/data/gpus.json`): memory as the driver reports it, bandwidth, BF16 throughput.
+
+Its fields:
+    memory_bytes     total memory as the driver reports it (nvidia-smi's "MiB" column x 2**20, rocm-smi's "VRAM Total
+                     Memory (B)"), not the marketing figure: an "80 GB" H100 reports 81,559 MiB = 79.6 GiB. For Apple
+                     silicon, the unified memory, of which Metal lets the GPU wire `usable_fraction`
+                     (recommendedMaxWorkingSetSize, as llama.cpp logs it: 3/4 of RAM on machines with 64 GB or more)
+    bandwidth_gbs    memory bandwidth, GB/s (10**9 bytes)
+    bf16_tflops      dense (no sparsity) BF16 tensor throughput, TFLOP/s; null where the part has no BF16 tensor path
+                     or the vendor publishes none (the note says what there is)
+    source           the datasheet for bandwidth and TFLOP/s; `reported`: where the memory figure comes from
+
+It is JSON, which the standard library reads at once, so that planning on a GPU does not import a YAML parser.
 
 Names resolve case-insensitively, ignoring spaces, hyphens and underscores, through each entry's name and
 aliases (`h100`, `H100-80GB`, `"H100 80GB"`); an unknown name gets the closest ones.
 """
 
 import difflib
+import json
 import re
 from functools import cache
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvplan.errors import KvplanError
 
-CATALOGUE = Path(__file__).parent / "data" / "gpus.yaml"
+CATALOGUE = Path(__file__).parent / "data" / "gpus.json"
 
 
 class Gpu(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     aliases: list[str] = []
@@ -42,11 +54,10 @@ def _key(name: str) -> str:
 
 @cache
 def catalogue() -> tuple[Gpu, ...]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        data = yaml.load(CATALOGUE.read_text(encoding="utf-8"), Loader=loader)
+        data = json.loads(CATALOGUE.read_text(encoding="utf-8"))
         return tuple(Gpu(**item) for item in data["gpus"])
-    except (OSError, yaml.YAMLError, ValidationError, KeyError, TypeError) as err:
+    except (OSError, ValueError, ValidationError, KeyError, TypeError) as err:
         raise KvplanError(f"{CATALOGUE}: the GPU catalogue is broken: {err}".splitlines()[0]) from None
 
 

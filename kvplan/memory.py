@@ -15,7 +15,7 @@ dtype each parameter group is stored in.
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from kvplan.dtypes import FLOAT_DTYPES, SAFETENSORS_BITS, DType, kv_dtype, weight_dtype
 from kvplan.model import KV_KINDS, LINEAR_GROUPS, CheckpointTensors, LayerCache, ModelSpec, ParamCounts
@@ -23,6 +23,8 @@ from kvplan.model import KV_KINDS, LINEAR_GROUPS, CheckpointTensors, LayerCache,
 
 class KindTotals(BaseModel):
     """All the layers of one kind (and window), summed: a row of the report's breakdown."""
+
+    model_config = ConfigDict(defer_build=True)
 
     kind: str
     layers: int
@@ -32,6 +34,8 @@ class KindTotals(BaseModel):
 
 
 class Estimate(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     model: str
     ctx: int
     batch: int

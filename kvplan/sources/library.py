@@ -16,7 +16,7 @@ from kvplan.errors import KvplanError
 
 
 class LibraryEntry(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str
     file: str
