@@ -266,10 +266,16 @@ UNBOUNDED_USERS = 2**40  # a count no GPU serves; fitting this many means the po
 
 def max_users(pool: KVPool, budget: int, ctx: int, prefix: int = 0, steady: bool = False) -> int:
     """The largest N with pool.peak_bytes(N, ctx) <= budget (0 if not even one fits); `steady`: counting what
-    the users hold in steady decode rather than what the engine reserves to admit them.
+    the users hold in steady decode rather than what the engine reserves to admit them. The pool's own count
+    where it has one (`KVPool.users_within`: vLLM's blocks are linear in users), else `search_users`."""
+    exact = pool.users_within(budget, ctx, prefix, steady)
+    return exact if exact is not None else search_users(pool, budget, ctx, prefix, steady)
 
-    The search starts at budget // peak_bytes(1), where pools linear in N (most) already have the answer, and
-    gallops from there to a bracket, peak_bytes(low) <= budget < peak_bytes(high), before bisecting it."""
+
+def search_users(pool: KVPool, budget: int, ctx: int, prefix: int = 0, steady: bool = False) -> int:
+    """`max_users` by search, for any pool whose peak grows with N. It starts at budget // peak_bytes(1), where
+    pools linear in N (most) already have the answer, and gallops from there to a bracket, peak_bytes(low) <=
+    budget < peak_bytes(high), before bisecting it."""
     def peak(users: int) -> int:
         return pool.peak_bytes(users, ctx, prefix, steady)
 

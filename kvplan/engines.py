@@ -158,6 +158,11 @@ class KVPool(ABC):
         cache = self.steady_bytes_for if steady else self.bytes_for
         return cache(users, ctx, shared_prefix) + self.activation_bytes(users, ctx)
 
+    def users_within(self, budget: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int | None:
+        """The most users whose `peak_bytes` fits in `budget`, where the pool can count them without a search; None:
+        search (`kvplan.capacity.search_users`)."""
+        return None
+
     def bytes_per_sequence(self, ctx: int) -> int:
         """What the engine reserves or holds for one sequence at ctx."""
         return self.bytes_for(1, ctx) - self.bytes_for(0, ctx)
@@ -339,6 +344,17 @@ class VllmPool(KVPool):
 
     def bytes_per_sequence_decode(self, ctx: int) -> int:
         return self.blocks_held(ctx) * self.block_bytes
+
+    def users_within(self, budget: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int | None:
+        """N users take N x (blocks per user - shared prefix blocks) + shared + 1 null block (+ the in-flight surge in
+        steady decode), linear in N, so the most that fit is (budget // block bytes - the fixed blocks) // (blocks
+        per user - shared); None where a user costs no block of its own (the search says so)."""
+        per_user = self.blocks_held(ctx) if steady else self.blocks_per_request(ctx)
+        shared = self.shared_blocks(shared_prefix)
+        if per_user <= shared:
+            return None
+        fixed = shared + 1 + (self.surge_blocks(ctx) if steady else 0)
+        return max(0, (budget // self.block_bytes - fixed) // (per_user - shared))
 
     def surge_blocks(self, ctx: int) -> int:
         """Blocks the engine's in-flight tokens add to the steady hold, once for the engine: the tokens scheduled
