@@ -12,6 +12,7 @@ naming its file. Engine behaviour never branches on a model's name: it reads the
 `kvplan.model`, and where an engine treats a model family specially it keys on `ModelSpec.architecture` here.
 """
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -85,6 +86,7 @@ FLAG_NAMES = {
 }
 
 
+@functools.cache  # asked for at every rule that depends on the release, a few thousand times in a table sweep
 def version_tuple(text: str) -> tuple[int, ...]:
     """`0.33.0`, `v0.19`, `5.15.1` -> (0, 33, 0), ... ; anything else is bad input."""
     parts = text.strip().removeprefix("v").split(".")

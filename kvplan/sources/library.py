@@ -27,6 +27,7 @@ class LibraryEntry(BaseModel):
     notes: str = ""
 
 
+@cache
 def library_dir() -> Path:
     """model_specs/ inside the installed package (wheel), or beside it in a source checkout."""
     here = Path(__file__).resolve().parent.parent
