@@ -122,7 +122,7 @@ def kinds(model: ModelSpec, kv: DType) -> dict[str, list[tuple[LayerCache, int, 
     model_dtype = kv_dtype(model.dtype)
     labels: dict[str, dict[tuple, list]] = {}
     for cache in model.caches:
-        same = (type(cache), *(value for name, value in cache if name != "layer"))
+        same = (type(cache), *(value for name, value in cache.__dict__.items() if name != "layer"))
         group = labels.setdefault(kind_label(cache), {})
         if same in group:
             group[same][1] += 1

@@ -12,8 +12,11 @@ LINE = 1000  # characters of an error line at most
 def plain(text: object) -> str:
     """`text` with every control, format or unassigned character (ESC, CR, BEL, bidi overrides) written as an
     escape (\\x1b, \\u202e), so it is shown, not obeyed."""
+    text = str(text)
+    if text.isprintable():  # no character of category C (nor a separator but the space): nothing to escape
+        return text
     out = []
-    for char in str(text):
+    for char in text:
         if unicodedata.category(char)[0] == "C":
             code = ord(char)
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
