@@ -15,9 +15,9 @@ import csv
 import io
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.memory import Estimate, estimates
@@ -40,8 +40,7 @@ GPU_FIELDS = ("engine", "engine_version", "gpu", "gpu_memory_bytes", "kv_budget_
               "engine_kv_bytes_per_user", "max_users")
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(NamedTuple):
     """The GPUs to plan on: `count` of a catalogue entry (`name`) or of a --vram size (`name` None)."""
 
     label: str
@@ -50,8 +49,7 @@ class Gpu:
     count: int = 1
 
 
-@dataclass(frozen=True)
-class Users:
+class Users(NamedTuple):
     """Capacity of one model at one ctx on one GPU (from kvplan.capacity); max_users None: the model keeps no
     per-sequence cache, so memory does not bound its users."""
 
@@ -61,8 +59,7 @@ class Users:
     kv_budget_bytes: int | None
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """One model at one ctx: kvplan.memory's estimate, the model's context limit, its capacity on each GPU."""
 
     estimate: Estimate
@@ -74,8 +71,7 @@ class Row:
         return self.max_context is not None and self.estimate.ctx > self.max_context
 
 
-@dataclass
-class Table:
+class Table(NamedTuple):
     rows: list[Row]
     ctxs: list[int]
     batch: int
@@ -271,8 +267,7 @@ def failure_line(table: Table, total: int) -> str:
 # ------------------------------------------------------------------------------------------------- columns
 
 
-@dataclass(frozen=True)
-class Column:
+class Column(NamedTuple):
     header: str
     numeric: bool
     cell: Callable[[Row], str]
