@@ -219,12 +219,15 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
         from kvplan.sources import load_model
 
         loader = partial(load_model, revision=revision, token=token)
+    # each GPU set and how it is split, the same for every model
+    hardware = [(capacity.Hardware(name=gpu.name, memory_bytes=gpu.memory_bytes),
+                 capacity.parallelism(engine_name, gpu.count, tp, pp)) for gpu in gpus]
     rows: list[Row] = []
     failures: list[str] = []
     for name in names:
         try:
-            rows += _model_rows(loader(name), ctxs, batch, gpus, engine_name if planning else None, options,
-                                kv_dtype_name, weights_dtype_name, overhead, capacity, tp, pp)
+            rows += _model_rows(loader(name), ctxs, batch, gpus, hardware, engine_name if planning else None,
+                                options, kv_dtype_name, weights_dtype_name, overhead, capacity)
         except KvplanError as err:
             message = str(err)
             failures.append(message if name.lower() in message.lower() else f"{name}: {message}")
@@ -235,8 +238,8 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
                  failures=failures)
 
 
-def _model_rows(spec: ModelSpec, ctxs, batch, gpus, engine_name, options, kv_name, weights_name, overhead,
-                capacity, tp, pp) -> list[Row]:
+def _model_rows(spec: ModelSpec, ctxs, batch, gpus, hardware, engine_name, options, kv_name, weights_name, overhead,
+                capacity) -> list[Row]:
     if engine_name is not None:
         kv_name, weights_name = capacity.engine_dtypes(spec, engine_name, kv_name, weights_name)
     by_ctx = estimates(spec, ctxs, batch, kv_name, weights_name)
@@ -244,8 +247,6 @@ def _model_rows(spec: ModelSpec, ctxs, batch, gpus, engine_name, options, kv_nam
     if gpus and all(e.kv_bytes_per_sequence == 0 for e in by_ctx):
         per_gpu = [[Users(gpu, None, None, None)] * len(ctxs) for gpu in gpus]
     elif gpus:
-        hardware = [(capacity.Hardware(name=gpu.name, memory_bytes=gpu.memory_bytes),
-                     capacity.parallelism(engine_name, gpu.count, tp, pp)) for gpu in gpus]
         sweep = capacity.users_sweep(spec, ctxs, hardware, engine_name=engine_name, options=options,
                                      kv_dtype_name=kv_name, weights_dtype_name=weights_name,
                                      overhead=overhead)
