@@ -15,7 +15,7 @@ from rich.text import Text
 
 from kvplan.memory import Estimate, checkpoint_bytes_by_dtype, kind_label
 from kvplan.model import ModelSpec
-from kvplan.text import plain
+from kvplan.text import narrow, plain
 from kvplan.units import format_bytes
 
 
@@ -67,8 +67,8 @@ def _measure(console: Console, table: Table, whole: tuple[int, ...]):
 
 
 def _narrow(table: Table, excess: int) -> None:
-    """Take `excess` cells off the columns, one at a time from the column with the most to give (its widest line
-    less its floor: its min_width, else its longest word), and cap each column there: headers and prose wrap
+    """Take `excess` cells off the columns, from the column with the most to give (`kvplan.text.narrow`: its widest
+    line less its floor, its min_width or else its longest word), and cap each column there: headers and prose wrap
     between words, and nothing kept whole is cut. (rich's own collapse takes from every column alike, then puts
     back what a column's min_width needs, and can leave the table wider than the terminal.)"""
     widths, floors = [], []
@@ -77,12 +77,7 @@ def _narrow(table: Table, excess: int) -> None:
         widths.append(max(map(cell_len, lines), default=0))
         words = [cell_len(word) for line in lines for word in line.split()]
         floors.append(column.min_width if column.min_width is not None else max(words, default=0))
-    for _ in range(excess):
-        room, index = max((width - floor, i) for i, (width, floor) in enumerate(zip(widths, floors, strict=True)))
-        if room <= 0:
-            break
-        widths[index] -= 1
-    for column, width in zip(table.columns, widths, strict=True):
+    for column, width in zip(table.columns, narrow(widths, floors, excess), strict=True):
         column.max_width = width
 
 

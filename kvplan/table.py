@@ -23,7 +23,7 @@ from kvplan.errors import KvplanError
 from kvplan.memory import Estimate, estimates
 from kvplan.model import ModelSpec
 from kvplan.output import write_output
-from kvplan.text import plain
+from kvplan.text import narrow, plain
 
 FORMATS = ("rich", "markdown", "csv", "json")
 FORMAT_ALIASES = {"md": "markdown", "text": "rich", "txt": "rich"}
@@ -484,8 +484,7 @@ def title(table: Table) -> str:
 
 def rich_cells(table: Table, *, pivot: bool = False, metric: str | None = None):
     """The rich table's headers, which columns are numbers, its rows of cells and whether each row ends a model's
-    section; a GPU's column is headed by its name alone, the title naming the figure. rich draws it on a terminal
-    (`rich_renderables`), `boxed` in a file or a pipe."""
+    section; a GPU's column is headed by its name alone, the title naming the figure (drawn by `boxed`)."""
     if pivot:
         headers, numeric, grid = pivot_grid(table, metric)
         return headers, numeric, [[plain(c) for c in cells] for cells, _ in grid], [False] * len(grid)
@@ -500,63 +499,57 @@ def rich_cells(table: Table, *, pivot: bool = False, metric: str | None = None):
     return headers, [column.numeric for column in columns], rows, ends
 
 
-def rich_renderables(table: Table, *, pivot: bool = False, metric: str | None = None) -> list:
-    from rich.table import Table as RichTable
-    from rich.text import Text  # cells as Text: a model path with [brackets] is not rich markup
-
-    headers, numeric, rows, ends = rich_cells(table, pivot=pivot, metric=metric)
-    out = RichTable(title=Text(title(table)), title_justify="left")
-    for header, number in zip(headers, numeric, strict=True):
-        out.add_column(Text(header), justify="right" if number else "left", overflow="fold")
-    for cells, end in zip(rows, ends, strict=True):
-        out.add_row(*map(Text, cells), end_section=end)
-    renderables = [out]
-    note = footnote(table)
-    if note:
-        renderables.append(Text(plain(f"* {note}")))
-    return renderables
-
-
 # rich's HEAVY_HEAD box, each rule as (left, fill, cross, right)
 TOP, BELOW_HEADER, SECTION, BOTTOM = "┏━┳┓", "┡━╇┩", "├─┼┤", "└─┴┘"
 
 
-def boxed(table: Table, *, pivot: bool = False, metric: str | None = None) -> str:
-    """The rich table as plain text at its full width, drawn as rich draws it (title, HEAVY_HEAD box, one space of
-    padding, numbers right-aligned) without laying it out through rich, which takes seconds for a whole library."""
+def boxed(table: Table, *, pivot: bool = False, metric: str | None = None, width: int | None = None) -> str:
+    """The rich table as text, drawn as rich lays it out (title, HEAVY_HEAD box, one space of padding, numbers
+    right-aligned) without laying it out through rich, which takes seconds for a whole library. At a terminal's
+    `width`, the columns are narrowed as `kvplan.report.print_table` narrows them: headers wrap between words,
+    bottom-aligned, and no cell is ever cut (a table that cannot fit is drawn at the width it needs)."""
+    import textwrap
+
     from rich.cells import cell_len
 
     headers, numeric, rows, ends = rich_cells(table, pivot=pivot, metric=metric)
-    widths = [max(cell_len(header), *(cell_len(cells[i]) for cells in rows)) for i, header in enumerate(headers)]
+    cells = [max((cell_len(cells[i]) for cells in rows), default=0) for i in range(len(headers))]
+    widths = [max(cell, cell_len(header)) for cell, header in zip(cells, headers, strict=True)]
+    if width is not None:
+        floors = [max(cell, *map(cell_len, header.split())) for cell, header in zip(cells, headers, strict=True)]
+        widths = narrow(widths, floors, sum(widths) + 3 * len(widths) + 1 - width)
+    wrap = partial(textwrap.wrap, break_on_hyphens=False)  # between words, as rich wraps
+    head = [wrap(header, w) or [""] for header, w in zip(headers, widths, strict=True)]
+    head = [[""] * (max(map(len, head)) - len(lines)) + lines for lines in head]  # bottom-aligned
 
     def rule(chars: str) -> str:
         left, fill, cross, right = chars
-        return left + cross.join(fill * (width + 2) for width in widths) + right
+        return left + cross.join(fill * (w + 2) for w in widths) + right
 
     def line(cells: Sequence[str], bar: str = "│") -> str:
-        padded = (" " * (width - cell_len(cell)) + cell if number else cell + " " * (width - cell_len(cell))
-                  for cell, width, number in zip(cells, widths, numeric, strict=True))
+        padded = (" " * (w - cell_len(cell)) + cell if number else cell + " " * (w - cell_len(cell))
+                  for cell, w, number in zip(cells, widths, numeric, strict=True))
         return (bar + bar.join(f" {cell} " for cell in padded) + bar).rstrip()
 
-    out = [title(table), rule(TOP), line(headers, "┃"), rule(BELOW_HEADER)]
+    out = wrap(title(table), sum(widths) + 3 * len(widths) + 1) if width is not None else [title(table)]
+    out += [rule(TOP), *(line(cells, "┃") for cells in zip(*head, strict=True)), rule(BELOW_HEADER)]
     for i, (cells, end) in enumerate(zip(rows, ends, strict=True)):
         out.append(line(cells))
         if end and i < len(rows) - 1:
             out.append(rule(SECTION))
     out.append(rule(BOTTOM))
     note = footnote(table)
-    return "\n".join(out + ([plain(f"* {note}")] if note else [])) + "\n"
+    if note:
+        out += wrap(plain(f"* {note}"), width) if width is not None else [plain(f"* {note}")]
+    return "\n".join(out) + "\n"
 
 
 def print_rich(console, table: Table, *, pivot: bool = False, metric: str | None = None) -> None:
-    """The table on a terminal: every cell is an id, a number or a dtype, kept whole at any width."""
-    from kvplan.report import print_table
+    """The table on a terminal, drawn by `boxed` at the terminal's width: every cell is an id, a number or a dtype,
+    kept whole at any width."""
+    from rich.text import Text
 
-    for renderable in rich_renderables(table, pivot=pivot, metric=metric):
-        if hasattr(renderable, "columns"):
-            print_table(console, renderable, whole=tuple(range(len(renderable.columns))))
-        else:
-            console.print(renderable)
+    console.print(Text(boxed(table, pivot=pivot, metric=metric, width=console.width).rstrip("\n")), soft_wrap=True)
 
 
 def write(out: str, text: str, inputs: Sequence[str] = (), force: bool = False) -> str:

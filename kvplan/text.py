@@ -35,3 +35,15 @@ def shorten(text: str, limit: int = SHORT) -> str:
 def brief(value: object) -> str:
     """A bad value as an error quotes it: its repr, safe and short."""
     return shorten(plain(repr(value)))
+
+
+def narrow(widths: list[int], floors: list[int], excess: int) -> list[int]:
+    """Column widths with `excess` cells taken off, one at a time from the column with the most to give (its width
+    less its floor), none below its floor: tables at a terminal's width (`kvplan.report`, `kvplan.table`)."""
+    widths = list(widths)
+    for _ in range(excess):
+        room, index = max((width - floor, i) for i, (width, floor) in enumerate(zip(widths, floors, strict=True)))
+        if room <= 0:
+            break
+        widths[index] -= 1
+    return widths
