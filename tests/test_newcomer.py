@@ -369,3 +369,25 @@ def test_the_fast_subset_is_documented():
     """`pytest -m "not torch"` runs the planner's tests alone: the marker is declared and the README says how."""
     assert '"torch: builds models with torch or transformers' in (ROOT / "pyproject.toml").read_text("utf-8")
     assert 'python -m pytest -m "not torch"' in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_planning_imports_nothing_it_does_not_use():
+    """Start-up (benchmarks/README.md): planning on a GPU reads the catalogue as JSON (no YAML parser) and never
+    loads rich's emoji table (codes are not parsed); a run builds only the command it names, and a misspelt one gets
+    the whole app, for its suggestions."""
+    from conftest import run_python
+
+    code = (
+        "import sys\n"
+        "from kvplan import cli\n"
+        "for args in (['estimate', '-m', 'llama-3-8b', '--ctx', '8k', '--gpu', 'h100'],\n"
+        "             ['table', '-m', 'llama-3-8b', '--ctx', '8k', '--gpu', 'h100']):\n"
+        "    sys.argv = ['kvplan', *args]\n"
+        "    cli.main()\n"
+        "print('LOADED', [m for m in ('yaml', 'rich._emoji_codes') if m in sys.modules], file=sys.stderr)\n"
+        "print('COMMANDS', len(cli._app_for(['table']).registered_commands),\n"
+        "      len(cli._app_for(['tabel']).registered_commands), file=sys.stderr)\n"
+    )
+    result = run_python(code, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "LOADED []" in result.stderr and "COMMANDS 1 8" in result.stderr, result.stderr
