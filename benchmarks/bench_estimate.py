@@ -177,7 +177,8 @@ def main() -> int:
     print(f"median {median:.3f} s   p90 {percentile(times, 0.9):.3f} s   "
           f"min {times[0]:.3f} s   max {times[-1]:.3f} s")
     verdict = "within" if median <= TARGET_MEDIAN_S else "OVER"
-    print(f"target: median <= {TARGET_MEDIAN_S} s on a 2-core machine: {verdict}")
+    print(f"first target: median <= {TARGET_MEDIAN_S} s on a 2-core machine: {verdict} (kvplan's own share is held "
+          "to a ratio against the floor: bench_startup.py)")
 
     probe = check_imports(args.python, cli_args, env)
     if probe.get("error") or probe["exit"] != 0:

@@ -1,22 +1,43 @@
-"""The floor under `kvplan estimate`: a bare typer app with as many options, plus pydantic, doing nothing.
+"""The floor under `kvplan estimate`: a typer app with the same 27 options, importing pydantic (and, unless --json
+is given, rich's console and table, which kvplan's table output needs), that does nothing and prints `{}`.
 
-    for i in $(seq 12); do /usr/bin/time -f %e python benchmarks/cli_floor.py > /dev/null; done
+    python benchmarks/cli_floor.py estimate --model x --ctx 8k          # the floor under `kvplan estimate`
+    python benchmarks/cli_floor.py estimate --model x --ctx 8k --json   # under `kvplan estimate --json`
 
-Compare its median with bench_estimate.py's: the difference is what kvplan itself costs (benchmarks/README.md).
+Whatever `kvplan estimate` takes beyond it is kvplan's own: its imports, reading the config, the arithmetic and the
+output. bench_startup.py times the two alternately (benchmarks/README.md).
 """
+import sys
 from typing import Annotated
 
-import pydantic  # noqa: F401  (kvplan's domain model needs it anyway)
+import pydantic  # noqa: F401  (kvplan's domain model needs it anyway; typer builds its option adapters with it)
 import typer
 
+if "--json" not in sys.argv:
+    import rich.console  # noqa: F401
+    import rich.table  # noqa: F401
+
 app = typer.Typer(add_completion=False)
+
+
 @app.command()
 def estimate(model: Annotated[str, typer.Option()], ctx: Annotated[str, typer.Option()],
-             batch: int = 1, a: str | None = None, b: str | None = None, c: int | None = None, d: int | None = None,
-             e: str | None = None, f: float | None = None, g: str | None = None, h: str | None = None,
-             i: int | None = None, j: str | None = None, k: str | None = None, q: int | None = None,
-             m: int | None = None, n: bool = False, o: bool = False, p: str | None = None, as_json: bool = False):
+             revision: str | None = None, token: str | None = None, batch: int = 1, kv_dtype: str | None = None,
+             weights_dtype: str | None = None, gpu: str | None = None, vram: str | None = None,
+             gpus: int | None = None, tp: int | None = None, pp: int | None = None, engine: str | None = None,
+             engine_version: str | None = None, gpu_memory_utilization: float | None = None,
+             kv_budget: str | None = None, overhead: str | None = None, users: int | None = None,
+             avg_ctx: str | None = None, shared_prefix: str | None = None, block_size: int | None = None,
+             max_num_batched_tokens: int | None = None, async_scheduling: bool | None = None,
+             kv_unified: bool | None = None, swa_full: bool = False, cache_implementation: str | None = None,
+             as_json: Annotated[bool, typer.Option("--json")] = False):
     print("{}")
+
+
 @app.command()
-def other(x: int = 1): pass
-app(["estimate", "--model", "x", "--ctx", "8k", "--as-json"], standalone_mode=False)
+def other(x: int = 1):
+    """A second command, so that typer builds a group with subcommands as kvplan's does."""
+
+
+if __name__ == "__main__":
+    app()

@@ -52,7 +52,7 @@ ATTENTION_KINDS = ("full", "sliding", "chunked", "cross", "prefixed")
 class Hardware(BaseModel):
     """The GPU: its catalogue name (None for --vram) and the memory it may use; nothing with --kv-budget."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str | None = None
     memory_bytes: int | None = None
@@ -63,7 +63,7 @@ class Parallelism(BaseModel):
     the attention tensor parallelism of one rank), the routed experts over the dp x tp GPUs of a stage, whole on
     `ep` expert-parallel ranks (1: sliced by TP)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     tp: int = 1
     pp: int = 1
@@ -86,7 +86,7 @@ class Workload(BaseModel):
     """Users each holding ctx tokens (prompt plus output); avg_ctx: their mean length; shared_prefix: the
     tokens of a system prompt every user starts with, cached once by prefix caching."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     ctx: int
     users: int | None = None
@@ -100,6 +100,8 @@ class Workload(BaseModel):
 
 class Capacity(BaseModel):
     """One deployment's capacity. Sizes in bytes, per GPU unless named otherwise."""
+
+    model_config = ConfigDict(defer_build=True)
 
     engine: str
     engine_version: str
@@ -368,10 +370,16 @@ UNBOUNDED_USERS = 2**40  # a count no GPU serves; fitting this many means the po
 
 def max_users(pool: KVPool, budget: int, ctx: int, prefix: int = 0, steady: bool = False) -> int:
     """The largest N with pool.peak_bytes(N, ctx) <= budget (0 if not even one fits); `steady`: counting what
-    the users hold in steady decode rather than what the engine reserves to admit them.
+    the users hold in steady decode rather than what the engine reserves to admit them. The pool's own count
+    where it has one (`KVPool.users_within`: vLLM's blocks are linear in users), else `search_users`."""
+    exact = pool.users_within(budget, ctx, prefix, steady)
+    return exact if exact is not None else search_users(pool, budget, ctx, prefix, steady)
 
-    The search starts at budget // peak_bytes(1), where pools linear in N (most) already have the answer, and
-    gallops from there to a bracket, peak_bytes(low) <= budget < peak_bytes(high), before bisecting it."""
+
+def search_users(pool: KVPool, budget: int, ctx: int, prefix: int = 0, steady: bool = False) -> int:
+    """`max_users` by search, for any pool whose peak grows with N. It starts at budget // peak_bytes(1), where
+    pools linear in N (most) already have the answer, and gallops from there to a bracket, peak_bytes(low) <=
+    budget < peak_bytes(high), before bisecting it."""
     def peak(users: int) -> int:
         return pool.peak_bytes(users, ctx, prefix, steady)
 
@@ -1016,6 +1024,8 @@ def minimum_gpus(model: ModelSpec, workload: Workload, engine: type[Engine], kv_
 
 
 class PlanRow(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     gpus: int
     tensor_parallel_size: int
     pipeline_parallel_size: int
@@ -1034,6 +1044,8 @@ class PlanRow(BaseModel):
 
 
 class Plan(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     model: str
     engine: str
     engine_version: str

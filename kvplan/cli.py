@@ -10,11 +10,12 @@ import typer
 from kvplan.errors import KvplanError
 from kvplan.text import LINE, brief, plain, shorten
 
-app = typer.Typer(
+SETTINGS = dict(
     help="VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users.",
     no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None, add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+app = typer.Typer(**SETTINGS)
 # Shell completion (--install-completion, --show-completion, and the shell asking through _KVPLAN_COMPLETE) costs
 # every run a few milliseconds of imports: it is switched on only for the runs that can use or show it (`main`).
 COMPLETION_ARGS = {"--install-completion", "--show-completion", "--help", "-h"}
@@ -467,16 +468,9 @@ def models(
     if as_json:
         print(json.dumps([e.model_dump() for e in chosen], indent=2))
         return
-    from rich.table import Table
+    from kvplan.report import print_models
 
-    from kvplan.report import print_table
-
-    table = Table(title=f"{len(chosen)} bundled models", title_justify="left")
-    for column in ("model", "aliases", "provenance"):
-        table.add_column(column, overflow="fold")
-    for entry in chosen:
-        table.add_row(entry.id, "\n".join(entry.aliases), entry.provenance)
-    print_table(_console(), table, whole=(0, 1))
+    print_models(_console(), chosen)
 
 
 # `table` and `plot`: several models x contexts x GPUs (kvplan/table.py, kvplan/plot.py, docs/tables.md).
@@ -656,6 +650,20 @@ def profile(
     print_profile(_console(), result)
 
 
+def _app_for(args: list[str]) -> typer.Typer:
+    """The app with only the command a run names: typer builds the options of every command it holds before it
+    parses, the hundred-odd of the others included (4% of `kvplan estimate`'s instructions). Help, completion and an
+    unknown command get the whole app, its command list and its suggestions."""
+    commands = {command.name or command.callback.__name__.replace("_", "-"): command
+                for command in app.registered_commands}
+    if app._add_completion or not args or args[0] not in commands:
+        return app
+    alone = typer.Typer(**SETTINGS)
+    alone.registered_callback = app.registered_callback
+    alone.registered_commands = [commands[args[0]]]
+    return alone
+
+
 DOES_NOT_FIT = 1  # exit status when the target does not fit: the plan is printed, and scripts can branch on it
 BUG_REPORT = ("this is a bug in kvplan, not a problem with your input: please report it with the command you "
               "ran and the traceback that `--debug` (or KVPLAN_DEBUG=1) prints")
@@ -671,7 +679,7 @@ def main() -> None:
     args = [arg for arg in args if arg != "--debug"]
     app._add_completion = not args or bool(COMPLETION_ARGS & set(args)) or "_KVPLAN_COMPLETE" in os.environ
     try:
-        status = app(args=args or ["--help"], prog_name="kvplan", standalone_mode=False)
+        status = _app_for(args)(args=args or ["--help"], prog_name="kvplan", standalone_mode=False)
         if isinstance(status, int) and status:  # typer.Exit(code) returns it when not standalone
             sys.exit(status)
     except KvplanError as err:

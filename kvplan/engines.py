@@ -12,6 +12,7 @@ naming its file. Engine behaviour never branches on a model's name: it reads the
 `kvplan.model`, and where an engine treats a model family specially it keys on `ModelSpec.architecture` here.
 """
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -66,7 +67,7 @@ def pad(n: int, multiple: int) -> int:
 class Overhead(BaseModel):
     """What an engine keeps on each GPU besides weights and KV cache, in bytes."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     activations: int = 0
     non_torch: int = 0
@@ -94,7 +95,7 @@ class ServingExtras(BaseModel):
 class EngineOptions(BaseModel):
     """Engine flags as given on the command line; None means the engine's own default."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     version: str | None = None
     memory_fraction: float | None = None
@@ -142,6 +143,7 @@ FLAG_NAMES = {
 }
 
 
+@functools.cache  # asked for at every rule that depends on the release, a few thousand times in a table sweep
 def version_tuple(text: str) -> tuple[int, ...]:
     """`0.33.0`, `v0.19`, `5.15.1` -> (0, 33, 0), ... ; anything else is bad input."""
     parts = text.strip().removeprefix("v").split(".")
@@ -163,7 +165,7 @@ class Row(BaseModel):
     """`count` identical layers of one GPU, as an engine treats them: `kind` is the cache kind, with MLA and
     cross-attention counted as full, and windowed layers too where the engine ignores their window."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     cache: LayerCache
     kind: str
@@ -228,6 +230,11 @@ class KVPool(ABC):
         steady decode) and the batch's activations."""
         cache = self.steady_bytes_for if steady else self.bytes_for
         return cache(users, ctx, shared_prefix) + self.activation_bytes(users, ctx)
+
+    def users_within(self, budget: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int | None:
+        """The most users whose `peak_bytes` fits in `budget`, where the pool can count them without a search; None:
+        search (`kvplan.capacity.search_users`)."""
+        return None
 
     def bytes_per_sequence(self, ctx: int) -> int:
         """What the engine reserves or holds for one sequence at ctx."""
@@ -416,6 +423,8 @@ class Engine(ABC):
 class VllmLog(BaseModel):
     """The numbers vLLM logs at start-up for max_model_len L (`kv_cache_utils.py`)."""
 
+    model_config = ConfigDict(defer_build=True)
+
     num_blocks: int
     kv_cache_tokens: int
     max_concurrency: float
@@ -424,6 +433,8 @@ class VllmLog(BaseModel):
 
 class VllmGroup(BaseModel):
     """KV-cache groups of one layer spec: `groups` groups sharing the block pool."""
+
+    model_config = ConfigDict(defer_build=True)
 
     kind: str
     groups: int
@@ -523,6 +534,11 @@ class VllmPool(KVPool):
         self.groups, self.block_bytes, self.in_flight = groups, block_bytes, in_flight
         self.encoder_tokens, self.batched_tokens = encoder_tokens, batched_tokens
         self.log_formula, self.notes, self.state_pages = log_formula, notes, state_pages
+        # Block counts by ctx, summed over the groups once: a search for the users that fit asks at one ctx for
+        # many user counts (`kvplan.capacity.max_users`).
+        self._per_request: dict[int, int] = {}
+        self._held: dict[int, int] = {}
+        self._surge: dict[int, int] = {}
 
     def blocks(self, group: VllmGroup, max_len: int) -> int:
         """Blocks one request reserves in one group (`max_memory_usage_bytes` / page):
@@ -558,10 +574,20 @@ class VllmPool(KVPool):
         return self.blocks(group, ctx)
 
     def blocks_per_request(self, max_len: int) -> int:
-        return sum(g.groups * self.blocks(g, max_len) for g in self.groups)
+        if max_len not in self._per_request:
+            self._per_request[max_len] = sum(g.groups * self.blocks(g, max_len) for g in self.groups)
+        return self._per_request[max_len]
+
+    def blocks_held(self, ctx: int) -> int:
+        """Blocks one sequence holds in steady decode (`decode_blocks`, over the groups)."""
+        if ctx not in self._held:
+            self._held[ctx] = sum(g.groups * self.decode_blocks(g, ctx) for g in self.groups)
+        return self._held[ctx]
 
     def shared_blocks(self, prefix: int) -> int:
         """Blocks a cached prefix saves each further request: its whole blocks in full-attention groups."""
+        if not prefix:
+            return 0
         return sum(g.groups * (prefix // g.block_size) for g in self.groups if g.kind == "full")
 
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
@@ -572,14 +598,35 @@ class VllmPool(KVPool):
         return (users * self.blocks_per_request(ctx) - (users - 1) * shared + 1) * self.block_bytes
 
     def bytes_per_sequence_decode(self, ctx: int) -> int:
-        return sum(g.groups * self.decode_blocks(g, ctx) for g in self.groups) * self.block_bytes
+        return self.blocks_held(ctx) * self.block_bytes
+
+    def users_within(self, budget: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int | None:
+        """N users take N x (blocks per user - shared prefix blocks) + shared + 1 null block (+ the in-flight surge in
+        steady decode), linear in N, so the most that fit is (budget // block bytes - the fixed blocks) // (blocks
+        per user - shared); None where a user costs no block of its own (the search says so). In steady decode no
+        request holds more than its start-up reservation (`steady_bytes_for`), so the most that fit is the larger
+        of the steady and the start-up counts."""
+        shared = self.shared_blocks(shared_prefix)
+        reserved = self._linear_users(budget, self.blocks_per_request(ctx), shared, shared + 1)
+        if not steady or reserved is None:
+            return reserved
+        held = self._linear_users(budget, self.blocks_held(ctx), shared, shared + 1 + self.surge_blocks(ctx))
+        return None if held is None else max(reserved, held)
+
+    def _linear_users(self, budget: int, per_user: int, shared: int, fixed: int) -> int | None:
+        """The most N with N x (per_user - shared) + fixed blocks within budget; None where a user adds none."""
+        if per_user <= shared:
+            return None
+        return max(0, (budget // self.block_bytes - fixed) // (per_user - shared))
 
     def surge_blocks(self, ctx: int) -> int:
         """Blocks the engine's in-flight tokens add to the steady hold, once for the engine: the tokens scheduled
         but not yet settled (at most I across all requests, `max_in_flight_tokens`) keep the sliding and chunked
         blocks they were computed against until the step settles."""
-        return sum(g.groups * cdiv(min(self.in_flight, ctx), g.block_size)
-                   for g in self.groups if g.kind in WINDOWED)
+        if ctx not in self._surge:
+            self._surge[ctx] = sum(g.groups * cdiv(min(self.in_flight, ctx), g.block_size)
+                                   for g in self.groups if g.kind in WINDOWED)
+        return self._surge[ctx]
 
     def steady_bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
         """(users x blocks held in steady decode - (users - 1) x shared prefix blocks + in-flight surge + 1 null
@@ -589,9 +636,8 @@ class VllmPool(KVPool):
         blocks, the reservation is the tighter bound."""
         if users == 0:
             return self.block_bytes
-        held = sum(g.groups * self.decode_blocks(g, ctx) for g in self.groups)
         shared = self.shared_blocks(shared_prefix)
-        steady = (users * held - (users - 1) * shared + self.surge_blocks(ctx) + 1) * self.block_bytes
+        steady = (users * self.blocks_held(ctx) - (users - 1) * shared + self.surge_blocks(ctx) + 1) * self.block_bytes
         return min(steady, self.bytes_for(users, ctx, shared_prefix))
 
     def log(self, available: int, max_len: int) -> VllmLog:

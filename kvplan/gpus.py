@@ -1,26 +1,48 @@
-"""The GPU catalogue (`kvplan/data/gpus.yaml`): memory as the driver reports it, bandwidth, BF16 throughput.
+"""The GPU catalogue (`kvplan/data/gpus.json`): memory as the driver reports it, bandwidth, BF16 throughput.
+
+Its fields:
+    vendor              nvidia, amd or apple: engines' defaults differ by platform (CUDA, ROCm, Metal)
+    memory_bytes        total memory as the driver reports it (nvidia-smi's "MiB" column x 2**20, rocm-smi's "VRAM
+                        Total Memory (B)"), not the marketing figure: an "80 GB" H100 reports 81,559 MiB = 79.6 GiB.
+                        For Apple silicon, the unified memory, of which Metal lets the GPU use `usable_fraction`: its
+                        recommendedMaxWorkingSetSize, which llama.cpp logs at start-up ("ggml_metal_init:
+                        recommendedMaxWorkingSetSize = ... MB", MB = 10**6 bytes; logs before 2024 printed MiB).
+                        Values published in llama.cpp logs follow one rule: 2/3 of RAM up to 32 GB (16 GB: 11,453.25
+                        MB, 24 GB: 17,179.89 MB, 32 GB: 21,845.34 MiB), 3/4 from 36 GB (36 GB: 28,991.03 MB, 48 GB:
+                        38,654.71 MB, 64 GB: 51,539.61 MB, 96 GB: 73,728.00 MiB). Entries are listed only for memory
+                        sizes with a published value; macOS 26 reports more on some machines (128 GB: 107.52 GiB) and
+                        `sudo sysctl iogpu.wired_limit_mb=N` raises it: give --vram with the figure your own llama.cpp
+                        log shows.
+    bandwidth_gbs       memory bandwidth, GB/s (10**9 bytes)
+    bf16_tflops         dense (no sparsity) BF16 tensor throughput, TFLOP/s; null where the part has no BF16 tensor
+                        path or the vendor publishes none (the note says what there is)
+    source              the datasheet for bandwidth and TFLOP/s; `reported`: where the memory figure comes from
+    compute_capability  NVIDIA GPUs' CUDA compute capability, major.minor (https://developer.nvidia.com/cuda-gpus):
+                        engines choose kernels by it (vLLM's Gated DeltaNet prefill: FlashInfer on 9.0, 10.x, 12.x)
+
+It is JSON, which the standard library reads at once, so that planning on a GPU does not import a YAML parser.
 
 Names resolve case-insensitively, ignoring spaces, hyphens and underscores, through each entry's name and
 aliases (`h100`, `H100-80GB`, `"H100 80GB"`); an unknown name gets the closest ones.
 """
 
 import difflib
+import json
 import re
 from functools import cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvplan.errors import KvplanError
 
-CATALOGUE = Path(__file__).parent / "data" / "gpus.yaml"
+CATALOGUE = Path(__file__).parent / "data" / "gpus.json"
 PAGE = 16 << 10  # Apple silicon's memory page
 
 
 class Gpu(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     name: str
     vendor: Literal["nvidia", "amd", "apple"] = Field(description="whose GPU: engines' defaults differ by platform "
@@ -58,11 +80,10 @@ def _key(name: str) -> str:
 
 @cache
 def catalogue() -> tuple[Gpu, ...]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        data = yaml.load(CATALOGUE.read_text(encoding="utf-8"), Loader=loader)
+        data = json.loads(CATALOGUE.read_text(encoding="utf-8"))
         return tuple(Gpu(**item) for item in data["gpus"])
-    except (OSError, yaml.YAMLError, ValidationError, KeyError, TypeError) as err:
+    except (OSError, ValueError, ValidationError, KeyError, TypeError) as err:
         raise KvplanError(f"{CATALOGUE}: the GPU catalogue is broken: {err}".splitlines()[0]) from None
 
 

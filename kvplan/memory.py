@@ -16,16 +16,18 @@ given, are exact:
 dtype each parameter group is stored in.
 """
 
-from collections import defaultdict
+from collections.abc import Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from kvplan.dtypes import FLOAT_DTYPES, GGML_BY_NAME, SAFETENSORS_BITS, DType, kv_dtype, weight_dtype
-from kvplan.model import KV_KINDS, LINEAR_GROUPS, CheckpointTensors, ModelSpec, ParamCounts
+from kvplan.model import KV_KINDS, LINEAR_GROUPS, CheckpointTensors, LayerCache, ModelSpec, ParamCounts
 
 
 class KindTotals(BaseModel):
     """All the layers of one kind (and window), summed: a row of the report's breakdown."""
+
+    model_config = ConfigDict(defer_build=True)
 
     kind: str
     layers: int
@@ -35,6 +37,8 @@ class KindTotals(BaseModel):
 
 
 class Estimate(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
     model: str
     ctx: int
     batch: int
@@ -151,41 +155,70 @@ def kind_label(cache) -> str:
             "shared": "KV shared with an earlier layer", "none": "no cache"}[cache.kind]
 
 
+def kinds(model: ModelSpec, kv: DType, v: DType | None = None) -> dict[str, list[tuple[LayerCache, int, int, int]]]:
+    """The model's caches under their report labels, in first-seen layer order, identical layers (every field but
+    the layer index) once: {label: [(cache, layers, bytes per token of one, state bytes of one)]}, values in `v`
+    where given. A model has a handful, so an estimate at many contexts (`kvplan table`) walks them rather than
+    every layer each time."""
+    model_dtype = kv_dtype(model.dtype)
+    labels: dict[str, dict[tuple, list]] = {}
+    for cache in model.caches:
+        same = (type(cache), *(value for name, value in cache.__dict__.items() if name != "layer"))
+        group = labels.setdefault(kind_label(cache), {})
+        if same in group:
+            group[same][1] += 1
+        else:
+            group[same] = [cache, 1, cache.bytes_per_token(kv, v), cache.state_bytes(model_dtype)]
+    return {label: [tuple(entry) for entry in group.values()] for label, group in labels.items()}
+
+
 def breakdown(model: ModelSpec, ctx: int, kv: DType, v: DType | None = None) -> list[KindTotals]:
     """Per-kind totals for one sequence at ctx, in first-seen layer order (values in `v` where given)."""
-    model_dtype = kv_dtype(model.dtype)
-    rows: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for cache in model.caches:
-        row = rows[kind_label(cache)]
-        row["layers"] += 1
-        per_token = cache.bytes_per_token(kv, v)
-        row["bytes_per_token"] += per_token
-        row["tokens_held"] = cache.tokens_held(ctx)
-        row["bytes_per_sequence"] += per_token * cache.tokens_held(ctx) + cache.state_bytes(model_dtype)
-    return [KindTotals(kind=label, **row) for label, row in rows.items()]
+    return _rows(kinds(model, kv, v), ctx)
+
+
+def _rows(by_label: dict[str, list[tuple[LayerCache, int, int, int]]], ctx: int) -> list[KindTotals]:
+    """A row per kind: its layers, their bytes per token, the tokens a layer holds (the most, where they differ)
+    and the bytes of one sequence: per token x tokens held + state, summed."""
+    return [KindTotals(kind=label, layers=sum(n for _, n, _, _ in group),
+                       bytes_per_token=sum(n * per_token for _, n, per_token, _ in group),
+                       tokens_held=max(cache.tokens_held(ctx) for cache, _, _, _ in group),
+                       bytes_per_sequence=sum(n * (per_token * cache.tokens_held(ctx) + state)
+                                              for cache, n, per_token, state in group))
+            for label, group in by_label.items()]
 
 
 def estimate(model: ModelSpec, ctx: int, batch: int = 1, kv_dtype_name: str | None = None,
              weights_dtype_name: str | None = None, v_dtype_name: str | None = None) -> Estimate:
     """Analytic memory for `batch` sequences each holding `ctx` tokens (prompt plus generated); the values in
     `v_dtype_name` where given (keys and values in different dtypes)."""
+    return estimates(model, [ctx], batch, kv_dtype_name, weights_dtype_name, v_dtype_name)[0]
+
+
+def estimates(model: ModelSpec, ctxs: Sequence[int], batch: int = 1, kv_dtype_name: str | None = None,
+              weights_dtype_name: str | None = None, v_dtype_name: str | None = None) -> list[Estimate]:
+    """`estimate` at each ctx, the layers grouped once."""
     kv = kv_dtype(kv_dtype_name or default_kv_dtype(model))
     v = kv_dtype(v_dtype_name) if v_dtype_name else None
-    model_dtype = kv_dtype(model.dtype)
-    rows = breakdown(model, ctx, kv, v)
-    per_token = sum(c.bytes_per_token(kv, v) for c in model.caches if c.kind in KV_KINDS)
-    state = sum(c.state_bytes(model_dtype) for c in model.caches)
-    per_sequence = sum(r.bytes_per_sequence for r in rows)
+    by_label = kinds(model, kv, v)
+    groups = [entry for group in by_label.values() for entry in group]
+    per_token = sum(n * bytes_per_token for cache, n, bytes_per_token, _ in groups if cache.kind in KV_KINDS)
+    state = sum(n * state_bytes for _, n, _, state_bytes in groups)
     weights, weights_label = weights_bytes(model, weights_dtype_name)
-    warnings = []
-    if model.max_context and ctx > model.max_context:
-        warnings.append(f"ctx {ctx:,} is beyond {model.name}'s max context of {model.max_context:,} tokens")
-    return Estimate(
-        model=model.name, ctx=ctx, batch=batch, kv_dtype=kv.name, v_dtype=v.name if v and v != kv else None,
-        weights_dtype=weights_label,
-        kv_bytes_per_token=per_token, kv_bytes_per_sequence=per_sequence, kv_bytes_total=per_sequence * batch,
-        state_bytes_per_sequence=state, weights_bytes=weights, total_bytes=weights + per_sequence * batch,
-        weights_source="checkpoint" if weights_from_checkpoint(model, weights_dtype_name) else "config",
-        params_total=model.params.total, params_active=model.params.active, breakdown=rows, warnings=warnings,
-        notes=list(model.notes),
-    )
+    source = "checkpoint" if weights_from_checkpoint(model, weights_dtype_name) else "config"
+    out = []
+    for ctx in ctxs:
+        rows = _rows(by_label, ctx)
+        per_sequence = sum(r.bytes_per_sequence for r in rows)
+        warnings = []
+        if model.max_context and ctx > model.max_context:
+            warnings.append(f"ctx {ctx:,} is beyond {model.name}'s max context of {model.max_context:,} tokens")
+        out.append(Estimate(
+            model=model.name, ctx=ctx, batch=batch, kv_dtype=kv.name, v_dtype=v.name if v and v != kv else None,
+            weights_dtype=weights_label,
+            kv_bytes_per_token=per_token, kv_bytes_per_sequence=per_sequence, kv_bytes_total=per_sequence * batch,
+            state_bytes_per_sequence=state, weights_bytes=weights, total_bytes=weights + per_sequence * batch,
+            weights_source=source, params_total=model.params.total, params_active=model.params.active,
+            breakdown=rows, warnings=warnings, notes=list(model.notes),
+        ))
+    return out

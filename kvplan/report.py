@@ -15,7 +15,7 @@ from rich.text import Text
 
 from kvplan.memory import Estimate, checkpoint_bytes_by_dtype, kind_label
 from kvplan.model import ModelSpec
-from kvplan.text import plain
+from kvplan.text import narrow, plain
 from kvplan.units import format_bytes
 
 
@@ -33,30 +33,56 @@ class _TrailingSpacesStripped:
 
 
 def console(stderr: bool = False) -> Console:
-    """The Console reports print to: markup is never parsed, so no string can become a style or a hyperlink; a
-    pipe or a file gets no trailing spaces."""
+    """The Console reports print to: markup and emoji codes are never parsed, so no string can become a style, a
+    hyperlink or a picture; a pipe or a file gets no trailing spaces."""
     stream = sys.stderr if stderr else sys.stdout
     if stream.isatty():
-        return Console(markup=False, stderr=stderr)
-    return Console(markup=False, file=_TrailingSpacesStripped(stream))
+        return Console(markup=False, emoji=False, stderr=stderr)
+    return Console(markup=False, emoji=False, file=_TrailingSpacesStripped(stream))
 
 
 def print_table(console: Console, table: Table, whole: tuple[int, ...] = (0,)) -> None:
     """Print a table without breaking what must stay whole: numbers (right-justified columns) and the columns in
-    `whole` (model ids, GPU names) keep their widest cell on one line, while headers wrap between words and prose
+    `whole` (model ids, GPU names) keep their widest line on one line, while headers wrap between words and prose
     labels wrap. A terminal too narrow even for that gets the table at the width it needs (the terminal wraps the
     lines) rather than a cut id or number. In a table of labels and values, a label that wraps gets a blank line
     before the next row, so that its second line does not read as a row of its own."""
-    for index, column in enumerate(table.columns):
-        if column.justify == "right" or index in whole:
-            cells = [cell_len(c) if isinstance(c, str) else c.cell_len for c in column.cells
-                     if isinstance(c, str | Text)]
-            header = str(column.header).split()
-            column.min_width = max([*cells, *(cell_len(word) for word in header)], default=0)
-    needed = table.__rich_measure__(console, console.options)
+    needed = _measure(console, table, whole)
     if needed.maximum > console.width and not table.show_header:
         table.box, table.show_edge, table.leading = box.SIMPLE, False, 1
+        needed = table.__rich_measure__(console, console.options)
+    if needed.minimum <= console.width < needed.maximum:
+        _narrow(table, needed.maximum - console.width)
     console.print(table, width=max(console.width, needed.minimum), crop=False)
+
+
+def _measure(console: Console, table: Table, whole: tuple[int, ...]):
+    """The table's (minimum, maximum) width once numbers and the `whole` columns are kept on one line."""
+    for index, column in enumerate(table.columns):
+        if column.justify == "right" or index in whole:
+            lines = [line for c in column.cells if isinstance(c, str | Text) for line in str(c).split("\n")]
+            header = str(column.header).split()
+            column.min_width = max([*map(cell_len, lines), *map(cell_len, header)], default=0)
+    return table.__rich_measure__(console, console.options)
+
+
+def _narrow(table: Table, excess: int) -> None:
+    """Take `excess` cells off the columns, from the column with the most to give (`kvplan.text.narrow`: its widest
+    line less its floor, its min_width or else its longest word), and cap each column there: headers and prose wrap
+    between words, and nothing kept whole is cut. (rich's own collapse takes from every column alike, then puts
+    back what a column's min_width needs, and can leave the table wider than the terminal.)"""
+    widths, floors = [], []
+    for column in table.columns:
+        lines = [line for c in (column.header, *column.cells) for line in str(c).split("\n")]
+        widths.append(max(map(cell_len, lines), default=0))
+        words = [cell_len(word) for line in lines for word in line.split()]
+        floors.append(column.min_width if column.min_width is not None else max(words, default=0))
+    for column, width in zip(table.columns, narrow(widths, floors, excess), strict=True):
+        column.max_width = width
+
+
+def _min_width(console: Console, table: Table, whole: tuple[int, ...]) -> int:
+    return _measure(console, table, whole).minimum
 
 
 def styled(text: object, style: str) -> Text:
@@ -395,14 +421,35 @@ def print_plan(console: Console, plan) -> None:
 
 
 def print_gpus(console: Console, gpus) -> None:
+    """The catalogue; units in the headers, so that the table fits 80 columns with every name on one line."""
     table = Table(title=f"{len(gpus)} GPUs (memory as the driver reports it)", title_justify="left")
-    for column in ("GPU", "alias", "memory", "usable", "GB/s", "BF16 TFLOP/s"):
+    for column in ("GPU", "alias", "memory (GiB)", "usable (GiB)", "GB/s", "BF16 TFLOP/s"):
         table.add_column(column, justify="left" if column in ("GPU", "alias") else "right")
     for gpu in gpus:
-        table.add_row(gpu.name, gpu.aliases[0] if gpu.aliases else "", format_bytes(gpu.memory_bytes),
-                      format_bytes(gpu.usable_bytes), f"{gpu.bandwidth_gbs:,.0f}",
+        table.add_row(gpu.name, gpu.aliases[0] if gpu.aliases else "", f"{gpu.memory_bytes / 2**30:,.2f}",
+                      f"{gpu.usable_bytes / 2**30:,.2f}", f"{gpu.bandwidth_gbs:,.0f}",
                       f"{gpu.bf16_tflops:,.1f}" if gpu.bf16_tflops else "-")
     print_table(console, table, whole=(0, 1))
+
+
+def print_models(console: Console, entries) -> None:
+    """The bundled library, one model a row with its aliases one per line (each can be copied into --model). A
+    terminal too narrow for ids and aliases side by side gets the aliases under the id, indented."""
+    def table(beside: bool) -> Table:
+        out = Table(title=f"{len(entries)} bundled model{'' if len(entries) == 1 else 's'}", title_justify="left")
+        for column in ("model", "aliases", "provenance") if beside else ("model (aliases below)", "provenance"):
+            out.add_column(column)
+        for entry in entries:
+            aliases = [plain(a) for a in entry.aliases]
+            if beside:
+                out.add_row(plain(entry.id), "\n".join(aliases), entry.provenance)
+            else:
+                out.add_row("\n".join([plain(entry.id), *(f"  {alias}" for alias in aliases)]), entry.provenance)
+        return out
+
+    side_by_side = table(beside=True)
+    print_table(console, side_by_side if _min_width(console, side_by_side, whole=(0, 1)) <= console.width
+                else table(beside=False), whole=(0, 1))
 
 
 # ---------------------------------------------------------------------------------------------- kvplan profile

@@ -15,15 +15,15 @@ import csv
 import io
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import NamedTuple
 
 from kvplan.errors import KvplanError
-from kvplan.memory import Estimate, estimate
+from kvplan.memory import Estimate, estimates
 from kvplan.model import ModelSpec
 from kvplan.output import write_output
-from kvplan.text import plain
+from kvplan.text import narrow, plain
 
 FORMATS = ("rich", "markdown", "csv", "json")
 FORMAT_ALIASES = {"md": "markdown", "text": "rich", "txt": "rich"}
@@ -40,8 +40,7 @@ GPU_FIELDS = ("engine", "engine_version", "gpu", "gpu_memory_bytes", "kv_budget_
               "engine_kv_bytes_per_user", "max_users")
 
 
-@dataclass(frozen=True)
-class Gpu:
+class Gpu(NamedTuple):
     """The GPUs to plan on: `count` of a catalogue entry (`name`) or of a --vram size (`name` None)."""
 
     label: str
@@ -50,8 +49,7 @@ class Gpu:
     count: int = 1
 
 
-@dataclass(frozen=True)
-class Users:
+class Users(NamedTuple):
     """Capacity of one model at one ctx on one GPU (from kvplan.capacity); max_users None: the model keeps no
     per-sequence cache, so memory does not bound its users."""
 
@@ -61,8 +59,7 @@ class Users:
     kv_budget_bytes: int | None
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
     """One model at one ctx: kvplan.memory's estimate, the model's context limit, its capacity on each GPU."""
 
     estimate: Estimate
@@ -74,8 +71,7 @@ class Row:
         return self.max_context is not None and self.estimate.ctx > self.max_context
 
 
-@dataclass
-class Table:
+class Table(NamedTuple):
     rows: list[Row]
     ctxs: list[int]
     batch: int
@@ -229,12 +225,15 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
         from kvplan.sources import load_model
 
         loader = partial(load_model, revision=revision, token=token)
+    # each GPU set and how it is split, the same for every model
+    hardware = [(capacity.Hardware(name=gpu.name, memory_bytes=gpu.memory_bytes),
+                 capacity.parallelism(engine_name, gpu.count, tp, pp)) for gpu in gpus]
     rows: list[Row] = []
     failures: list[str] = []
     for name in names:
         try:
-            rows += _model_rows(loader(name), ctxs, batch, gpus, engine_name if planning else None, options,
-                                kv_dtype_name, weights_dtype_name, overhead, capacity, tp, pp)
+            rows += _model_rows(loader(name), ctxs, batch, gpus, hardware, engine_name if planning else None,
+                                options, kv_dtype_name, weights_dtype_name, overhead, capacity)
         except KvplanError as err:
             message = str(err)
             failures.append(message if name.lower() in message.lower() else f"{name}: {message}")
@@ -245,22 +244,20 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
                  failures=failures)
 
 
-def _model_rows(spec: ModelSpec, ctxs, batch, gpus, engine_name, options, kv_name, weights_name, overhead,
-                capacity, tp, pp) -> list[Row]:
+def _model_rows(spec: ModelSpec, ctxs, batch, gpus, hardware, engine_name, options, kv_name, weights_name, overhead,
+                capacity) -> list[Row]:
     if engine_name is not None:
         kv_name, weights_name = capacity.engine_dtypes(spec, engine_name, kv_name, weights_name)
-    estimates = [estimate(spec, ctx, batch, kv_name, weights_name) for ctx in ctxs]
+    by_ctx = estimates(spec, ctxs, batch, kv_name, weights_name)
     per_gpu: list[list[Users]] = []
-    if gpus and all(e.kv_bytes_per_sequence == 0 for e in estimates):
+    if gpus and all(e.kv_bytes_per_sequence == 0 for e in by_ctx):
         per_gpu = [[Users(gpu, None, None, None)] * len(ctxs) for gpu in gpus]
     elif gpus:
-        hardware = [(capacity.Hardware(name=gpu.name, memory_bytes=gpu.memory_bytes),
-                     capacity.parallelism(engine_name, gpu.count, tp, pp)) for gpu in gpus]
         sweep = capacity.users_sweep(spec, ctxs, hardware, engine_name=engine_name, options=options,
                                      kv_dtype_name=kv_name, weights_dtype_name=weights_name,
                                      overhead=overhead)
         per_gpu = [[Users(gpu, *cell) for cell in cells] for gpu, cells in zip(gpus, sweep, strict=True)]
-    return [Row(e, spec.max_context, tuple(users[i] for users in per_gpu)) for i, e in enumerate(estimates)]
+    return [Row(e, spec.max_context, tuple(users[i] for users in per_gpu)) for i, e in enumerate(by_ctx)]
 
 
 def _failure_line(failures: list[str], total: int, hint: bool = False) -> str:
@@ -277,8 +274,7 @@ def failure_line(table: Table, total: int) -> str:
 # ------------------------------------------------------------------------------------------------- columns
 
 
-@dataclass(frozen=True)
-class Column:
+class Column(NamedTuple):
     header: str
     numeric: bool
     cell: Callable[[Row], str]
@@ -399,12 +395,7 @@ def render(table: Table, fmt: str, *, pivot: bool = False, metric: str | None = 
             raise KvplanError("--pivot is for rich, markdown and csv: json is always one object per model x "
                               "ctx (x GPU)")
         return json.dumps(records(table), indent=2) + "\n"
-    from rich.console import Console
-
-    console = Console(file=io.StringIO(), width=10_000, color_system=None, force_terminal=False, markup=False)
-    for renderable in rich_renderables(table, pivot=pivot, metric=metric):
-        console.print(renderable)
-    return "\n".join(line.rstrip() for line in console.file.getvalue().splitlines()) + "\n"
+    return boxed(table, pivot=pivot, metric=metric)
 
 
 def markdown_table(headers: Sequence[str], numeric: Sequence[bool], rows: Iterable[Sequence[str]]) -> str:
@@ -497,44 +488,74 @@ def title(table: Table) -> str:
     return text
 
 
-def rich_renderables(table: Table, *, pivot: bool = False, metric: str | None = None) -> list:
-    from rich.table import Table as RichTable
-    from rich.text import Text  # cells as Text: a model path with [brackets] is not rich markup
-
-    out = RichTable(title=Text(title(table)), title_justify="left")
+def rich_cells(table: Table, *, pivot: bool = False, metric: str | None = None):
+    """The rich table's headers, which columns are numbers, its rows of cells and whether each row ends a model's
+    section; a GPU's column is headed by its name alone, the title naming the figure (drawn by `boxed`)."""
     if pivot:
         headers, numeric, grid = pivot_grid(table, metric)
-        for header, num in zip(headers, numeric, strict=True):
-            out.add_column(Text(header), justify="right" if num else "left", overflow="fold")
-        for cells, _ in grid:
-            out.add_row(*(Text(plain(c)) for c in cells))
-    else:
-        columns = text_columns(table)
-        for column in columns:
-            out.add_column(Text(column.header), justify="right" if column.numeric else "left",
-                           overflow="fold")
-        rows = table.rows
-        for i, row in enumerate(rows):
-            first = i == 0 or rows[i - 1].estimate.model != row.estimate.model
-            last = i == len(rows) - 1 or rows[i + 1].estimate.model != row.estimate.model
-            cells = [column.cell(row) for column in columns]
-            out.add_row(*(Text(plain(c)) for c in [cells[0] if first else "", *cells[1:]]), end_section=last)
-    renderables = [out]
+        return headers, numeric, [[plain(c) for c in cells] for cells, _ in grid], [False] * len(grid)
+    columns = text_columns(table)
+    rows, ends = [], []
+    for i, row in enumerate(table.rows):
+        first = i == 0 or table.rows[i - 1].estimate.model != row.estimate.model
+        cells = [plain(column.cell(row)) for column in columns]
+        rows.append([cells[0] if first else "", *cells[1:]])
+        ends.append(i == len(table.rows) - 1 or table.rows[i + 1].estimate.model != row.estimate.model)
+    headers = [column.header.removeprefix(f"{USERS_FIGURE}, ") for column in columns]
+    return headers, [column.numeric for column in columns], rows, ends
+
+
+# rich's HEAVY_HEAD box, each rule as (left, fill, cross, right)
+TOP, BELOW_HEADER, SECTION, BOTTOM = "┏━┳┓", "┡━╇┩", "├─┼┤", "└─┴┘"
+
+
+def boxed(table: Table, *, pivot: bool = False, metric: str | None = None, width: int | None = None) -> str:
+    """The rich table as text, drawn as rich lays it out (title, HEAVY_HEAD box, one space of padding, numbers
+    right-aligned) without laying it out through rich, which takes seconds for a whole library. At a terminal's
+    `width`, the columns are narrowed as `kvplan.report.print_table` narrows them: headers wrap between words,
+    bottom-aligned, and no cell is ever cut (a table that cannot fit is drawn at the width it needs)."""
+    import textwrap
+
+    from rich.cells import cell_len
+
+    headers, numeric, rows, ends = rich_cells(table, pivot=pivot, metric=metric)
+    cells = [max((cell_len(cells[i]) for cells in rows), default=0) for i in range(len(headers))]
+    widths = [max(cell, cell_len(header)) for cell, header in zip(cells, headers, strict=True)]
+    if width is not None:
+        floors = [max(cell, *map(cell_len, header.split())) for cell, header in zip(cells, headers, strict=True)]
+        widths = narrow(widths, floors, sum(widths) + 3 * len(widths) + 1 - width)
+    wrap = partial(textwrap.wrap, break_on_hyphens=False)  # between words, as rich wraps
+    head = [wrap(header, w) or [""] for header, w in zip(headers, widths, strict=True)]
+    head = [[""] * (max(map(len, head)) - len(lines)) + lines for lines in head]  # bottom-aligned
+
+    def rule(chars: str) -> str:
+        left, fill, cross, right = chars
+        return left + cross.join(fill * (w + 2) for w in widths) + right
+
+    def line(cells: Sequence[str], bar: str = "│") -> str:
+        padded = (" " * (w - cell_len(cell)) + cell if number else cell + " " * (w - cell_len(cell))
+                  for cell, w, number in zip(cells, widths, numeric, strict=True))
+        return (bar + bar.join(f" {cell} " for cell in padded) + bar).rstrip()
+
+    out = wrap(title(table), sum(widths) + 3 * len(widths) + 1) if width is not None else [title(table)]
+    out += [rule(TOP), *(line(cells, "┃") for cells in zip(*head, strict=True)), rule(BELOW_HEADER)]
+    for i, (cells, end) in enumerate(zip(rows, ends, strict=True)):
+        out.append(line(cells))
+        if end and i < len(rows) - 1:
+            out.append(rule(SECTION))
+    out.append(rule(BOTTOM))
     note = footnote(table)
     if note:
-        renderables.append(Text(plain(f"* {note}")))
-    return renderables
+        out += wrap(plain(f"* {note}"), width) if width is not None else [plain(f"* {note}")]
+    return "\n".join(out) + "\n"
 
 
 def print_rich(console, table: Table, *, pivot: bool = False, metric: str | None = None) -> None:
-    """The table on a terminal: every cell is an id, a number or a dtype, kept whole at any width."""
-    from kvplan.report import print_table
+    """The table on a terminal, drawn by `boxed` at the terminal's width: every cell is an id, a number or a dtype,
+    kept whole at any width."""
+    from rich.text import Text
 
-    for renderable in rich_renderables(table, pivot=pivot, metric=metric):
-        if hasattr(renderable, "columns"):
-            print_table(console, renderable, whole=tuple(range(len(renderable.columns))))
-        else:
-            console.print(renderable)
+    console.print(Text(boxed(table, pivot=pivot, metric=metric, width=console.width).rstrip("\n")), soft_wrap=True)
 
 
 def write(out: str, text: str, inputs: Sequence[str] = (), force: bool = False) -> str:

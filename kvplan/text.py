@@ -12,8 +12,11 @@ LINE = 1000  # characters of an error line at most
 def plain(text: object) -> str:
     """`text` with every control, format or unassigned character (ESC, CR, BEL, bidi overrides) written as an
     escape (\\x1b, \\u202e), so it is shown, not obeyed."""
+    text = str(text)
+    if text.isprintable():  # no character of category C (nor a separator but the space): nothing to escape
+        return text
     out = []
-    for char in str(text):
+    for char in text:
         if unicodedata.category(char)[0] == "C":
             code = ord(char)
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
@@ -32,3 +35,15 @@ def shorten(text: str, limit: int = SHORT) -> str:
 def brief(value: object) -> str:
     """A bad value as an error quotes it: its repr, safe and short."""
     return shorten(plain(repr(value)))
+
+
+def narrow(widths: list[int], floors: list[int], excess: int) -> list[int]:
+    """Column widths with `excess` cells taken off, one at a time from the column with the most to give (its width
+    less its floor), none below its floor: tables at a terminal's width (`kvplan.report`, `kvplan.table`)."""
+    widths = list(widths)
+    for _ in range(excess):
+        room, index = max((width - floor, i) for i, (width, floor) in enumerate(zip(widths, floors, strict=True)))
+        if room <= 0:
+            break
+        widths[index] -= 1
+    return widths

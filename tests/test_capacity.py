@@ -306,6 +306,39 @@ def test_users_fit_the_budget(model, engine, ctx, budget):
         assert served.engine_kv_bytes_for_users <= budget
 
 
+def test_vllm_counts_users_as_the_search_finds_them():
+    """vLLM's pool counts the users that fit in closed form (its blocks are linear in users); the search, which
+    assumes nothing of the pool but that its peak grows, must find the same number for every model kind, context,
+    shared prefix and budget tried, both as reserved and in steady decode."""
+    import random
+
+    from kvplan.capacity import Hardware, Parallelism, _deploy, search_users
+    from kvplan.engines import EngineOptions
+    from kvplan.sources import load_model
+
+    draw = random.Random(0)
+    names = ["meta-llama/Llama-3.1-8B", "google/gemma-3-27b-it", "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V3",
+             "Qwen/Qwen3-Next-80B-A3B-Thinking", "ai21labs/Jamba-v0.1", "openai/whisper-large-v3",
+             "mistralai/Mistral-7B-v0.1", "meta-llama/Llama-4-Scout-17B-16E-Instruct"]
+    checked = 0
+    for name in names:
+        model = load_model(name)
+        for options in (EngineOptions(), EngineOptions(async_scheduling=False, block_size=32)):
+            deployment = _deploy(model, [Workload(ctx=1024)], "vllm", options,
+                                 Hardware(name="NVIDIA H100 SXM", memory_bytes=80 * GiB), Parallelism(), None, None,
+                                 kv_budget=None, overhead=None)
+            pool = deployment.pools[0]
+            for ctx in (1, 17, 1000, 4096, 32768, 131072, draw.randint(1, 200_000)):
+                for prefix in (0, 0, ctx // 2):
+                    for budget in (-GiB, 0, pool.block_bytes, deployment.budget, *(draw.randint(0, 200 * GiB)
+                                                                                   for _ in range(4))):
+                        for steady in (False, True):
+                            exact = pool.users_within(budget, ctx, prefix, steady)
+                            assert exact == search_users(pool, budget, ctx, prefix, steady), (name, ctx, budget)
+                            checked += 1
+    assert checked > 1000
+
+
 def test_max_users_is_the_largest_that_fits():
     class Linear(KVPool):  # 3 bytes per user-token, 10 bytes fixed
         notes: list[str] = []

@@ -1,10 +1,27 @@
-"""What a newcomer meets first: --version, -h, shell completion, and local models told apart by name."""
+"""What a newcomer meets first: installing, --version, -h, shell completion, local models told apart by name,
+output at any width, GPU sets, plots, CPU profiles, exit statuses and the small things of `models`, `show`, YAML
+specs and --out. The screens at 80 and 120 columns are in test_output_golden.py."""
 
 import json
+import sys
 
-from conftest import SPECS, run_cli, run_main
+from conftest import ROOT, SPECS, assert_one_line_error, run_cli, run_main
 
 from kvplan import __version__
+
+CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
+
+
+def test_the_cpu_only_torch_install_is_given_wherever_the_extra_is(monkeypatch, capsys, tmp_path):
+    """`pip install 'kvplan[profile]'` alone takes torch's CUDA build from the package index, even on a machine without
+    a GPU: the README, profile.md and the missing-torch error give PyTorch's CPU index first."""
+    for page in ("README.md", "docs/profile.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        assert CPU_TORCH in text and "pip install 'kvplan[profile]'" in text, page
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError, as where it is missing
+    code, _, err = run_main(monkeypatch, capsys, "profile", "--model", "llama-3-8b", "--ctx", "64", "--device",
+                            "cpu")
+    assert_one_line_error(code, err, "pip install 'kvplan[profile]'", CPU_TORCH)
 
 
 def test_version_help_and_completion(monkeypatch, capsys):
@@ -46,6 +63,12 @@ def test_local_configs_are_named_by_their_directory(monkeypatch, capsys, tmp_pat
                      encoding="utf-8")
     code, out, _ = run_main(monkeypatch, capsys, "estimate", "--model", str(named), "--ctx", "8k", "--json")
     assert json.loads(out)["model"] == "my-model"
+    saved = tmp_path / "saved"  # save_pretrained writes the repo id as _name_or_path: it names the model
+    saved.mkdir()
+    data = json.loads((SPECS / "Qwen__Qwen3-8B.json").read_text(encoding="utf-8")) | {"_name_or_path": "Qwen/Qwen3-8B"}
+    (saved / "config.json").write_text(json.dumps(data), encoding="utf-8")
+    code, out, _ = run_main(monkeypatch, capsys, "show", "--model", str(saved), "--json")
+    assert json.loads(out)["name"] == "Qwen/Qwen3-8B"
 
 
 def test_a_typo_in_a_bundled_name_suggests_it_even_offline(monkeypatch, capsys, tmp_path):
@@ -200,3 +223,171 @@ def test_a_cpu_profile_says_what_it_costs_and_what_it_leaves_out(monkeypatch, ca
     assert any("FLOP of matmuls" in line and "GFLOP/s" in line for line in lines)
     assert any(line.startswith("kvplan: prefill: 1 x 38 tokens: done in") for line in lines)
     assert "hold no full attention layer" in " ".join(out.split()) and "--layers 6" in out
+
+
+def test_a_cpu_profile_suggests_fp32_and_fewer_layers_when_they_help(monkeypatch):
+    """The notice before a CPU profile: its matmul work, 2 x the layers' parameters x tokens, and the time at this
+    CPU's rate. On a CPU without native bf16 (bf16 matmuls at a tenth of fp32 here), --dtype fp32; past a minute,
+    --layers. The rates are the CPU's measurement, set here so that both cases are seen on any machine."""
+    from kvplan.profiler import run
+    from kvplan.sources import load_model
+
+    rates = {"fp32": 300e9, "bf16": 30e9}
+    monkeypatch.setattr(run, "_matmul_rate", lambda torch, dtype: rates[dtype])
+    llama = load_model("meta-llama/Llama-3-8B")
+    # Llama-3-8B: 8,030,261,248 parameters, of which 2 x 128,256 x 4,096 are the embedding and the untied lm_head:
+    # 6,979,588,096 in the layers; 2 x that x 8,192 tokens = 114,353,571,364,864 FLOP, 3,812 s at 30 GFLOP/s.
+    notice = run._cpu_time_notice(None, llama, "bf16", 1, 8192)
+    assert "about 114.4 TFLOP of matmuls" in notice and "30 GFLOP/s this CPU runs in bf16" in notice
+    assert "--dtype fp32 runs at 300 GFLOP/s here" in notice and "--layers N" in notice
+    short = run._cpu_time_notice(None, llama, "fp32", 1, 64)  # 0.9 TFLOP at 300 GFLOP/s: 3 s
+    assert "--dtype fp32" not in short and "--layers" not in short
+
+
+# ---------------------------------------------------------------------------------------------- plots and GPU sets
+
+
+def test_log_axis_labels_share_one_format_with_weights(monkeypatch, capsys, tmp_path):
+    """--with-weights spans decades (2 to 70 GiB here): every y label, major (10, 100) and minor (20, 50), is a plain
+    number, none in matplotlib's 10^k notation."""
+    import re
+
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "w.svg"
+    code, _, err = run_main(monkeypatch, capsys, "plot", "--models", "llama-3-8b,qwen3-32b", "--gpu", "h100",
+                            "--with-weights", "--out", str(out))
+    assert code == 0, err
+    svg = out.read_text(encoding="utf-8")
+    y_axis = svg[svg.index('id="matplotlib.axis_2"'):svg.index("weights + KV cache (GiB)")]
+    labels = re.findall(r"<!-- (.*?) -->", y_axis)
+    assert {"20", "50", "100"} <= set(labels), labels
+    assert all(re.fullmatch(r"\d+(\.\d+)?", label) for label in labels), labels
+
+
+def test_a_gpu_set_in_a_plot(monkeypatch, capsys, tmp_path):
+    """`4xh100` in plot: its memory line is the set's (4 x 81,559 MiB, nvidia-smi's H100 = 318.59 GiB), and --tp
+    splits it as in a table."""
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "set.svg"
+    code, _, err = run_main(monkeypatch, capsys, "plot", "--models", "llama-3.1-70b", "--gpu", "h100,4xh100",
+                            "--ctx", "8k,32k", "--out", str(out))
+    assert code == 0, err
+    svg = out.read_text(encoding="utf-8")
+    assert "4 x NVIDIA H100 SXM (318.59 GiB)" in svg and "NVIDIA H100 SXM (79.65 GiB)" in svg
+    code, _, err = run_main(monkeypatch, capsys, "plot", "--models", "llama-3.1-70b", "--gpu", "4xh100", "--tp", "2",
+                            "--kind", "users", "--ctx", "8k,32k", "--out", str(tmp_path / "users.svg"))
+    assert code == 0, err
+    from kvplan.plot import svg_data
+
+    plotted = svg_data((tmp_path / "users.svg").read_text(encoding="utf-8"))["lines"][0]["values"]
+    code, out_, _ = run_main(monkeypatch, capsys, "table", "--models", "llama-3.1-70b", "--gpu", "4xh100", "--tp",
+                             "2", "--ctx", "8k,32k", "-f", "json")
+    assert plotted == [row["max_users"] for row in json.loads(out_)]
+
+
+# ---------------------------------------------------------------------------------------------- docs for users
+
+
+def test_docs_speak_to_users():
+    """The docs cite upstream sources a user can read (engine source files and releases, papers, model cards), not
+    files of the project's own workspace, and do not speak of how the project is run."""
+    import re
+
+    internal = re.compile(r"shared/reference|shared/hf_configs|\.\./shared|\bhelpers?\b|\bthe team\b|\bsession\b|"
+                          r"\bworktree\b|\bwe scheduled\b|\(issue \d+\)|\bGPU budget\b", re.IGNORECASE)
+    pages = [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    found = [f"{page.relative_to(ROOT)}:{number}: {line.strip()}" for page in pages
+             for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1) if internal.search(line)]
+    assert not found, "\n".join(found)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "Not measured on a GPU yet" in readme
+
+
+# ---------------------------------------------------------------------------------------------- small things
+
+
+def test_the_target_not_fitting_exits_1(monkeypatch, capsys):
+    """Scripts branch on it: the plan is printed, and the status says it does not fit (docs/cli.md, exit codes)."""
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "--model", "google/gemma-3-27b-it", "--ctx", "32k",
+                            "--gpu", "h100", "--batch", "8")
+    assert code == 1 and "does not fit" in out
+    code, out, _ = run_main(monkeypatch, capsys, "plan", "--model", "deepseek-v3", "--users", "100", "--ctx", "128k",
+                            "--gpu", "rtx-4090", "--max-gpus", "2")
+    assert code == 1 and "no configuration" in out
+    code, _, _ = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", "--gpu", "h100")
+    assert code == 0
+    assert "| 1 | the plan is printed, and the target does not fit" in (ROOT / "docs" / "cli.md").read_text("utf-8")
+
+
+def test_models_sorted_and_a_filter_matching_nothing(monkeypatch, capsys):
+    code, out, _ = run_main(monkeypatch, capsys, "models", "--json")
+    ids = [entry["id"] for entry in json.loads(out)]
+    assert code == 0 and ids == sorted(ids, key=str.lower) and len(ids) > 50
+    code, _, err = run_main(monkeypatch, capsys, "models", "nonexistent")
+    assert_one_line_error(code, err, "no bundled model matches 'nonexistent'")
+
+
+def test_show_json_is_the_layout_kvplan_read(monkeypatch, capsys):
+    code, out, _ = run_main(monkeypatch, capsys, "show", "--model", "llama-3-8b", "--json")
+    data = json.loads(out)
+    assert code == 0 and data["num_layers"] == 32 and len(data["caches"]) == 32
+    assert {cache["kind"] for cache in data["caches"]} == {"full"} and data["caches"][0]["kv_heads"] == 8
+    assert data["params"]["total"] == 8_030_261_248  # Llama 3 8B's published count
+
+
+def test_yaml_specs_take_config_dtype_names(tmp_path):
+    from kvplan.sources import load_model
+
+    example = (ROOT / "docs" / "examples" / "hybrid-example.yaml").read_text(encoding="utf-8")
+    for written, meant in (("bfloat16", "bf16"), ("float16", "fp16"), ("float32", "fp32")):
+        path = tmp_path / f"{written}.yaml"
+        path.write_text(example.replace("dtype: bf16 ", f"dtype: {written} "), encoding="utf-8")
+        assert load_model(str(path)).dtype == meant
+
+
+def test_a_quantised_checkpoint_names_its_dtype_once(monkeypatch, capsys):
+    """DeepSeek-V3's quant_method is fp8, its weights' dtype too: "weights fp8", not "weights fp8 (fp8)"."""
+    code, out, _ = run_main(monkeypatch, capsys, "show", "--model", "deepseek-v3")
+    assert code == 0 and "weights fp8," in " ".join(out.split()) and "fp8 (fp8)" not in out
+
+
+def test_out_says_where_it_wrote(monkeypatch, capsys, tmp_path):
+    target = tmp_path / "t.md"
+    code, out, err = run_main(monkeypatch, capsys, "table", "--models", "llama-3-8b", "--ctx", "8k", "--out",
+                              str(target))
+    assert (code, out, err.strip()) == (0, "", f"kvplan: wrote {target}")
+    code, out, err = run_main(monkeypatch, capsys, "table", "--models", "llama-3-8b", "--ctx", "8k", "--out",
+                              str(target))
+    assert err.strip() == f"kvplan: replaced {target}"
+
+
+def test_the_fast_subset_is_documented():
+    """`pytest -m "not torch"` runs the planner's tests alone: the marker is declared and the README says how."""
+    assert '"torch: builds models with torch or transformers' in (ROOT / "pyproject.toml").read_text("utf-8")
+    assert 'python -m pytest -m "not torch"' in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_planning_imports_nothing_it_does_not_use():
+    """Start-up (benchmarks/README.md): planning on a GPU reads the catalogue as JSON (no YAML parser) and never
+    loads rich's emoji table (codes are not parsed); a run builds only the command it names, and a misspelt one gets
+    the whole app, for its suggestions."""
+    from conftest import run_python
+
+    code = (
+        "import sys\n"
+        "from kvplan import cli\n"
+        "for args in (['estimate', '-m', 'llama-3-8b', '--ctx', '8k', '--gpu', 'h100'],\n"
+        "             ['table', '-m', 'llama-3-8b', '--ctx', '8k', '--gpu', 'h100']):\n"
+        "    sys.argv = ['kvplan', *args]\n"
+        "    cli.main()\n"
+        "print('LOADED', [m for m in ('yaml', 'rich._emoji_codes') if m in sys.modules], file=sys.stderr)\n"
+        "print('COMMANDS', len(cli._app_for(['table']).registered_commands),\n"
+        "      len(cli._app_for(['tabel']).registered_commands), file=sys.stderr)\n"
+    )
+    result = run_python(code, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "LOADED []" in result.stderr and "COMMANDS 1 8" in result.stderr, result.stderr

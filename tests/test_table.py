@@ -203,6 +203,46 @@ def test_rich_default_and_out_file(monkeypatch, capsys, tmp_path):
     assert "KV / seq (GiB)" in out and "1.00" in out and "128.00" in out
 
 
+def drawn_by_rich(result, width: int, **options) -> str:
+    """The rich table as rich itself lays it out at `width` columns (numbers and cells kept whole, as
+    `kvplan.report.print_table` keeps them), lines right-trimmed."""
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    from kvplan.report import print_table
+
+    headers, numeric, rows, ends = planning.rich_cells(result, **options)
+    table = Table(title=Text(planning.title(result)), title_justify="left")
+    for header, number in zip(headers, numeric, strict=True):
+        table.add_column(Text(header), justify="right" if number else "left", overflow="fold")
+    for cells, end in zip(rows, ends, strict=True):
+        table.add_row(*map(Text, cells), end_section=end)
+    console = Console(file=io.StringIO(), width=width, color_system=None, markup=False, emoji=False)
+    print_table(console, table, whole=tuple(range(len(headers))))
+    note = planning.footnote(result)
+    if note:
+        console.print(Text(f"* {note}"))
+    return "".join(line.rstrip() + "\n" for line in console.file.getvalue().splitlines())
+
+
+def test_the_rich_table_is_drawn_as_rich_draws_it():
+    """`boxed` draws the rich table itself (rich took seconds to lay out a whole library): at full width, as in a
+    file or a pipe, and at every terminal width from 30 to 228 columns it must match rich's own drawing, except
+    that a title wider than the table stays on one line in a file, and a table that cannot fit is drawn at its
+    least width, which rich's column collapse does not always reach."""
+    result = planning.build([LLAMA31, "Qwen/Qwen3-32B", "google/gemma-3-27b-it", "deepseek-ai/DeepSeek-V3"],
+                            [4096, 131072], gpus=planning.parse_gpus("h100,l40s,4xh100", None))
+    for options in ({}, {"pivot": True}, {"pivot": True, "metric": "kv"}):
+        boxed = planning.render(result, "rich", **options)
+        assert boxed.startswith(planning.title(result) + "\n┏")
+        assert boxed.split("┏", 1)[1] == drawn_by_rich(result, 10_000, **options).split("┏", 1)[1]
+        for width in range(30, 230, 6):
+            ours, rich = planning.boxed(result, width=width, **options), drawn_by_rich(result, width, **options)
+            widest = max(len(line) for line in ours.splitlines() if line[:1] in "┏┃│└")
+            assert ours == rich or width < widest <= max(map(len, rich.splitlines())), (width, ours)
+
+
 def test_models_from_file_and_filter(monkeypatch, capsys, tmp_path):
     listing = tmp_path / "models.txt"
     listing.write_text(f"# planning set\n{LLAMA31}\n\n  openai/gpt-oss-20b   # the small MoE\n",

@@ -16,7 +16,7 @@ from kvplan.errors import KvplanError
 
 
 class LibraryEntry(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     id: str
     file: str
@@ -27,6 +27,7 @@ class LibraryEntry(BaseModel):
     notes: str = ""
 
 
+@cache
 def library_dir() -> Path:
     """model_specs/ inside the installed package (wheel), or beside it in a source checkout."""
     here = Path(__file__).resolve().parent.parent

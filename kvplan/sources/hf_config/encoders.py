@@ -19,7 +19,7 @@ tests/test_family_encoders.py.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.model import CrossAttention, FullAttention, ModelSpec, NoCache, ParamCounts, Widths
@@ -30,8 +30,7 @@ from kvplan.sources.hf_config.quantization import common
 # ------------------------------------------------------------------------------------------------ BERT family
 
 
-@dataclass(frozen=True)
-class BertFamily:
+class BertFamily(NamedTuple):
     """How a BERT-family model builds its blocks (its modeling file in transformers)."""
 
     positions: bool = True  # a learned position table (RoFormer rotates instead)
@@ -188,8 +187,7 @@ def encoder_only(cfg: Fields, model_type: str, name: str, source: str, notes: li
 # ------------------------------------------------------------------------------------------ encoder-decoders
 
 
-@dataclass(frozen=True)
-class Seq2SeqFamily:
+class Seq2SeqFamily(NamedTuple):
     """How a BART-family stack is built (modeling_bart.py and the files copied from it)."""
 
     # learned: a table; sinusoidal: a frozen table transformers keeps as a parameter (Marian, Pegasus); none:

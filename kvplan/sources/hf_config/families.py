@@ -5,8 +5,7 @@ kind the reader has no rule for."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kvplan.sources.hf_config.fields import Fields
 
@@ -284,8 +283,7 @@ ASSISTANT_FIELDS = ("backbone_hidden_size", "use_ordered_embeddings", "num_centr
 ENCODER_ONLY = {"distilbert", "deberta", "deberta-v2", "albert", "modernbert", "mpnet", "nomic_bert"}
 
 
-@dataclass(frozen=True)
-class Family:
+class Family(NamedTuple):
     """How a decoder family builds its blocks, for parameter counting (from each family's modeling file).
 
     Biases are the family's own (`qkv_bias`, `o_bias`, `mlp_bias`: always there) or switched by the config flag its

@@ -17,8 +17,8 @@ short convolution and a diagonal linear recurrence), "attention" blocks local at
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.model import FullAttention, NoCache, ParamCounts, RecurrentState, SharedKV, SlidingWindow, Widths
@@ -36,8 +36,7 @@ PER_LAYER_OVERRIDES = ("head_dim", "num_key_value_heads")  # the per_layer_confi
 # ------------------------------------------------------------------------------------ Gemma 3n and Gemma 4
 
 
-@dataclass(frozen=True)
-class GemmaLayer:
+class GemmaLayer(NamedTuple):
     """One decoder layer: its attention type, KV heads and head size (queries use the same head size), whether
     it reads keys and values computed elsewhere, and the layer of this model it reads them from (None for an
     assistant, which reads its target model's)."""

@@ -6,7 +6,7 @@ configuration_<family>.py; vLLM's get_mamba_state_shape_from_config reads the sa
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.model import RecurrentState
@@ -29,8 +29,7 @@ PROJ_BIAS = {"mamba": "use_bias", "falcon_mamba": "use_bias", "mamba2": "use_bia
 SSM_DTYPE_DEFAULT = {"nemotron_h": "fp32"}
 
 
-@dataclass(frozen=True)
-class Mamba:
+class Mamba(NamedTuple):
     """One Mamba mixer's shape. version 1: Gu & Dao's selective SSM (Jamba, Zamba: d_inner channels, each an
     own d_state state); version 2: Mamba-2's heads (heads x head_dim = d_inner), B and C shared by groups."""
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
+from typing import NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.model import (
@@ -85,7 +86,7 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
               "other": vocab if lm_head_bias else 0,
               "other_replicated": norm * (int(family.final_norm) + int(family.embedding_norm))}
     if family.bias_flag and cfg.flag(family.bias_flag):
-        family = replace(family, qkv_bias=True, o_bias=True, mlp_bias=True)
+        family = family._replace(qkv_bias=True, o_bias=True, mlp_bias=True)
     moe = None if model_type == "nemotron_h" else MoE.read(cfg, model_type)  # Nemotron-H: `_nemotron_h_moe`
     mlp_bias = family.mlp_bias or cfg.flag(family.mlp_bias_field)
     # Laguna's layers have query heads of their own (transformers 5's num_attention_heads_per_layer)
@@ -361,8 +362,7 @@ def experts_per_token(cfg: Fields, experts: int, *names: str) -> int:
     return top_k
 
 
-@dataclass(frozen=True)
-class MoE:
+class MoE(NamedTuple):
     """Mixture-of-experts layout: routed experts (counted as `experts`), shared experts (`mlp`), router
     (`other_replicated`: a ReplicatedLinear in vLLM's MoE models, `GateLinear` in `models/deepseek_v2.py`; SGLang's
     `MoEGate`), routed experts' biases (`other`, split with the experts)."""
@@ -546,7 +546,7 @@ def _laguna_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> Para
     """Laguna: its attention output gate is one per head when gating is true or "per-head", one per head_dim
     element otherwise (modeling_laguna.py g_proj); layers may have query heads of their own."""
     gate = "head" if cfg.get("gating", default=True) in (True, "per-head") else "full"
-    family = replace(FAMILIES["laguna"], attention_gate=gate)
+    family = FAMILIES["laguna"]._replace(attention_gate=gate)
     return block_params(cfg, "laguna", family, layout, hidden, heads)
 
 
