@@ -9,9 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+# One torch thread per test process, set before torch is first imported: pytest-xdist runs a process per core, and
+# torch's own threads on top of those oversubscribe the cores (the architecture sweep took 2.4x as long).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from kvplan.sources.hf_config import read_config_file
+import pytest  # noqa: E402
+
+from kvplan.sources.hf_config import read_config_file  # noqa: E402
 
 # A bug in kvplan raises in the tests, traceback and all, instead of becoming the one line users see (`cli.main`).
 os.environ["KVPLAN_DEBUG"] = "1"
