@@ -17,10 +17,25 @@ All per-architecture knowledge of kvplan lives in this package, split by concern
                      hyper-connections (its own layout, parameter and width rules)
     legacy.py        GPT-2-era decoders whose cache is not plain keys and values: XLNet's and Reformer's hidden
                      states, CPM-Ant's prompt prefix
+    mtp.py           multi-token-prediction layers a checkpoint ships beside its decoder (a speculative draft)
+    eagle.py         EAGLE and EAGLE-3 draft heads (read only as a --draft-model)
     quantization.py  float dtype, weight quantisation, KV dtype, max context
     vision.py        vision towers of multimodal checkpoints
     encoders.py      encoders (the BERT family, also run as decoders) and encoder-decoders (T5, BART, Whisper, ...)
     reader.py        the config taken apart and handed to the rules above
+
+Adding a family:
+    1. A family whose layers are ones kvplan knows under field names of its own: a `Family` entry in families.py
+       (its defaults, MLP and norm shapes), and, where its layer types are stated differently, a branch of
+       layout.py's `layer_types`.
+    2. A family with layers of its own (a new cache, a new parameter block): a module of its own, like dots3.py,
+       that registers a layout rule in layout.py's FAMILY_LAYOUTS, a parameter rule in params.py's FAMILY_PARAMS
+       and, where the widths differ, FAMILY_WIDTHS; a cache kvplan has no kind for is a new small type in
+       kvplan/model.py, sized per engine in kvplan/engines.py.
+    3. Fields whose cache kvplan does not model are refused in one line naming them (families.py's
+       UNMODELLED_CACHE_FIELDS), never read as something they are not.
+    4. Tests: the family's cache and parameters against transformers' own build (tests/test_every_architecture.py
+       picks up every model type of the installed release), its bad configs refused in one line.
 
 Rules follow transformers' configuration and modeling files and vLLM's config readers; each cites its source.
 The config is data: nothing it names (`auto_map`, remote code) is imported or run.
