@@ -11,7 +11,7 @@ used (user + system, from the child's resource usage), which other jobs disturb 
 compiled to bytecode once and the cache reused, as in an installed wheel.
 
 The commands:
-    floor           cli_floor.py: typer, pydantic and rich imported, 27 options parsed, `{}` printed
+    floor           cli_floor.py: typer, pydantic and rich imported, estimate's options parsed, `{}` printed
     floor --json    the same without rich (kvplan's --json output does not import it)
     estimate        kvplan estimate --model meta-llama/Llama-3-8B --ctx 8192 (the table output, to a pipe)
     estimate --json the same as JSON

@@ -1,5 +1,6 @@
-"""The floor under `kvplan estimate`: a typer app with the same 27 options, importing pydantic (and, unless --json
-is given, rich's console and table, which kvplan's table output needs), that does nothing and prints `{}`.
+"""The floor under `kvplan estimate`: a typer app with the same options (tests/test_newcomer.py holds the two
+alike), importing pydantic (and, unless --json is given, rich's console and table, which kvplan's table output
+needs), that does nothing and prints `{}`.
 
     python benchmarks/cli_floor.py estimate --model x --ctx 8k          # the floor under `kvplan estimate`
     python benchmarks/cli_floor.py estimate --model x --ctx 8k --json   # under `kvplan estimate --json`
@@ -22,14 +23,24 @@ app = typer.Typer(add_completion=False)
 
 @app.command()
 def estimate(model: Annotated[str, typer.Option()], ctx: Annotated[str, typer.Option()],
-             revision: str | None = None, token: str | None = None, batch: int = 1, kv_dtype: str | None = None,
-             weights_dtype: str | None = None, gpu: str | None = None, vram: str | None = None,
-             gpus: int | None = None, tp: int | None = None, pp: int | None = None, engine: str | None = None,
-             engine_version: str | None = None, gpu_memory_utilization: float | None = None,
-             kv_budget: str | None = None, overhead: str | None = None, users: int | None = None,
-             avg_ctx: str | None = None, shared_prefix: str | None = None, block_size: int | None = None,
-             max_num_batched_tokens: int | None = None, async_scheduling: bool | None = None,
-             kv_unified: bool | None = None, swa_full: bool = False, cache_implementation: str | None = None,
+             revision: str | None = None, token: str | None = None, gguf_file: str | None = None, batch: int = 1,
+             kv_dtype: str | None = None, weights_dtype: str | None = None, gpu: str | None = None,
+             vram: str | None = None, gpus: int | None = None, tp: int | None = None, pp: int | None = None,
+             dp: int | None = None, ep: int | None = None, enable_expert_parallel: bool = False,
+             engine: str | None = None, engine_version: str | None = None,
+             gpu_memory_utilization: float | None = None, kv_budget: str | None = None, overhead: str | None = None,
+             users: int | None = None, avg_ctx: str | None = None, shared_prefix: str | None = None,
+             block_size: int | None = None, max_num_batched_tokens: int | None = None,
+             async_scheduling: bool | None = None, kv_unified: bool | None = None, swa_full: bool | None = None,
+             cache_implementation: str | None = None, ubatch_size: int | None = None, batch_size: int | None = None,
+             cache_type_k: str | None = None, cache_type_v: str | None = None, flash_attn: str | None = None,
+             speculative_tokens: int | None = None, frontend: str | None = None,
+             limit_mm_per_prompt: str | None = None, language_model_only: bool = False,
+             kv_offloading_size: str | None = None, kv_offloading_backend: str | None = None,
+             cpu_offload_gb: str | None = None, draft_model: str | None = None,
+             speculative_method: str | None = None, enable_lora: bool | None = None, max_loras: int | None = None,
+             max_lora_rank: int | None = None, max_cpu_loras: int | None = None,
+             gdn_prefill_backend: str | None = None, lora: list[str] | None = None,
              as_json: Annotated[bool, typer.Option("--json")] = False):
     print("{}")
 

@@ -391,3 +391,16 @@ def test_planning_imports_nothing_it_does_not_use():
     result = run_python(code, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "LOADED []" in result.stderr and "COMMANDS 1 8" in result.stderr, result.stderr
+
+
+def test_the_startup_floor_takes_estimates_options():
+    """benchmarks/cli_floor.py is the floor `kvplan estimate`'s start-up is measured against: a typer app with the
+    same options that does nothing. It must keep up with estimate's options, or the ratio flatters kvplan."""
+    import ast
+    import inspect
+
+    from kvplan import cli
+
+    tree = ast.parse((ROOT / "benchmarks" / "cli_floor.py").read_text(encoding="utf-8"))
+    floor = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "estimate")
+    assert [arg.arg for arg in floor.args.args] == list(inspect.signature(cli.estimate).parameters)

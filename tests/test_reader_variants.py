@@ -834,3 +834,20 @@ def test_config_that_is_not_an_object():
         parse_json("[1, 2, 3]", "config.json")
     with pytest.raises(KvplanError, match="line 2"):
         parse_json('{"a": 1,\n "b": }', "config.json")
+
+
+def test_every_family_module_is_named_for_the_model_types_it_registers():
+    """The reader imports a family's rule module only for the model types families.RULE_MODULES names: each
+    registered rule of those modules must be named there, or its family would be read by the shared rules."""
+    import importlib
+
+    from kvplan.sources.hf_config import families, layout, params
+
+    modules = set(families.RULE_MODULES.values())
+    for module in modules:
+        importlib.import_module(f"kvplan.sources.hf_config.{module}")
+    for registry in (layout.FAMILY_LAYOUTS, layout.LAYER_CUTS, params.FAMILY_PARAMS, params.FAMILY_WIDTHS):
+        for model_type, rule in registry.items():
+            home = getattr(rule, "func", rule).__module__.rsplit(".", 1)[-1]
+            if home in modules:
+                assert families.RULE_MODULES.get(model_type) == home, model_type

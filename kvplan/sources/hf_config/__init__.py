@@ -30,8 +30,9 @@ Adding a family:
        layout.py's `layer_types`.
     2. A family with layers of its own (a new cache, a new parameter block): a module of its own, like dots3.py,
        that registers a layout rule in layout.py's FAMILY_LAYOUTS, a parameter rule in params.py's FAMILY_PARAMS
-       and, where the widths differ, FAMILY_WIDTHS; a cache kvplan has no kind for is a new small type in
-       kvplan/model.py, sized per engine in kvplan/engines.py.
+       and, where the widths differ, FAMILY_WIDTHS, named for its model types in families.py's RULE_MODULES (the
+       reader imports it for those alone); a cache kvplan has no kind for is a new small type in kvplan/model.py,
+       sized per engine in kvplan/engines.py.
     3. Fields whose cache kvplan does not model are refused in one line naming them (families.py's
        UNMODELLED_CACHE_FIELDS), never read as something they are not.
     4. Tests: the family's cache and parameters against transformers' own build (tests/test_every_architecture.py
@@ -41,7 +42,6 @@ Rules follow transformers' configuration and modeling files and vLLM's config re
 The config is data: nothing it names (`auto_map`, remote code) is imported or run.
 """
 
-from kvplan.sources.hf_config import deepseek_v4, dots3, legacy, qwen4_exp, recurrent  # noqa: F401 (their rules)
 from kvplan.sources.hf_config.families import ENCODER_ONLY
 from kvplan.sources.hf_config.fields import MAX_FIELD, MAX_LAYERS, parse_json, read_text
 from kvplan.sources.hf_config.reader import model_from_config, read_config_file

@@ -4,6 +4,7 @@ kind the reader has no rule for."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -434,3 +435,25 @@ FOUR_X_MLP_FIELD: dict[str, str | None] = {
     "gpt2": "n_inner", "gpt_bigcode": "n_inner", "codegen": "n_inner", "gptj": "n_inner",
     "gpt_neo": "intermediate_size", "falcon": "ffn_hidden_size", "bloom": None, "openai-gpt": None, "xlm": None,
 }
+
+
+# Families whose rules live in a module of their own, which registers them when imported (layout.FAMILY_LAYOUTS,
+# params.FAMILY_PARAMS and FAMILY_WIDTHS, layout.LAYER_CUTS, MODEL_TYPE_DEFAULTS): model_type -> module. Only the
+# module of the family read is imported (`load_rules`), so a planning command does not load every family's.
+RULE_MODULES: dict[str, str] = {
+    **dict.fromkeys(("gemma3n_text", "gemma4_text", "gemma4_unified_text", "gemma4_assistant",
+                     "gemma4_unified_assistant", "recurrent_gemma"), "gemma"),
+    **dict.fromkeys(("lfm2", "lfm2_moe", "lfm3", "minimax", "bailing_hybrid", "inkling_text", "inkling2_text",
+                     "rwkv", "xlstm", "hrm_text"), "recurrent"),
+    **dict.fromkeys(("xlnet", "reformer", "cpmant"), "legacy"),
+    "deepseek_v4": "deepseek_v4",
+    "dots3_note_text": "dots3",
+    "qwen4_exp_text": "qwen4_exp",
+}
+
+
+def load_rules(model_type: str) -> None:
+    """Import the module holding `model_type`'s own rules (RULE_MODULES), which registers them."""
+    module = RULE_MODULES.get(model_type)
+    if module is not None:
+        importlib.import_module(f"kvplan.sources.hf_config.{module}")

@@ -7,7 +7,6 @@ from pathlib import Path
 
 from kvplan.errors import KvplanError
 from kvplan.model import ModelSpec
-from kvplan.sources.hf_config import gemma  # noqa: F401  (registers the Gemma 3n, Gemma 4, RecurrentGemma rules)
 from kvplan.sources.hf_config.eagle import read_eagle_head
 from kvplan.sources.hf_config.encoders import (
     BERT_FAMILIES,
@@ -27,6 +26,7 @@ from kvplan.sources.hf_config.families import (
     NESTED_FIELDS,
     OMITTED_PER_LAYER_FIELDS,
     REFUSED_FAMILIES,
+    load_rules,
 )
 from kvplan.sources.hf_config.fields import Fields, parse_json, read_text
 from kvplan.sources.hf_config.layout import (
@@ -85,6 +85,7 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
         data.setdefault("new_decoder_architecture", True)
         model_type = "falcon"
     model_type = MODEL_TYPE_ALIASES.get(model_type, model_type)
+    load_rules(model_type)
     if model_type in REFUSED_FAMILIES:
         raise KvplanError(f"{where}: {REFUSED_FAMILIES[model_type]}")
     eagle = read_eagle_head(top, Fields(data, where), model_type)  # another family's head is refused here
