@@ -14,6 +14,7 @@ from kvplan.capacity import Hardware, Parallelism, Workload, capacity, check_par
 from kvplan.dtypes import kv_dtype
 from kvplan.engines import EngineOptions
 from kvplan.errors import KvplanError
+from kvplan.memory import estimate
 from kvplan.sources import load_model
 from kvplan.sources.hf_config import model_from_config
 
@@ -363,6 +364,58 @@ def test_zamba2_shared_blocks_counted_once_and_adapters_per_application(tmp_path
     model = read({"model_type": "zamba2", **fields})
     assert model.params.total == archkit.meta_parameters("zamba2", fields)
     assert [c.layer for c in model.caches if c.kind == "full"] == [1, 3, 4]
+
+
+# ------------------------------------------------------------------------------------------ mamba_ssm's own format
+
+# state-spaces/mamba-130m's config.json shape: mamba_ssm's MambaConfig, a Mamba (1) mixer with its defaults
+MAMBA_SSM_V1 = {"d_model": 768, "n_layer": 24, "vocab_size": 50277, "ssm_cfg": {}, "rms_norm": True,
+                "residual_in_fp32": True, "fused_add_norm": True, "pad_vocab_size_multiple": 8}
+
+
+def test_mamba_ssm_mamba2_reads_as_transformers_converter_maps_it():
+    # convert_mamba2_ssm_checkpoint_to_pytorch.py: hidden_size d_model, num_heads d_model x expand 2 / head_dim 64,
+    # num_hidden_layers n_layer, n_groups 1, tie_embeddings, the vocabulary padded to pad_vocab_size_multiple 16
+    converted = {"model_type": "mamba2", "hidden_size": 2560, "num_heads": 2560 * 2 // 64, "head_dim": 64,
+                 "num_hidden_layers": 64, "n_groups": 1, "state_size": 128, "conv_kernel": 4, "expand": 2,
+                 "vocab_size": 50288, "tie_word_embeddings": True}
+    genuine = load_model("state-spaces/mamba2-2.7b")
+    expected = read(converted)
+    assert genuine.caches == expected.caches and genuine.params == expected.params
+    # 64 layers x (conv (5120 + 2 x 128) x (4 - 1) + ssm 80 x 64 x 128) elements, float32 (no dtype named)
+    state = estimate(genuine, ctx=8192).state_bytes_per_sequence
+    assert state == 64 * ((5120 + 2 * 128) * 3 + 80 * 64 * 128) * FP32  # 171,900,928
+    assert round(genuine.params.total / 1e9, 1) == 2.7  # the model's name
+
+
+@pytest.mark.torch
+def test_mamba_ssm_mamba1_counts_as_transformers_builds_it():
+    pytest.importorskip("torch")
+    import archkit
+
+    # convert_mamba_ssm_checkpoint_to_pytorch.py: intermediate_size 2 x d_model, time_step_rank ceil(d_model / 16),
+    # the vocabulary padded to pad_vocab_size_multiple 8; MambaConfig's defaults otherwise (state 16, kernel 4)
+    fields = {"hidden_size": 768, "intermediate_size": 1536, "time_step_rank": 48, "num_hidden_layers": 24,
+              "vocab_size": 50280}
+    model = read(MAMBA_SSM_V1)
+    assert model.params.total == archkit.meta_parameters("mamba", fields)
+    assert model.caches[0].ssm_elements == 1536 * 16 and model.caches[0].conv_elements == 1536 * 3
+
+
+@pytest.mark.parametrize(("change", "fragment"), [
+    ({"attn_layer_idx": [9, 18]}, "attn_layer_idx"),  # state-spaces/mamba2attn-2.7b's attention blocks
+    ({"d_intermediate": 4096}, "d_intermediate"),
+    ({"rms_norm": False}, "rms_norm"),
+    ({"ssm_cfg": {"layer": "Mamba3"}}, "Mamba3"),
+    ({"ssm_cfg": {"layer": "Mamba2", "d_ssm": 1024}}, "d_ssm"),
+    ({"ssm_cfg": {"layer": "Mamba2", "headdim": 100}}, "headdim"),
+    ({"ssm_cfg": "Mamba2"}, "ssm_cfg"),
+], ids=["attention", "mlp", "layernorm", "layer", "d_ssm", "headdim", "not-an-object"])
+def test_mamba_ssm_layouts_transformers_cannot_hold_are_refused(monkeypatch, capsys, tmp_path, change, fragment):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(MAMBA_SSM_V1 | change), encoding="utf-8")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k")
+    assert_one_line_error(code, err, fragment)
 
 
 # ------------------------------------------------------------------------------------------ bad input

@@ -104,6 +104,12 @@ LATER_KV_PER_TOKEN_BF16 = {
     "moonshotai__Kimi-Linear-48B-A3B-Instruct.json": 7 * (512 + 64) * BF16,  # 8,064
     # LFM2-1.2B: attention on the 6 full_attn_idxs, 8 KV heads x head_dim 2048 / 32 = 64
     "LiquidAI__LFM2-1.2B.json": 2 * 6 * 8 * 64 * BF16,  # 12,288
+    # Granite 4.0-H-Small: 4 attention layers of 40 (layer_types), 8 KV heads x head_dim 4096 / 32 = 128
+    "ibm-granite__granite-4.0-h-small.json": 2 * 4 * 8 * 128 * BF16,  # 16,384
+    # Granite 4.0-H-1B: 4 attention layers of 40, 4 KV heads x head_dim 1536 / 12 = 128
+    "ibm-granite__granite-4.0-h-1b.json": 2 * 4 * 4 * 128 * BF16,  # 8,192
+    # Mamba-2 2.7B: no attention layer
+    "state-spaces__mamba2-2.7b.json": 0,
 }
 
 
@@ -121,6 +127,21 @@ def test_qwen36_35b_state_by_hand():
     result = estimate(load("Qwen__Qwen3.6-35B-A3B.json"), ctx=32768, kv_dtype_name="bf16")
     assert result.state_bytes_per_sequence == 30 * (24_576 * 2 + 524_288 * 4)  # 64,389,120
     assert result.kv_bytes_per_sequence == 10 * 2 * 2 * 256 * 2 * 32768 + 64_389_120
+
+
+def test_granite_4_h_small_state_by_hand():
+    # 36 Mamba-2 layers (128 heads of 64 = 8,192 channels, d_state 128, 1 group, kernel 4): conv (8,192 + 2 x 128)
+    # x 3 and ssm 128 x 64 x 128 elements, bf16
+    result = estimate(load("ibm-granite__granite-4.0-h-small.json"), ctx=8192, kv_dtype_name="bf16")
+    assert result.state_bytes_per_sequence == 36 * ((8192 + 2 * 128) * 3 + 128 * 64 * 128) * BF16  # 77,322,240
+
+
+def test_granite_4_h_parameters_match_the_model_cards():
+    # IBM's model cards: Granite-4.0-H-Small 32B total, 9B active; Granite-4.0-H-1B 1.5B
+    small = load("ibm-granite__granite-4.0-h-small.json").params
+    one_b = load("ibm-granite__granite-4.0-h-1b.json").params
+    assert round(small.total / 1e9) == 32 and round(small.active / 1e9) == 9
+    assert round(one_b.total / 1e9, 1) == 1.5
 
 
 def test_qwen36_27b_state_by_hand():

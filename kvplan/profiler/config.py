@@ -17,6 +17,7 @@ from kvplan.model import ModelSpec
 from kvplan.sources import library, load_model
 from kvplan.sources.hf_config import model_from_config, parse_json, read_text
 from kvplan.sources.hf_config.layout import LAYER_CUTS
+from kvplan.sources.hf_config.mamba import is_mamba_ssm_config, mamba_ssm_fields
 
 LAYER_COUNT_FIELDS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_blocks",
                       "decoder_layers", "num_decoder_layers")  # an encoder-decoder's decoder (BART, ProphetNet)
@@ -179,7 +180,8 @@ def transformers_fields(data: dict) -> tuple[str, dict, list[str]]:
 
     Multimodal configs give their text decoder (the tower is not built); weight quantisation is dropped (random
     weights are made in the profile dtype); legacy Falcon configs (RefinedWeb*) are renamed to FalconConfig's
-    fields. Nothing here enables remote code: auto_map is dropped and only transformers' own classes are used."""
+    fields; mamba_ssm's own configs (state-spaces/mamba*) become transformers' Mamba or Mamba-2 fields. Nothing here
+    enables remote code: auto_map is dropped and only transformers' own classes are used."""
     data = copy.deepcopy(data)
     notes = []
     quant = data.get("quantization_config")
@@ -195,6 +197,9 @@ def transformers_fields(data: dict) -> tuple[str, dict, list[str]]:
     if isinstance(quant, dict):
         method = quant.get("quant_method") or quant.get("method") or "quantised"
         notes.append(f"{method} weight quantisation dropped: random weights are made in the profile dtype")
+    if is_mamba_ssm_config(data):
+        data = mamba_ssm_fields(data, "config.json")
+        notes.append(f"mamba_ssm config read as transformers' {data['model_type']}, as its converter maps it")
     model_type = str(data.pop("model_type", "") or "")
     if model_type in LEGACY_FALCON:
         data.setdefault("new_decoder_architecture", LEGACY_FALCON[model_type])

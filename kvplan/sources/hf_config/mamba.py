@@ -132,3 +132,59 @@ def mamba_params(cfg: Fields, model_type: str, mixer: str) -> tuple[int, int]:
         matrices = h * in_width + d_inner * h
         other += 3 * m.heads + (d_inner if m.gated_norm else 0)
     return matrices, other + (in_width if m.in_bias else 0)
+
+
+# mamba_ssm's own checkpoint format (state-spaces/mamba-*, state-spaces/mamba2-*): d_model, n_layer and the mixer's
+# arguments in ssm_cfg, with the defaults of mamba_ssm's Mamba (mamba_simple.py) and Mamba2 (mamba2.py) classes.
+MAMBA_SSM_DEFAULTS = {"Mamba1": {"d_state": 16, "d_conv": 4, "expand": 2, "dt_rank": "auto"},
+                      "Mamba2": {"d_state": 128, "d_conv": 4, "expand": 2, "headdim": 64, "ngroups": 1}}
+# ssm_cfg arguments that change no tensor's shape (initialisation, kernels, chunking); any other is refused.
+MAMBA_SSM_SHAPELESS = {"layer", "dt_min", "dt_max", "dt_init", "dt_scale", "dt_init_floor", "dt_limit", "chunk_size",
+                       "use_mem_eff_path", "activation", "norm_before_gate", "A_init_range", "conv_init",
+                       "bias", "conv_bias"}
+
+
+def is_mamba_ssm_config(config: dict) -> bool:
+    """mamba_ssm writes no model_type: its config is d_model, n_layer and ssm_cfg (config_mamba.py)."""
+    return not config.get("model_type") and "ssm_cfg" in config and "d_model" in config
+
+
+def mamba_ssm_fields(config: dict, where: str) -> dict:
+    """A mamba_ssm config under transformers' Mamba or Mamba-2 field names, as transformers' converters map it
+    (convert_mamba_ssm_checkpoint_to_pytorch.py, convert_mamba2_ssm_checkpoint_to_pytorch.py): hidden_size d_model,
+    num_hidden_layers n_layer, the vocabulary padded up to pad_vocab_size_multiple (mamba_ssm's embedding rows),
+    tie_embeddings; the mixer's dimensions from ssm_cfg over mamba_ssm's defaults (the converters take the
+    defaults, which every published checkpoint uses). Attention blocks (attn_layer_idx) and MLP blocks
+    (d_intermediate) have no place in transformers' Mamba models and are refused."""
+    cfg = Fields(config, where)
+    ssm = cfg.mapping("ssm_cfg").data
+    layer = ssm.get("layer", "Mamba1")
+    if layer not in MAMBA_SSM_DEFAULTS:
+        raise KvplanError(f"{where}: ssm_cfg layer {layer!r} is not one kvplan models (Mamba1, Mamba2)")
+    if cfg.list("attn_layer_idx", int):
+        raise KvplanError(f"{where}: field attn_layer_idx: mamba_ssm's attention blocks have no transformers or vLLM "
+                          "model, so kvplan does not size them")
+    if cfg.int("d_intermediate", default=0, minimum=0):
+        raise KvplanError(f"{where}: field d_intermediate: mamba_ssm's MLP blocks have no transformers or vLLM model, "
+                          "so kvplan does not size them")
+    if not cfg.flag("rms_norm", True):
+        raise KvplanError(f"{where}: field rms_norm false: transformers' Mamba models have RMSNorms only")
+    unknown = sorted(set(ssm) - MAMBA_SSM_SHAPELESS - MAMBA_SSM_DEFAULTS[layer].keys())
+    if unknown:
+        raise KvplanError(f"{where}: ssm_cfg field {unknown[0]} is not one kvplan reads for a {layer} mixer")
+    mixer = Fields(MAMBA_SSM_DEFAULTS[layer] | ssm, f"{where} (ssm_cfg)")
+    vocab, multiple = cfg.int("vocab_size"), cfg.int("pad_vocab_size_multiple", default=8)
+    common = {"hidden_size": cfg.int("d_model"), "num_hidden_layers": cfg.int("n_layer"),
+              "vocab_size": -(-vocab // multiple) * multiple, "tie_word_embeddings": cfg.flag("tie_embeddings", True),
+              "state_size": mixer.int("d_state"), "conv_kernel": mixer.int("d_conv"), "expand": mixer.int("expand"),
+              "use_bias": mixer.flag("bias"), "use_conv_bias": mixer.flag("conv_bias", True)}
+    for key in ("torch_dtype", "dtype"):
+        if key in config:
+            common[key] = config[key]
+    if layer == "Mamba1":
+        return common | {"model_type": "mamba", "time_step_rank": mixer.get("dt_rank")}
+    d_inner, head_dim = common["expand"] * common["hidden_size"], mixer.int("headdim")
+    if d_inner % head_dim:
+        raise KvplanError(f"{where}: ssm_cfg headdim {head_dim} does not divide the mixer's {d_inner:,} channels")
+    return common | {"model_type": "mamba2", "num_heads": d_inner // head_dim, "head_dim": head_dim,
+                     "n_groups": mixer.int("ngroups")}

@@ -36,6 +36,7 @@ from kvplan.sources.hf_config.layout import (
     read_layer_count,
     read_layout,
 )
+from kvplan.sources.hf_config.mamba import is_mamba_ssm_config, mamba_ssm_fields
 from kvplan.sources.hf_config.mtp import read_mtp
 from kvplan.sources.hf_config.params import decoder_params, read_widths
 from kvplan.sources.hf_config.quantization import common
@@ -77,6 +78,8 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
             vision = vision_params(top, Fields(data, f"{where} (text_config)"), notes)
             multimodal = multimodal_input(top, Fields(data, f"{where} (text_config)"))
         where = f"{where} (text_config)"
+    elif is_mamba_ssm_config(config):  # state-spaces/mamba*: mamba_ssm's own format, read as transformers'
+        data = mamba_ssm_fields(config, where)
     else:
         data = dict(config)
         flat_encoders_note(top, notes)
