@@ -108,6 +108,8 @@ LATER_KV_PER_TOKEN_BF16 = {
     "ibm-granite__granite-4.0-h-small.json": 2 * 4 * 8 * 128 * BF16,  # 16,384
     # Granite 4.0-H-1B: 4 attention layers of 40, 4 KV heads x head_dim 1536 / 12 = 128
     "ibm-granite__granite-4.0-h-1b.json": 2 * 4 * 4 * 128 * BF16,  # 8,192
+    # Falcon-H1-0.5B: attention in each of its 36 layers, 2 KV heads x head_dim 64
+    "tiiuae__Falcon-H1-0.5B-Instruct.json": 2 * 36 * 2 * 64 * BF16,  # 18,432
     # Mamba-2 2.7B: no attention layer
     "state-spaces__mamba2-2.7b.json": 0,
 }
@@ -142,6 +144,15 @@ def test_granite_4_h_parameters_match_the_model_cards():
     one_b = load("ibm-granite__granite-4.0-h-1b.json").params
     assert round(small.total / 1e9) == 32 and round(small.active / 1e9) == 9
     assert round(one_b.total / 1e9, 1) == 1.5
+
+
+def test_falcon_h1_05b_state_and_parameters():
+    # 36 Mamba-2 mixers beside the attention, mamba_d_ssm 1,536 channels (24 heads of 64), d_state 128, 1 group:
+    # conv (1,536 + 2 x 128) x 3 and ssm 24 x 64 x 128 elements, bf16
+    model = load("tiiuae__Falcon-H1-0.5B-Instruct.json")
+    result = estimate(model, ctx=16384, kv_dtype_name="bf16")
+    assert result.state_bytes_per_sequence == 36 * ((1536 + 2 * 128) * 3 + 24 * 64 * 128) * BF16  # 14,542,848
+    assert round(model.params.total / 1e9, 1) == 0.5  # the model's name
 
 
 def test_qwen36_27b_state_by_hand():
