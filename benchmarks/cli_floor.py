@@ -40,7 +40,8 @@ def estimate(model: Annotated[str, typer.Option()], ctx: Annotated[str, typer.Op
              cpu_offload_gb: str | None = None, draft_model: str | None = None,
              speculative_method: str | None = None, enable_lora: bool | None = None, max_loras: int | None = None,
              max_lora_rank: int | None = None, max_cpu_loras: int | None = None,
-             gdn_prefill_backend: str | None = None, lora: list[str] | None = None,
+             gdn_prefill_backend: str | None = None, mamba_ssm_cache_dtype: str | None = None,
+             lora: list[str] | None = None,
              as_json: Annotated[bool, typer.Option("--json")] = False):
     print("{}")
 

@@ -19,7 +19,9 @@ from the project's), then run the script with the project's interpreter:
     python benchmarks/vllm_oracle.py --vllm-python /tmp/vllm-venv/bin/python --load     # preemption under load
 
 Where vLLM's CPU build differs from its GPU build, kvplan is given vLLM's CPU settings, read back from the child:
-async scheduling off (one batch in flight, `platforms/cpu.py`), the KV dtype vLLM chose, Gated DeltaNet's prefill off
+async scheduling off (one batch in flight, `platforms/cpu.py`), the KV dtype and the SSM state dtype vLLM chose (on
+hosts with AVX512-BF16 the CPU build sets mamba_ssm_cache_dtype to float32 for every Mamba-style model, where the GPU
+build keeps the model dtype), Gated DeltaNet's prefill off
 FlashInfer (vLLM resolves it to triton off CUDA, `_resolve_gdn_prefill_backend`), and the block sizes named in each
 case (the CPU attention kernel's smallest block is 32, so hybrids use blocks of at least 32 tokens; MLA runs with
 16-token blocks and no prefix caching or chunked prefill on hosts without AMX).
@@ -94,12 +96,14 @@ CASES = [
          edits={"hybrid_override_pattern": "M-M*"}),
     Case("nemotron-3-nano block 64", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", 4, 8192, 64,
          edits={"hybrid_override_pattern": "M-M*"}),
-    Case("granite-4.0-h block 32", "transformers:granitemoehybrid", 4, 8192, 32,
-         edits={"layer_types": ["mamba", "mamba", "mamba", "attention"], "max_position_embeddings": 131072}),
-    Case("granite-4.0-h block 64", "transformers:granitemoehybrid", 4, 8192, 64,
-         edits={"layer_types": ["mamba", "mamba", "mamba", "attention"], "max_position_embeddings": 131072}),
-    Case("falcon-h1 block 32", "transformers:falcon_h1", 2, 8192, 32),
-    Case("falcon-h1 block 64", "transformers:falcon_h1", 2, 8192, 64),
+    Case("granite-4.0-h-small block 32", "ibm-granite/granite-4.0-h-small", 4, 8192, 32,
+         edits={"layer_types": ["mamba", "mamba", "mamba", "attention"]}),
+    Case("granite-4.0-h-small block 64", "ibm-granite/granite-4.0-h-small", 4, 8192, 64,
+         edits={"layer_types": ["mamba", "mamba", "mamba", "attention"]}),
+    Case("granite-4.0-h-1b block 32", "ibm-granite/granite-4.0-h-1b", 4, 8192, 32,
+         edits={"layer_types": ["mamba", "mamba", "mamba", "attention"]}),
+    Case("falcon-h1-0.5b block 32", "tiiuae/Falcon-H1-0.5B-Instruct", 2, 8192, 32),
+    Case("falcon-h1-0.5b block 64", "tiiuae/Falcon-H1-0.5B-Instruct", 2, 8192, 64),
     # DeepSeek V4: its windows, compressed entries, indexer keys and compressor states packed block by block. The
     # CPU build, like CUDA's FlashMLA path, stores fp8_ds_mla rows in 256-token blocks (`platforms/cpu.py`); MLA
     # turns chunked prefill off on the CPU, so max_num_batched_tokens is max_model_len.
@@ -223,7 +227,8 @@ plan = {"num_blocks": cache.num_gpu_blocks, "kv_tokens": cache.kv_cache_size_tok
         "max_concurrency": cache.kv_cache_max_concurrency, "block_size": cache.block_size,
         "prefix_caching": cache.enable_prefix_caching, "mamba_cache_mode": cache.mamba_cache_mode,
         "async_scheduling": bool(sched.async_scheduling), "max_num_batched_tokens": sched.max_num_batched_tokens,
-        "model_dtype": str(vllm_config.model_config.dtype).removeprefix("torch."), "cache_dtype": cache.cache_dtype}
+        "model_dtype": str(vllm_config.model_config.dtype).removeprefix("torch."), "cache_dtype": cache.cache_dtype,
+        "mamba_ssm_cache_dtype": cache.mamba_ssm_cache_dtype}
 core = getattr(llm.llm_engine.engine_core, "engine_core", None)
 config = getattr(getattr(core, "scheduler", None), "kv_cache_config", None)
 if config is not None:
@@ -280,7 +285,8 @@ def run_kvplan(path: Path, case: Case, kv_space_gib: int, vllm: dict):
     kv = vllm["cache_dtype"] if vllm["cache_dtype"] != "auto" else vllm["model_dtype"]
     options = EngineOptions(version=VLLM_VERSION, block_size=case.block_size,
                             max_num_batched_tokens=vllm["max_num_batched_tokens"],
-                            async_scheduling=vllm["async_scheduling"], gdn_prefill_backend="triton")
+                            async_scheduling=vllm["async_scheduling"], gdn_prefill_backend="triton",
+                            mamba_ssm_cache_dtype=vllm.get("mamba_ssm_cache_dtype"))
     return capacity(load_model(str(path)), Workload(ctx=case.ctx), engine_name="vllm", options=options,
                     kv_budget=kv_space_gib * GiB, kv_dtype_name=TORCH_TO_KVPLAN[kv])
 

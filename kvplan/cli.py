@@ -120,6 +120,9 @@ CpuOffload = _flag(str | None, "vLLM: GiB of each GPU's weights kept in host mem
                    "--cpu-offload-gb")
 GdnPrefill = _flag(str | None, "vLLM: Gated DeltaNet prefill kernel, flashinfer, triton or cutedsl (default: "
                    "FlashInfer on Hopper and Blackwell, which adds a state page)", "--gdn-prefill-backend")
+MambaSsmDtype = _flag(str | None, "vLLM: dtype of Mamba and Gated DeltaNet SSM states, auto, float32, float16 or "
+                      "bfloat16 (default auto: the model's, or the config's for Nemotron-H and Qwen3.5)",
+                      "--mamba-ssm-cache-dtype")
 
 
 @app.command()
@@ -146,7 +149,8 @@ def estimate(
     kv_offloading_size: KvOffloadSize = None, kv_offloading_backend: KvOffloadBackend = None,
     cpu_offload_gb: CpuOffload = None, draft_model: DraftModel = None, speculative_method: SpeculativeMethod = None,
     enable_lora: EnableLora = None, max_loras: MaxLoras = None, max_lora_rank: MaxLoraRank = None,
-    max_cpu_loras: MaxCpuLoras = None, gdn_prefill_backend: GdnPrefill = None, lora: Lora = None,
+    max_cpu_loras: MaxCpuLoras = None, gdn_prefill_backend: GdnPrefill = None,
+    mamba_ssm_cache_dtype: MambaSsmDtype = None, lora: Lora = None,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
@@ -169,7 +173,8 @@ def estimate(
                      frontend=frontend)
     serving = dict(limit_mm=limit_mm_per_prompt, language_model_only=language_model_only or None,
                    kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
-                   cpu_offload_gb=cpu_offload_gb, gdn_prefill_backend=gdn_prefill_backend)
+                   cpu_offload_gb=cpu_offload_gb, gdn_prefill_backend=gdn_prefill_backend,
+                   mamba_ssm_cache_dtype=mamba_ssm_cache_dtype)
     added = dict(speculative_method=speculative_method, enable_lora=enable_lora, max_loras=max_loras,
                  max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras, lora=lora)
     capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
@@ -264,7 +269,8 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                     cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None,
                     limit_mm=None, language_model_only=None, kv_offloading_size=None, kv_offloading_backend=None,
                     cpu_offload_gb=None, speculative_method=None, enable_lora=None, max_loras=None,
-                    max_lora_rank=None, max_cpu_loras=None, gdn_prefill_backend=None, lora=None):
+                    max_lora_rank=None, max_cpu_loras=None, gdn_prefill_backend=None, mamba_ssm_cache_dtype=None,
+                    lora=None):
     from kvplan.engines import EngineOptions
     from kvplan.units import parse_gib
 
@@ -278,7 +284,9 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                                  ("--kv-offloading-backend", kv_offloading_backend, ("native", "lmcache")),
                                  ("--speculative-method", speculative_method,
                                   ("draft_model", "eagle", "eagle3", "mtp", "ngram")),
-                                 ("--gdn-prefill-backend", gdn_prefill_backend, ("flashinfer", "triton", "cutedsl"))):
+                                 ("--gdn-prefill-backend", gdn_prefill_backend, ("flashinfer", "triton", "cutedsl")),
+                                 ("--mamba-ssm-cache-dtype", mamba_ssm_cache_dtype,
+                                  ("auto", "float32", "float16", "bfloat16"))):
         if value not in (None, *choices):
             raise KvplanError(f"{flag} is {' or '.join(choices)}, got {brief(value)}")
     if speculative_tokens is not None and not 0 <= speculative_tokens <= MAX_COUNT:
@@ -297,7 +305,8 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                          if cpu_offload_gb is not None else None,
                          speculative_method=speculative_method, enable_lora=enable_lora,
                          max_loras=max_loras, max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras,
-                         gdn_prefill_backend=gdn_prefill_backend, lora_adapters=_lora_adapters(lora))
+                         gdn_prefill_backend=gdn_prefill_backend, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+                         lora_adapters=_lora_adapters(lora))
 
 
 def _lora_adapters(paths: list[str] | None):
@@ -376,7 +385,7 @@ def plan(
     cpu_offload_gb: CpuOffload = None, draft_model: DraftModel = None,
     speculative_method: SpeculativeMethod = None, enable_lora: EnableLora = None, max_loras: MaxLoras = None,
     max_lora_rank: MaxLoraRank = None, max_cpu_loras: MaxCpuLoras = None, gdn_prefill_backend: GdnPrefill = None,
-    lora: Lora = None,
+    mamba_ssm_cache_dtype: MambaSsmDtype = None, lora: Lora = None,
     max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider")] = 64,
     as_json: Json = False,
 ) -> None:
@@ -403,7 +412,8 @@ def plan(
                               kv_offloading_backend=kv_offloading_backend, cpu_offload_gb=cpu_offload_gb,
                               speculative_method=speculative_method, enable_lora=enable_lora, max_loras=max_loras,
                               max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras,
-                              gdn_prefill_backend=gdn_prefill_backend, lora=lora)
+                              gdn_prefill_backend=gdn_prefill_backend, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
+                              lora=lora)
     spec = load_model(model, revision, token, gguf_file)
     engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
     result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,

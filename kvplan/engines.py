@@ -123,6 +123,7 @@ class EngineOptions(BaseModel):
     max_lora_rank: int | None = None
     max_cpu_loras: int | None = None
     gdn_prefill_backend: Literal["flashinfer", "triton", "cutedsl"] | None = None
+    mamba_ssm_cache_dtype: Literal["auto", "float32", "float16", "bfloat16"] | None = None
     lora_adapters: tuple[LoraAdapter, ...] | None = None  # llama.cpp --lora files, as read
 
 
@@ -138,7 +139,7 @@ FLAG_NAMES = {
     "kv_offloading_backend": "--kv-offloading-backend", "cpu_offload_bytes": "--cpu-offload-gb",
     "speculative_method": "--speculative-method", "enable_lora": "--enable-lora",
     "max_loras": "--max-loras", "max_lora_rank": "--max-lora-rank", "max_cpu_loras": "--max-cpu-loras",
-    "gdn_prefill_backend": "--gdn-prefill-backend",
+    "gdn_prefill_backend": "--gdn-prefill-backend", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
     "lora_adapters": "--lora",
 }
 
@@ -671,7 +672,7 @@ class Vllm(Engine):
     reads = frozenset({"version", "memory_fraction", "block_size", "max_num_batched_tokens", "async_scheduling",
                        "limit_mm_per_prompt", "language_model_only", "kv_offloading_size", "kv_offloading_backend",
                        "cpu_offload_bytes", "speculative_tokens", "speculative_method", "enable_lora", "max_loras",
-                       "max_lora_rank", "max_cpu_loras", "gdn_prefill_backend"})
+                       "max_lora_rank", "max_cpu_loras", "gdn_prefill_backend", "mamba_ssm_cache_dtype"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
     data_parallel = True
     speculative_methods = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
@@ -725,6 +726,10 @@ class Vllm(Engine):
     # Mixers whose state dtype vLLM fixes whatever the config says: Kimi Delta Attention's recurrent state is fp32
     # (`mamba_utils.py` kda_state_dtype).
     FIXED_STATE_DTYPE = frozenset({"kda"})
+    # Mixers whose temporal state --mamba-ssm-cache-dtype sets (`MambaStateDtypeCalculator`: mamba1, mamba2,
+    # gated_delta_net and kda; short convolutions and lightning attention keep the conv state's dtype).
+    SSM_CACHE_DTYPE_MIXERS = frozenset({"mamba", "mamba2", "gated_deltanet", "kda"})
+    SSM_CACHE_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
     # Families whose vLLM model gives a sliding layer a window of sliding_window + 1: a Cohere sliding layer sees the
     # window and the current token (models/commandr.py for Cohere2, models/cohere2_moe.py), and the spec's window
     # sets both the reservation and the eviction.
@@ -734,16 +739,24 @@ class Vllm(Engine):
         """The caches as vLLM stores them. DSA indexer keys whatever the KV dtype: fp8 values with one fp32 scale
         per 128 elements, index_head_dim + index_head_dim // 128 x 4 bytes per token (`DeepseekV32IndexerCache`,
         uint8; `models/deepseek_v2.py`; Qwen4-Exp's QSA keys are laid out by `qwen4_exp_specs`). Recurrent states in
-        the model dtype unless the family is one whose SSM dtype vLLM takes from the config (READS_SSM_DTYPE).
+        the model dtype unless the family is one whose SSM dtype vLLM takes from the config (READS_SSM_DTYPE), or
+        --mamba-ssm-cache-dtype names one (vLLM's CacheConfig.mamba_ssm_cache_dtype, which the per-model config
+        readers fill only while it is "auto").
         Cohere's sliding windows one token wider. Qwen4-Exp's PLE keeps no token ids in its page: its n-gram context
         is the model runner's, max_num_seqs x (ngram_size - 1) int32 (`Qwen4ExpModelState`, a few KiB)."""
         keeps_ssm_dtype = model.architecture in self.READS_SSM_DTYPE
         plus_one = model.architecture in self.SLIDING_WINDOW_PLUS_ONE
+        ssm_flag = self.SSM_CACHE_DTYPES.get(self.options.mamba_ssm_cache_dtype)
 
         def as_stored(cache: LayerCache) -> LayerCache:
             if isinstance(cache, IndexerKeys) and cache.compress_ratio is None:
                 return cache.model_copy(update={"head_dim": cache.head_dim + cache.head_dim
                                                 // self.INDEXER_QUANT_BLOCK * 4, "storage_dtype": "fp8"})
+            if ssm_flag and isinstance(cache, RecurrentState) and cache.mixer in self.SSM_CACHE_DTYPE_MIXERS:
+                if cache.mixer == "kda" and ssm_flag == "fp16":
+                    raise KvplanError("--mamba-ssm-cache-dtype float16: vLLM keeps Kimi Delta Attention's state in "
+                                      "float32 or bfloat16 only (mamba_utils.py kda_state_dtype)")
+                return cache.model_copy(update={"ssm_dtype": ssm_flag})
             if isinstance(cache, RecurrentState) and cache.ssm_dtype and not keeps_ssm_dtype \
                     and cache.mixer not in self.FIXED_STATE_DTYPE:
                 return cache.model_copy(update={"ssm_dtype": None})

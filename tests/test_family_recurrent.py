@@ -9,6 +9,7 @@ from conftest import load, raw
 from kvplan import engines
 from kvplan.capacity import gpu_layers
 from kvplan.dtypes import kv_dtype
+from kvplan.engines import EngineOptions
 from kvplan.errors import KvplanError
 from kvplan.sources.hf_config import model_from_config
 
@@ -172,6 +173,21 @@ def test_ling3_under_vllm_aligns_mla_blocks_to_128():
     pool = vllm_pool(model_from_config(LING_3_FLASH, "ling", "test"))
     assert pool.block_bytes == 7 * 2_211_840
     assert pool.blocks_per_request(8192) == 15
+
+
+def test_ling3_kda_state_under_mamba_ssm_cache_dtype():
+    """vLLM's kda_state_dtype: the recurrent state fp32 under "auto", float32 or bfloat16 as given, float16
+    refused; the conv state in the model dtype."""
+    spec = model_from_config(LING_3_FLASH, "ling", "test")
+
+    def kda(dtype):
+        engine = engines.engine("vllm", EngineOptions(mamba_ssm_cache_dtype=dtype))
+        return next(c for c in engine.cached_layers(spec) if c.kind == "recurrent").state_bytes(kv_dtype("bf16"))
+
+    assert kda("auto") == kda(None) == kda("float32") == 36_864 * 2 + 524_288 * 4
+    assert kda("bfloat16") == 36_864 * 2 + 524_288 * 2
+    with pytest.raises(KvplanError, match="float16"):
+        kda("float16")
 
 
 # --------------------------------------------------------------------------------------------- bad input

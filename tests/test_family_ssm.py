@@ -311,6 +311,42 @@ def test_vllm_ssm_dtype_only_where_vllm_reads_it_from_the_config():
     assert gdn.state_bytes(kv_dtype("bf16")) == (2 * 16 * 128 + 48 * 128) * 3 * BF16 + 48 * 128 * 128 * FP32
 
 
+def test_vllm_mamba_ssm_cache_dtype_sets_every_ssm_state():
+    # --mamba-ssm-cache-dtype (CacheConfig.mamba_ssm_cache_dtype) sets the temporal state of Mamba-2 and Gated
+    # DeltaNet whatever the family; the conv state stays in the model dtype (`mamba_utils.py` _mamba_state_dtype).
+    # Nemotron-H's and Qwen3.5's configs fill it only while it is "auto", so the flag wins there too.
+    def states(model, dtype):
+        layers = engines.engine("vllm", EngineOptions(mamba_ssm_cache_dtype=dtype)).cached_layers(model)
+        return [c.state_bytes(kv_dtype("bf16")) for c in layers if c.kind == "recurrent"]
+
+    granite = read(GRANITE)
+    assert set(states(granite, "float32")) == {(3072 + 2 * 128) * 3 * BF16 + 48 * 64 * 128 * FP32}
+    assert states(granite, "auto") == states(granite, None) == states(granite, "bfloat16")
+    assert set(states(load_model(NANO), "bfloat16")) == {(4096 + 2 * 8 * 128) * 3 * BF16 + 64 * 64 * 128 * BF16}
+    qwen = load_model("Qwen/Qwen3.5-27B")  # mamba_ssm_dtype float32 in its config
+    assert set(states(qwen, "float16")) == {(2 * 16 * 128 + 48 * 128) * 3 * BF16 + 48 * 128 * 128 * 2}
+
+
+def test_vllm_mamba_ssm_cache_dtype_flag(monkeypatch, capsys, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(GRANITE), encoding="utf-8")
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k", "--gpu", "h100",
+                            "--engine", "vllm", "--mamba-ssm-cache-dtype", "float32", "--json")
+    assert code == 0
+    # an fp32 state page, (3,072 + 2 x 128) x 3 x 2 + 48 x 64 x 128 x 4 = 1,592,832 B, raises the attention block
+    # (2 x 4 KV heads x 128 x 2 = 2,048 B a token) to 16 x cdiv(1,592,832, 16 x 2,048) = 784 tokens, not 400
+    state = (3072 + 2 * 128) * 3 * BF16 + 48 * 64 * 128 * FP32
+    block = 16 * -(-state // (16 * 2048))
+    assert block == 784
+    assert json.loads(out)["vllm_block_bytes"] == 2 * block * 2048  # groups of 2 layers: 2 pages a block
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k", "--gpu", "h100",
+                            "--mamba-ssm-cache-dtype", "fp32")
+    assert_one_line_error(code, err, "--mamba-ssm-cache-dtype", "float32")
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "8k", "--gpu", "h100",
+                            "--engine", "sglang", "--mamba-ssm-cache-dtype", "float32")
+    assert_one_line_error(code, err, "--mamba-ssm-cache-dtype")
+
+
 def test_transformers_keeps_kernel_inputs_and_fp32_ssm_for_nemotron():
     # transformers' LinearAttentionLayer: conv_kernel (4) inputs of 6,144 channels in bf16, SSM fp32
     model = load_model(NANO)
