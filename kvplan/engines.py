@@ -17,7 +17,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -161,11 +161,10 @@ def is_windowed(cache: LayerCache) -> bool:
     return cache.kind in WINDOWED or (cache.kind == "mla" and cache.window is not None)
 
 
-class Row(BaseModel):
+class Row(NamedTuple):
     """`count` identical layers of one GPU, as an engine treats them: `kind` is the cache kind, with MLA and
-    cross-attention counted as full, and windowed layers too where the engine ignores their window."""
-
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    cross-attention counted as full, and windowed layers too where the engine ignores their window. A plain record
+    of values already validated, built for every pool of a planning table's sweep."""
 
     cache: LayerCache
     kind: str
@@ -2265,9 +2264,9 @@ def llama_cpp_rows(layers: Layers, k: DType, v: DType, v_width: int | None, igno
         if cache.kind in ("full", "sliding", "chunked", "cross"):
             per_token = k.bytes_for(cache.kv_heads * cache.head_dim) + v.bytes_for(
                 v_width or cache.kv_heads * cache.head_dim_v)
-            row = row.model_copy(update={"bytes_per_token": per_token})
+            row = row._replace(bytes_per_token=per_token)
         elif cache.kind == "recurrent":
-            row = row.model_copy(update={"state_bytes": 4 * (cache.conv_elements + cache.ssm_elements)})
+            row = row._replace(state_bytes=4 * (cache.conv_elements + cache.ssm_elements))
         out.append(row)
     return out
 
