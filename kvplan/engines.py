@@ -267,7 +267,7 @@ class Engine(ABC):
 
     def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
                  dp: int = 1, ep: int = 1):
-        for field, value in options.model_dump().items():
+        for field, value in options:
             if value is not None and field not in self.reads:
                 raise KvplanError(f"{FLAG_NAMES[field]} is not a {self.label} setting")
         if options.version is not None:
@@ -430,10 +430,8 @@ class VllmLog(BaseModel):
     lines: list[str]
 
 
-class VllmGroup(BaseModel):
+class VllmGroup(NamedTuple):
     """KV-cache groups of one layer spec: `groups` groups sharing the block pool."""
-
-    model_config = ConfigDict(defer_build=True)
 
     kind: str
     groups: int
@@ -441,7 +439,7 @@ class VllmGroup(BaseModel):
     window: int = 0
 
 
-class VllmSpec(BaseModel):
+class VllmSpec(NamedTuple):
     """One layer's KV-cache spec as vLLM builds it (`get_kv_cache_spec`; `vllm/v1/kv_cache_interface.py`): the block
     table it keeps (`kind` and `window`: full, sliding, chunked, recurrent, cross), the tokens one block covers, the
     bytes of one page as vLLM pads it (`page_size_bytes`), and the bytes a block's stride must be a multiple of
@@ -450,12 +448,10 @@ class VllmSpec(BaseModel):
     (`tp_replicated`: every GPU holds the whole state). Kinds: full, sliding, chunked, cross, recurrent, and ring (a
     `CircularBufferSpec`: one block a request, whatever its length)."""
 
-    model_config = ConfigDict(frozen=True)
-
     kind: str
-    window: int = 0
     block_size: int
     page: int
+    window: int = 0
     stride_alignment: int = 1
     tp_replicated: bool = False
 
