@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import NamedTuple
 
@@ -561,7 +560,7 @@ def _mllama_text_params(cfg: Fields, layout: Layout, hidden: int, heads: int) ->
         self_attention.append(FullAttention(layer=cache.layer, kv_heads=kv_heads, head_dim=layout.head_dim,
                                             head_dim_v=layout.head_dim))
     counts = block_params(cfg, "mllama_text_model", FAMILIES["mllama_text_model"],
-                          replace(layout, caches=self_attention), hidden, heads)
+                          layout.with_caches(self_attention), hidden, heads)
     return _with(counts, embedding=8 * hidden, other=cross * 2, other_replicated=cross * 2 * layout.head_dim)
 
 
@@ -729,7 +728,7 @@ def xlm_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCou
         raise KvplanError(f"{cfg.where}: field asm (adaptive softmax output) is not counted by kvplan")
     attention = [FullAttention(layer=i, kv_heads=heads, head_dim=layout.head_dim, head_dim_v=layout.head_dim)
                  for i in range(len(layout.types))]
-    counts = block_params(cfg, "xlm", FAMILIES["xlm"], replace(layout, caches=attention), hidden, heads)
+    counts = block_params(cfg, "xlm", FAMILIES["xlm"], layout.with_caches(attention), hidden, heads)
     languages = cfg.int("n_langs", default=1)
     if languages > 1 and cfg.flag("use_lang_emb", default=True):
         counts = counts.model_copy(update={"embedding": counts.embedding + languages * hidden})
