@@ -39,7 +39,13 @@ from kvplan import engines
 from kvplan.dtypes import WEIGHT_DTYPES, DType, kv_dtype, weight_dtype
 from kvplan.engines import Engine, EngineOptions, KVPool, LoraSlots, ServingExtras, VllmPool, cdiv
 from kvplan.errors import KvplanError
-from kvplan.memory import vision_bytes, weights_by_group, weights_bytes, weights_from_checkpoint
+from kvplan.memory import (
+    checkpoint_bytes,
+    vision_bytes,
+    weights_by_group,
+    weights_bytes,
+    weights_from_checkpoint,
+)
 from kvplan.model import LayerCache, ModelSpec, RecurrentState
 
 SEARCH_LIMIT = 1 << 24  # longest context searched for models that state no maximum
@@ -704,8 +710,9 @@ def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None,
     grouped), else 1. With every share 1 / (tp x pp) this is ceil(weights / (tp x pp)). `tower_not_loaded`: the
     vision tower's bytes the engine leaves out (text-only serving), taken from its group."""
     groups, label = weights_by_group(model, dtype_name)
-    total = weights_bytes(model, dtype_name)[0]
-    config = sum(groups.values()) or 1
+    config = sum(groups.values())
+    total = checkpoint_bytes(model.checkpoint) if weights_from_checkpoint(model, dtype_name) else config
+    config = config or 1
     groups["vision"] -= min(groups["vision"], tower_not_loaded)
     shares = engine.weight_shares(model)
     # Exact in whole numbers: with the shares over their common denominator the sum is held / common (a Fraction

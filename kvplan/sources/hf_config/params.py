@@ -91,8 +91,10 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
     # Laguna's layers have query heads of their own (transformers 5's num_attention_heads_per_layer)
     layer_heads = cfg.list("num_attention_heads_per_layer", int, length=len(layout.types)) or [heads] * len(
         layout.types)
+    norms_per_layer = _norms_per_layer(cfg, model_type, family)
+    dense: tuple[int, int] | None = None  # a dense layer's MLP matrices and other parameters, alike on every one
     for i, layer_type in enumerate(layout.types):
-        layer_norms = _norms_per_layer(cfg, model_type, family)
+        layer_norms = norms_per_layer
         for cache in layout.layer(i):
             for group, count in _mixer_params(cfg, model_type, family, cache, hidden, layer_heads[i],
                                               layout.head_dim).items():
@@ -116,10 +118,11 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
             if family.gated_norms:  # post_attention_layernorm is gated on MoE layers
                 totals["other_replicated"] += 2 * hidden * cfg.int("gated_norm_rank")
         else:
-            totals["mlp"] += _dense_mlp(cfg, model_type, family, hidden)
-            totals["other"] += _activation_params(cfg)
-            if mlp_bias:
-                totals["other"] += _mlp_bias(cfg, model_type, family, hidden)
+            if dense is None:
+                dense = (_dense_mlp(cfg, model_type, family, hidden),
+                         _activation_params(cfg) + (_mlp_bias(cfg, model_type, family, hidden) if mlp_bias else 0))
+            totals["mlp"] += dense[0]
+            totals["other"] += dense[1]
         totals["other_replicated"] += layer_norms * norm
         if family.gated_norms:  # input_layernorm's gate: fc1 hidden -> rank, fc2 rank -> hidden
             totals["other_replicated"] += 2 * hidden * cfg.int("gated_norm_rank")
