@@ -84,7 +84,7 @@ class ServingExtras(BaseModel):
     model's start-up reservation for its inputs, the vision tower it does not load, and what it keeps in host
     memory. Bytes per GPU unless named otherwise."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     tower_not_loaded: int = 0  # vision tower weights left out (text-only serving), before the GPU split
     overhead: dict[str, int] = {}  # further overhead terms, by name
@@ -1454,7 +1454,7 @@ class LoraSlots(BaseModel):
     worker, one of the largest rank on every module the slots hold, unsharded, at most; llama.cpp: the token
     embeddings' pairs)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     slots: int
     rank: int
@@ -1514,7 +1514,7 @@ class EagleShape(BaseModel):
     """A Llama EAGLE head's decoder layers, read off its model spec: `layers` of hidden `hidden`, `heads` query and
     `kv_heads` KV heads of `head_dim`, an MLP of `intermediate`, a vocabulary of `vocab`, `tied` embeddings."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     layers: int
     hidden: int
@@ -1600,7 +1600,7 @@ class EagleHeadWeights(BaseModel):
     """What an EAGLE head puts on each GPU: `elements` in the model's dtype and `int64` 8-byte token ids (its
     draft-to-model vocabulary map), and where its embeddings and output head come from."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     elements: int
     int64: int = 0
@@ -1855,7 +1855,7 @@ CUDA_FLASH_ATTN_GQA = {(512, 512): 1, (576, 512): 1, (192, 128): 8, (320, 256): 
 class LlamaCppFrontend(BaseModel):
     """The llama_context_params a front end sets when the user sets nothing."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     label: str
     n_batch: int
@@ -1884,7 +1884,7 @@ class LlamaCppContext(BaseModel):
         n_batch   = min(users x ctx, -b)            n_ubatch = min(n_batch, -ub)
         streams   = 1 unified, else one per slot, each of n_ctx_seq cells (kv_size)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     n_seq: int
     n_ctx: int
