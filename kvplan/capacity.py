@@ -31,16 +31,21 @@ TP dp holds on the same GPUs, less what the attention weights each rank repeats 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan import engines
 from kvplan.dtypes import WEIGHT_DTYPES, DType, kv_dtype, weight_dtype
-from kvplan.engines import Engine, EngineOptions, KVPool, LoraSlots, ServingExtras, VllmPool
+from kvplan.engines import Engine, EngineOptions, KVPool, LoraSlots, ServingExtras, VllmPool, cdiv
 from kvplan.errors import KvplanError
-from kvplan.memory import vision_bytes, weights_by_group, weights_bytes, weights_from_checkpoint
+from kvplan.memory import (
+    checkpoint_bytes,
+    vision_bytes,
+    weights_by_group,
+    weights_bytes,
+    weights_from_checkpoint,
+)
 from kvplan.model import LayerCache, ModelSpec, RecurrentState
 
 SEARCH_LIMIT = 1 << 24  # longest context searched for models that state no maximum
@@ -640,7 +645,8 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
             hardware: Hardware, parallel: Parallelism, kv_dtype_name: str | None,
             weights_dtype_name: str | None, kv_budget: int | None, overhead: int | None,
             stages: list | None = None, draft: ModelSpec | None = None) -> _Deployment:
-    check_parallel(model, parallel.tp, parallel.pp, parallel.from_gpus, parallel.dp)
+    if stages is None:  # given, they are the split of a layout `users_sweep` has checked for this model
+        check_parallel(model, parallel.tp, parallel.pp, parallel.from_gpus, parallel.dp)
     options = speculation_options(model, draft, engine_name, options, parallel)
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes, parallel.tp,
                             parallel.pp, parallel.dp, parallel.ep)
@@ -704,12 +710,19 @@ def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None,
     grouped), else 1. With every share 1 / (tp x pp) this is ceil(weights / (tp x pp)). `tower_not_loaded`: the
     vision tower's bytes the engine leaves out (text-only serving), taken from its group."""
     groups, label = weights_by_group(model, dtype_name)
-    total = weights_bytes(model, dtype_name)[0]
-    scale = Fraction(total, sum(groups.values()) or 1)
+    config = sum(groups.values())
+    total = checkpoint_bytes(model.checkpoint) if weights_from_checkpoint(model, dtype_name) else config
+    config = config or 1
     groups["vision"] -= min(groups["vision"], tower_not_loaded)
     shares = engine.weight_shares(model)
-    per_gpu = math.ceil(scale * sum(size * shares[group] for group, size in groups.items()))
-    return label, per_gpu, math.ceil(scale * groups["experts"] * shares["experts"])
+    # Exact in whole numbers: with the shares over their common denominator the sum is held / common (a Fraction
+    # operation per group cost a planning table's sweep more than the rest of a deployment).
+    common = math.lcm(*(share.denominator for share in shares.values()))
+    held = sum(size * shares[group].numerator * (common // shares[group].denominator)
+               for group, size in groups.items())
+    experts = shares["experts"]
+    return (label, cdiv(total * held, config * common),
+            cdiv(total * groups["experts"] * experts.numerator, config * experts.denominator))
 
 
 class UsersServed(NamedTuple):

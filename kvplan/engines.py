@@ -17,7 +17,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -84,7 +84,7 @@ class ServingExtras(BaseModel):
     model's start-up reservation for its inputs, the vision tower it does not load, and what it keeps in host
     memory. Bytes per GPU unless named otherwise."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     tower_not_loaded: int = 0  # vision tower weights left out (text-only serving), before the GPU split
     overhead: dict[str, int] = {}  # further overhead terms, by name
@@ -162,11 +162,10 @@ def is_windowed(cache: LayerCache) -> bool:
     return cache.kind in WINDOWED or (cache.kind == "mla" and cache.window is not None)
 
 
-class Row(BaseModel):
+class Row(NamedTuple):
     """`count` identical layers of one GPU, as an engine treats them: `kind` is the cache kind, with MLA and
-    cross-attention counted as full, and windowed layers too where the engine ignores their window."""
-
-    model_config = ConfigDict(frozen=True, defer_build=True)
+    cross-attention counted as full, and windowed layers too where the engine ignores their window. A plain record
+    of values already validated, built for every pool of a planning table's sweep."""
 
     cache: LayerCache
     kind: str
@@ -269,7 +268,7 @@ class Engine(ABC):
 
     def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
                  dp: int = 1, ep: int = 1):
-        for field, value in options.model_dump().items():
+        for field, value in options:
             if value is not None and field not in self.reads:
                 raise KvplanError(f"{FLAG_NAMES[field]} is not a {self.label} setting")
         if options.version is not None:
@@ -432,10 +431,8 @@ class VllmLog(BaseModel):
     lines: list[str]
 
 
-class VllmGroup(BaseModel):
+class VllmGroup(NamedTuple):
     """KV-cache groups of one layer spec: `groups` groups sharing the block pool."""
-
-    model_config = ConfigDict(defer_build=True)
 
     kind: str
     groups: int
@@ -443,7 +440,7 @@ class VllmGroup(BaseModel):
     window: int = 0
 
 
-class VllmSpec(BaseModel):
+class VllmSpec(NamedTuple):
     """One layer's KV-cache spec as vLLM builds it (`get_kv_cache_spec`; `vllm/v1/kv_cache_interface.py`): the block
     table it keeps (`kind` and `window`: full, sliding, chunked, recurrent, cross), the tokens one block covers, the
     bytes of one page as vLLM pads it (`page_size_bytes`), and the bytes a block's stride must be a multiple of
@@ -452,12 +449,10 @@ class VllmSpec(BaseModel):
     (`tp_replicated`: every GPU holds the whole state). Kinds: full, sliding, chunked, cross, recurrent, and ring (a
     `CircularBufferSpec`: one block a request, whatever its length)."""
 
-    model_config = ConfigDict(frozen=True)
-
     kind: str
-    window: int = 0
     block_size: int
     page: int
+    window: int = 0
     stride_alignment: int = 1
     tp_replicated: bool = False
 
@@ -1472,7 +1467,7 @@ class LoraSlots(BaseModel):
     worker, one of the largest rank on every module the slots hold, unsharded, at most; llama.cpp: the token
     embeddings' pairs)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     slots: int
     rank: int
@@ -1532,7 +1527,7 @@ class EagleShape(BaseModel):
     """A Llama EAGLE head's decoder layers, read off its model spec: `layers` of hidden `hidden`, `heads` query and
     `kv_heads` KV heads of `head_dim`, an MLP of `intermediate`, a vocabulary of `vocab`, `tied` embeddings."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     layers: int
     hidden: int
@@ -1618,7 +1613,7 @@ class EagleHeadWeights(BaseModel):
     """What an EAGLE head puts on each GPU: `elements` in the model's dtype and `int64` 8-byte token ids (its
     draft-to-model vocabulary map), and where its embeddings and output head come from."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     elements: int
     int64: int = 0
@@ -1873,7 +1868,7 @@ CUDA_FLASH_ATTN_GQA = {(512, 512): 1, (576, 512): 1, (192, 128): 8, (320, 256): 
 class LlamaCppFrontend(BaseModel):
     """The llama_context_params a front end sets when the user sets nothing."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     label: str
     n_batch: int
@@ -1902,7 +1897,7 @@ class LlamaCppContext(BaseModel):
         n_batch   = min(users x ctx, -b)            n_ubatch = min(n_batch, -ub)
         streams   = 1 unified, else one per slot, each of n_ctx_seq cells (kv_size)."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     n_seq: int
     n_ctx: int
@@ -2278,9 +2273,9 @@ def llama_cpp_rows(layers: Layers, k: DType, v: DType, v_width: int | None, igno
         if cache.kind in ("full", "sliding", "chunked", "cross"):
             per_token = k.bytes_for(cache.kv_heads * cache.head_dim) + v.bytes_for(
                 v_width or cache.kv_heads * cache.head_dim_v)
-            row = row.model_copy(update={"bytes_per_token": per_token})
+            row = row._replace(bytes_per_token=per_token)
         elif cache.kind == "recurrent":
-            row = row.model_copy(update={"state_bytes": 4 * (cache.conv_elements + cache.ssm_elements)})
+            row = row._replace(state_bytes=4 * (cache.conv_elements + cache.ssm_elements))
         out.append(row)
     return out
 

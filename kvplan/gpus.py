@@ -74,6 +74,7 @@ class Gpu(BaseModel):
         return -(-int(self.memory_bytes * self.usable_fraction) // PAGE) * PAGE
 
 
+@cache  # a sweep asks for the same few names once per model and GPU
 def _key(name: str) -> str:
     return re.sub(r"[\s_\-]+", "", name.strip().lower())
 

@@ -4,7 +4,6 @@ configuration classes; vLLM's config readers for the states)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
 
 from kvplan.errors import KvplanError
@@ -34,27 +33,27 @@ from kvplan.sources.hf_config.mamba import mamba_state
 from kvplan.sources.hf_config.quantization import optional_dtype
 
 
-@dataclass(frozen=True)
 class Layout:
     """A decoder's layers as the reader lays them out. `types` names each layer as transformers' `layer_types`
     do (full_attention, sliding_attention, mamba2, ...; parameter counts follow them); `caches` holds what each
     layer caches, one or two entries per layer (MLA beside its indexer keys, attention beside a Mamba mixer);
-    `head_dim` is the query head size; `blocks` are Nemotron NAS block configs, when the config gives them."""
+    `head_dim` is the query head size; `blocks` are Nemotron NAS block configs, when the config gives them. A plain
+    class: defining a frozen dataclass cost every run about half a millisecond."""
 
-    types: list[str]
-    caches: list[LayerCache]
-    head_dim: int
-    blocks: list[Fields] = field(default_factory=list)
-    by_layer: dict[int, list[LayerCache]] = field(init=False, repr=False, compare=False)
+    __slots__ = ("types", "caches", "head_dim", "blocks", "by_layer")
 
-    def __post_init__(self) -> None:
-        by_layer: dict[int, list[LayerCache]] = {}
-        for cache in self.caches:
-            by_layer.setdefault(cache.layer, []).append(cache)
-        object.__setattr__(self, "by_layer", by_layer)  # the caches of each layer, found once, not once a layer
+    def __init__(self, types: list[str], caches: list[LayerCache], head_dim: int, blocks: list[Fields] | None = None):
+        self.types, self.caches, self.head_dim, self.blocks = types, caches, head_dim, blocks or []
+        self.by_layer: dict[int, list[LayerCache]] = {}  # the caches of each layer, found once, not once a layer
+        for cache in caches:
+            self.by_layer.setdefault(cache.layer, []).append(cache)
 
     def layer(self, index: int) -> list[LayerCache]:
         return self.by_layer.get(index, [])
+
+    def with_caches(self, caches: list[LayerCache]) -> Layout:
+        """The same layers holding other caches (parameters counted as if they were these)."""
+        return Layout(self.types, caches, self.head_dim, self.blocks)
 
 
 # Families whose layout no shared rule states: model_type -> reader(cfg, num_layers, hidden, heads, notes). Each

@@ -18,7 +18,7 @@ not counted again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvplan.model import MtpLayers, ParamCounts
 from kvplan.sources.hf_config.families import DSA_MODEL_TYPES, Family
@@ -27,8 +27,7 @@ from kvplan.sources.hf_config.layout import Layout, indexer_layers, read_layout
 from kvplan.sources.hf_config.params import decoder_params
 
 
-@dataclass(frozen=True)
-class MtpRule:
+class MtpRule(NamedTuple):
     """Where a family states its MTP layer count (and the count vLLM assumes when the config does not), and
     whether its fusion is per layer (DeepSeek's eh_proj) or once for all of them (Qwen's fc)."""
 
@@ -74,5 +73,7 @@ def read_mtp(cfg: Fields, model_type: str, family: Family, layout: Layout, param
         delta["mlp"] += 2 * hidden * hidden
         delta["other_replicated"] += 3 * hidden
     delta.update(embedding=0, lm_head=0, vision=0)  # the model's own (a vision tower is not in decoder_params)
-    return MtpLayers(layers=count, caches=tuple(c for c in with_mtp.caches if c.layer >= n),
-                     params=ParamCounts(**delta))
+    # Its parts are validated already (the count, the layout's caches, ParamCounts): validating them again would
+    # build MtpLayers' own schema, the whole LayerCache union a second time beside ModelSpec's.
+    return MtpLayers.model_construct(layers=count, caches=tuple(c for c in with_mtp.caches if c.layer >= n),
+                                     params=ParamCounts(**delta))

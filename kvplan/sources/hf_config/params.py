@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
 from functools import partial
 from typing import NamedTuple
 
@@ -92,8 +91,10 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
     # Laguna's layers have query heads of their own (transformers 5's num_attention_heads_per_layer)
     layer_heads = cfg.list("num_attention_heads_per_layer", int, length=len(layout.types)) or [heads] * len(
         layout.types)
+    norms_per_layer = _norms_per_layer(cfg, model_type, family)
+    dense: tuple[int, int] | None = None  # a dense layer's MLP matrices and other parameters, alike on every one
     for i, layer_type in enumerate(layout.types):
-        layer_norms = _norms_per_layer(cfg, model_type, family)
+        layer_norms = norms_per_layer
         for cache in layout.layer(i):
             for group, count in _mixer_params(cfg, model_type, family, cache, hidden, layer_heads[i],
                                               layout.head_dim).items():
@@ -117,10 +118,11 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
             if family.gated_norms:  # post_attention_layernorm is gated on MoE layers
                 totals["other_replicated"] += 2 * hidden * cfg.int("gated_norm_rank")
         else:
-            totals["mlp"] += _dense_mlp(cfg, model_type, family, hidden)
-            totals["other"] += _activation_params(cfg)
-            if mlp_bias:
-                totals["other"] += _mlp_bias(cfg, model_type, family, hidden)
+            if dense is None:
+                dense = (_dense_mlp(cfg, model_type, family, hidden),
+                         _activation_params(cfg) + (_mlp_bias(cfg, model_type, family, hidden) if mlp_bias else 0))
+            totals["mlp"] += dense[0]
+            totals["other"] += dense[1]
         totals["other_replicated"] += layer_norms * norm
         if family.gated_norms:  # input_layernorm's gate: fc1 hidden -> rank, fc2 rank -> hidden
             totals["other_replicated"] += 2 * hidden * cfg.int("gated_norm_rank")
@@ -561,7 +563,7 @@ def _mllama_text_params(cfg: Fields, layout: Layout, hidden: int, heads: int) ->
         self_attention.append(FullAttention(layer=cache.layer, kv_heads=kv_heads, head_dim=layout.head_dim,
                                             head_dim_v=layout.head_dim))
     counts = block_params(cfg, "mllama_text_model", FAMILIES["mllama_text_model"],
-                          replace(layout, caches=self_attention), hidden, heads)
+                          layout.with_caches(self_attention), hidden, heads)
     return _with(counts, embedding=8 * hidden, other=cross * 2, other_replicated=cross * 2 * layout.head_dim)
 
 
@@ -729,7 +731,7 @@ def xlm_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamCou
         raise KvplanError(f"{cfg.where}: field asm (adaptive softmax output) is not counted by kvplan")
     attention = [FullAttention(layer=i, kv_heads=heads, head_dim=layout.head_dim, head_dim_v=layout.head_dim)
                  for i in range(len(layout.types))]
-    counts = block_params(cfg, "xlm", FAMILIES["xlm"], replace(layout, caches=attention), hidden, heads)
+    counts = block_params(cfg, "xlm", FAMILIES["xlm"], layout.with_caches(attention), hidden, heads)
     languages = cfg.int("n_langs", default=1)
     if languages > 1 and cfg.flag("use_lang_emb", default=True):
         counts = counts.model_copy(update={"embedding": counts.embedding + languages * hidden})
