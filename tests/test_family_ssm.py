@@ -422,6 +422,7 @@ def test_mamba_ssm_mamba2_reads_as_transformers_converter_maps_it():
     state = estimate(genuine, ctx=8192).state_bytes_per_sequence
     assert state == 64 * ((5120 + 2 * 128) * 3 + 80 * 64 * 128) * FP32  # 171,900,928
     assert round(genuine.params.total / 1e9, 1) == 2.7  # the model's name
+    assert any("converted to their mamba2" in note for note in genuine.notes)  # no engine serves mamba_ssm's files
 
 
 @pytest.mark.torch

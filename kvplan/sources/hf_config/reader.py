@@ -80,6 +80,8 @@ def model_from_config(config: dict, name: str, source: str, where: str = "config
         where = f"{where} (text_config)"
     elif is_mamba_ssm_config(config):  # state-spaces/mamba*: mamba_ssm's own format, read as transformers'
         data = mamba_ssm_fields(config, where)
+        notes.append(f"mamba_ssm checkpoint: vLLM and transformers serve it converted to their {data['model_type']} "
+                     "(transformers' convert_mamba*_ssm_checkpoint_to_pytorch.py); these figures are that model's")
     else:
         data = dict(config)
         flat_encoders_note(top, notes)
