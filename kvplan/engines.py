@@ -718,6 +718,9 @@ class Vllm(Engine):
     # mamba_ssm_cache_dtype "auto" keeps the SSM state in the conv state's dtype, the model's (`mamba_utils.py`
     # _mamba_state_dtype).
     READS_SSM_DTYPE = frozenset({"nemotron_h", "qwen3_5_text", "qwen3_5_moe_text", "qwen4_exp_text"})
+    # NemotronHForCausalLMConfig's SSM dtype where the config names none: float16 through 0.19.1, float32
+    # (DEFAULT_MAMBA_SSM_CACHE_DTYPE) from 0.20.0 (vLLM PR #39032); (release, from then, before).
+    UNSTATED_SSM_DTYPE = {"nemotron_h": ((0, 20), "fp32", "fp16")}
     # Mixers whose state dtype vLLM fixes whatever the config says: Kimi Delta Attention's recurrent state is fp32
     # (`mamba_utils.py` kda_state_dtype).
     FIXED_STATE_DTYPE = frozenset({"kda"})
@@ -734,7 +737,8 @@ class Vllm(Engine):
         """The caches as vLLM stores them. DSA indexer keys whatever the KV dtype: fp8 values with one fp32 scale
         per 128 elements, index_head_dim + index_head_dim // 128 x 4 bytes per token (`DeepseekV32IndexerCache`,
         uint8; `models/deepseek_v2.py`; Qwen4-Exp's QSA keys are laid out by `qwen4_exp_specs`). Recurrent states in
-        the model dtype unless the family is one whose SSM dtype vLLM takes from the config (READS_SSM_DTYPE), or
+        the model dtype unless the family is one whose SSM dtype vLLM takes from the config (READS_SSM_DTYPE; where
+        the config names none, vLLM's default for the family by release: UNSTATED_SSM_DTYPE), or
         --mamba-ssm-cache-dtype names one (vLLM's CacheConfig.mamba_ssm_cache_dtype, which the per-model config
         readers fill only while it is "auto").
         Cohere's sliding windows one token wider. Qwen4-Exp's PLE keeps no token ids in its page: its n-gram context
@@ -742,6 +746,7 @@ class Vllm(Engine):
         keeps_ssm_dtype = model.architecture in self.READS_SSM_DTYPE
         plus_one = model.architecture in self.SLIDING_WINDOW_PLUS_ONE
         ssm_flag = self.SSM_CACHE_DTYPES.get(self.options.mamba_ssm_cache_dtype)
+        unstated = self.UNSTATED_SSM_DTYPE.get(model.architecture)
 
         def as_stored(cache: LayerCache) -> LayerCache:
             if isinstance(cache, IndexerKeys) and cache.compress_ratio is None:
@@ -752,6 +757,10 @@ class Vllm(Engine):
                     raise KvplanError("--mamba-ssm-cache-dtype float16: vLLM keeps Kimi Delta Attention's state in "
                                       "float32 or bfloat16 only (mamba_utils.py kda_state_dtype)")
                 return cache.model_copy(update={"ssm_dtype": ssm_flag})
+            if isinstance(cache, RecurrentState) and not cache.ssm_dtype_stated and unstated:
+                release, current, before = unstated
+                dtype = current if version_tuple(self.version) >= release else before
+                return cache.model_copy(update={"ssm_dtype": dtype})
             if isinstance(cache, RecurrentState) and cache.ssm_dtype and not keeps_ssm_dtype \
                     and cache.mixer not in self.FIXED_STATE_DTYPE:
                 return cache.model_copy(update={"ssm_dtype": None})

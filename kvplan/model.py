@@ -212,6 +212,8 @@ class RecurrentState(_Cache):
     conv_elements: int = Field(ge=0)
     ssm_elements: int = Field(ge=0)
     ssm_dtype: Literal["fp32", "bf16", "fp16"] | None = None
+    ssm_dtype_stated: bool = Field(True, description="False where ssm_dtype is the family's default (transformers' "
+                                   "config class), not the config's own: an engine may default otherwise")
     conv_dtype: Literal["fp32", "bf16", "fp16"] | None = None
     conv_kernel: int | None = Field(None, ge=2, description="convolution width (conv_elements = channels x "
                                     "(conv_kernel - 1))")

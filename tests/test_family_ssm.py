@@ -311,6 +311,19 @@ def test_vllm_ssm_dtype_only_where_vllm_reads_it_from_the_config():
     assert gdn.state_bytes(kv_dtype("bf16")) == (2 * 16 * 128 + 48 * 128) * 3 * BF16 + 48 * 128 * 128 * FP32
 
 
+@pytest.mark.parametrize(("version", "ssm_bytes"), [("0.19.1", 2), ("0.20.0", 4), (None, 4)])
+def test_vllm_nemotron_h_ssm_dtype_without_the_field_by_release(version, ssm_bytes):
+    # Nemotron-H-56B's config names no mamba_ssm_cache_dtype: vLLM's NemotronHForCausalLMConfig took float16 for it
+    # through 0.19.1 and float32 from 0.20.0 (models/config.py of both wheels). Nemotron 3 Nano names float32.
+    def state(model):
+        layers = engines.engine("vllm", EngineOptions(version=version)).cached_layers(model)
+        return next(c for c in layers if c.kind == "recurrent").state_bytes(kv_dtype("bf16"))
+
+    h56 = load_model("nvidia/Nemotron-H-56B-Base-8K")  # 256 heads of 64, d_state 256, 8 groups, kernel 4
+    assert state(h56) == (16384 + 2 * 8 * 256) * 3 * BF16 + 256 * 64 * 256 * ssm_bytes
+    assert state(load_model(NANO)) == 6144 * 3 * BF16 + 64 * 64 * 128 * FP32
+
+
 def test_vllm_mamba_ssm_cache_dtype_sets_every_ssm_state():
     # --mamba-ssm-cache-dtype (CacheConfig.mamba_ssm_cache_dtype) sets the temporal state of Mamba-2 and Gated
     # DeltaNet whatever the family; the conv state stays in the model dtype (`mamba_utils.py` _mamba_state_dtype).

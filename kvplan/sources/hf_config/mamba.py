@@ -24,8 +24,8 @@ GROUPS = ("mamba_n_groups", "n_groups", "mamba_ngroups")
 # Bias of in_proj and out_proj, by family (transformers' mixers); the others read mamba_proj_bias.
 PROJ_BIAS = {"mamba": "use_bias", "falcon_mamba": "use_bias", "mamba2": "use_bias", "nemotron_h": "use_bias",
              "zamba2": "add_bias_linear"}
-# Nemotron-H keeps its SSM state in fp32 unless the config says otherwise: vLLM's NemotronHForCausalLMConfig
-# (DEFAULT_MAMBA_SSM_CACHE_DTYPE) and transformers' NemotronHConfig (mamba_ssm_cache_dtype "float32").
+# Nemotron-H keeps its SSM state in fp32 unless the config says otherwise: transformers' NemotronHConfig
+# (mamba_ssm_cache_dtype "float32"); vLLM's default differs by release (engines.py).
 SSM_DTYPE_DEFAULT = {"nemotron_h": "fp32"}
 
 
@@ -105,10 +105,12 @@ def mamba_state(cfg: Fields, model_type: str, layer: int, mixer: str) -> Recurre
     heads x head_dim x d_state (Mamba-2)."""
     m = read_mamba(cfg, model_type, mixer)
     ssm = m.d_inner * m.d_state if m.version == 1 else m.heads * m.head_dim * m.d_state
-    ssm_dtype = optional_dtype(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype") or SSM_DTYPE_DEFAULT.get(model_type)
+    stated = optional_dtype(cfg, "mamba_ssm_cache_dtype", "mamba_ssm_dtype")
+    ssm_dtype = stated or SSM_DTYPE_DEFAULT.get(model_type)
     return RecurrentState(layer=layer, mixer=m.mixer, conv_elements=m.conv_channels * (m.d_conv - 1),
-                          ssm_elements=ssm, ssm_dtype=ssm_dtype, conv_kernel=m.d_conv if m.d_conv > 1 else None,
-                          heads=m.heads, groups=m.groups, state_size=m.d_state if m.version == 2 else None)
+                          ssm_elements=ssm, ssm_dtype=ssm_dtype, ssm_dtype_stated=stated is not None,
+                          conv_kernel=m.d_conv if m.d_conv > 1 else None, heads=m.heads, groups=m.groups,
+                          state_size=m.d_state if m.version == 2 else None)
 
 
 def mamba_params(cfg: Fields, model_type: str, mixer: str) -> tuple[int, int]:
