@@ -1655,22 +1655,20 @@ class SglangPool(KVPool):
     """A token pool (page size 1) of `full_cell` bytes per token; allow-listed hybrids add a sliding-window
     pool holding swa_full_tokens_ratio (0.8) as many tokens, with `swa_cell` bytes per token."""
 
-    def __init__(self, full_cell: int, swa_cell: int, window: int, state: int, notes: list[str],
-                 draft_tokens: int = 0):
+    def __init__(self, full_cell: int, swa_cell: int, window: int, notes: list[str], draft_tokens: int = 0):
         self.full_cell, self.swa_cell, self.window = full_cell, swa_cell, window
-        self.state, self.notes, self.draft_tokens = state, notes, draft_tokens
+        self.notes, self.draft_tokens = notes, draft_tokens
 
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
         """`draft_tokens`: the slots speculative decoding allocates per request for a step's drafts."""
         if users == 0:
             return 0
         full = users * (ctx + self.draft_tokens) - (users - 1) * shared_prefix  # a shared prefix is kept once
-        state = users * self.state
         if not self.swa_cell:
-            return full * self.full_cell + state
+            return full * self.full_cell
         ratio = SGLANG_SWA_FULL_TOKENS_RATIO
         full = max(full, math.ceil(users * min(ctx, self.window) / ratio))
-        return full * self.full_cell + math.ceil(full * ratio) * self.swa_cell + state
+        return full * self.full_cell + math.ceil(full * ratio) * self.swa_cell
 
 
 class Sglang(Engine):
@@ -1761,7 +1759,16 @@ class Sglang(Engine):
     compressed_attention = "SGLang 0.5.23 keeps it in its own pools, sglang/srt/mem_cache/deepseek_v4_memory_pool.py"
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> SglangPool:
+        """Models with a recurrent state are refused: SGLang 0.5.23 gives their states a pool of their own, sized
+        from a share of the budget (mamba_full_memory_ratio), with several state slots per running request
+        (MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO, 3) and the SSM state in float32 unless the config's
+        mamba_ssm_dtype says otherwise (`mem_cache/kv_cache_configurator.py`, `configs/mamba_utils.py`), which
+        kvplan does not model."""
         self.refuse_compressed_attention(model)
+        if any(cache.kind == "recurrent" for cache in model.caches):
+            raise KvplanError(f"kvplan does not model SGLang's Mamba state pool, which holds {model.name}'s recurrent "
+                              "state (its own share of the budget, several slots per running request, "
+                              "mem_cache/kv_cache_configurator.py): use --engine vllm")
         hybrid = model.architecture in SGLANG_HYBRID_SWA
         table = rows(layers, kv, kv_dtype(model.dtype), sliding_as_full=not hybrid)
         windowed = [r for r in table if r.kind in WINDOWED]
@@ -1773,8 +1780,7 @@ class Sglang(Engine):
             notes.append(f"{model.architecture} is not on SGLang's hybrid-SWA list: every layer sized full")
         return SglangPool(full_cell=sum(r.count * r.bytes_per_token for r in table if r.kind == "full"),
                           swa_cell=sum(r.count * r.bytes_per_token for r in windowed),
-                          window=max((r.window for r in windowed), default=0),
-                          state=sum(r.count * r.state_bytes for r in table), notes=notes)
+                          window=max((r.window for r in windowed), default=0), notes=notes)
 
     def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,
                          kv: DType) -> SglangPool:
@@ -1787,13 +1793,13 @@ class Sglang(Engine):
         pool, count = self.pool(layers, model, kv), draft.num_layers if draft else 0
         if draft_layers:
             self.pool(draft_layers, draft, kv)
-        if pool.swa_cell or pool.state or any(c.kind == "indexer" for c, _ in [*layers, *draft_layers]):
-            raise KvplanError(f"kvplan does not model SGLang's draft pool beside {model.name}'s sliding-window, "
-                              "recurrent-state or indexer pools: use --engine vllm")
+        if pool.swa_cell or any(c.kind == "indexer" for c, _ in [*layers, *draft_layers]):
+            raise KvplanError(f"kvplan does not model SGLang's draft pool beside {model.name}'s sliding-window or "
+                              "indexer pools: use --engine vllm")
         cell = pool.full_cell + pool.full_cell * count // model.num_layers
         notes = [*pool.notes, f"draft pool: {count} layer{'s' if count > 1 else ''} sized like the "
                                f"model's, {cell - pool.full_cell:,} B per token"] if count else pool.notes
-        return SglangPool(full_cell=cell, swa_cell=0, window=0, state=0, notes=notes,
+        return SglangPool(full_cell=cell, swa_cell=0, window=0, notes=notes,
                           draft_tokens=self.options.speculative_tokens or 0)
 
     def eagle_head(self, model: ModelSpec, head: ModelSpec, method: str) -> EagleHeadWeights:

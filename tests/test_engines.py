@@ -2,7 +2,7 @@
 arithmetic written out here. Expected numbers never come from kvplan."""
 
 import pytest
-from conftest import GiB, MiB
+from conftest import GiB, MiB, assert_one_line_error, run_main
 
 from kvplan import engines
 from kvplan.capacity import Hardware, Parallelism, Workload, capacity, gpu_layers
@@ -376,3 +376,12 @@ def test_transformers_reason_names_prefill_activations():
     assert cap.engine_activation_bytes_per_sequence > 3 * 64 * 131_071 * 131_072 * 2
     assert "of prefill activations" in cap.reasons[0]
     assert "1 user fits at up to" in " ".join(cap.suggestions)
+
+
+@pytest.mark.parametrize("model_id", ["ibm-granite/granite-4.0-h-small", "Qwen/Qwen3.5-27B", "LiquidAI/LFM2-1.2B"])
+def test_sglang_refuses_recurrent_states_in_one_line(monkeypatch, capsys, model_id):
+    """SGLang 0.5.23 keeps recurrent states in a Mamba pool of its own (a share of the budget, 3 slots per running
+    request, fp32 SSM state: mem_cache/kv_cache_configurator.py), which kvplan does not model."""
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", model_id, "--ctx", "8k", "--gpu", "h100",
+                            "--engine", "sglang")
+    assert_one_line_error(code, err, "Mamba state pool", "--engine vllm")
