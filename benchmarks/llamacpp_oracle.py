@@ -41,6 +41,9 @@ from kvplan.engines import EngineOptions
 from kvplan.errors import KvplanError
 from kvplan.sources import load_model
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host import cpu_flags  # noqa: E402
+
 MiB = 1 << 20
 LLAMA_CPP_PYTHON = "0.3.36"
 VOCAB = 512  # a SentencePiece-style vocabulary: 3 control tokens, 256 byte tokens, the rest plain
@@ -530,14 +533,6 @@ def kvplan_figures(config: Path, case: Case, draft: Path | None = None) -> dict:
 
 
 # ------------------------------------------------------------------------------------------------- report
-
-
-def cpu_flags() -> str:
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    return ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags) or "none of note"
 
 
 def compare(python: str, cases: list[Case]) -> list[str]:

@@ -41,6 +41,9 @@ from kvplan.capacity import Workload, capacity
 from kvplan.engines import EngineOptions
 from kvplan.sources import library, load_model
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host import cpu_flags  # noqa: E402
+
 GiB = 1 << 30
 VLLM_VERSION = "0.32.0"
 
@@ -292,14 +295,6 @@ def run_kvplan(path: Path, case: Case, kv_space_gib: int, vllm: dict):
 
 
 # ------------------------------------------------------------------------------------------------ report
-
-
-def cpu_flags() -> str:
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
-        return "unknown"
-    return ", ".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags) or "none of note"
 
 
 def compare(python: str, cases: list[Case], kv_space_gib: int) -> list[str]:

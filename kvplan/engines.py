@@ -21,6 +21,7 @@ from typing import ClassVar, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from kvplan.dtypes import ALIASES as DTYPE_ALIASES
 from kvplan.dtypes import DType, kv_dtype
 from kvplan.errors import KvplanError
 from kvplan.memory import default_kv_dtype, kind_label
@@ -727,7 +728,6 @@ class Vllm(Engine):
     # Mixers whose temporal state --mamba-ssm-cache-dtype sets (`MambaStateDtypeCalculator`: mamba1, mamba2,
     # gated_delta_net and kda; short convolutions and lightning attention keep the conv state's dtype).
     SSM_CACHE_DTYPE_MIXERS = frozenset({"mamba", "mamba2", "gated_deltanet", "kda"})
-    SSM_CACHE_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
     # Families whose vLLM model gives a sliding layer a window of sliding_window + 1: a Cohere sliding layer sees the
     # window and the current token (models/commandr.py for Cohere2, models/cohere2_moe.py), and the spec's window
     # sets both the reservation and the eviction.
@@ -745,7 +745,7 @@ class Vllm(Engine):
         is the model runner's, max_num_seqs x (ngram_size - 1) int32 (`Qwen4ExpModelState`, a few KiB)."""
         keeps_ssm_dtype = model.architecture in self.READS_SSM_DTYPE
         plus_one = model.architecture in self.SLIDING_WINDOW_PLUS_ONE
-        ssm_flag = self.SSM_CACHE_DTYPES.get(self.options.mamba_ssm_cache_dtype)
+        ssm_flag = DTYPE_ALIASES.get(self.options.mamba_ssm_cache_dtype)  # "auto": none
         unstated = self.UNSTATED_SSM_DTYPE.get(model.architecture)
 
         def as_stored(cache: LayerCache) -> LayerCache:

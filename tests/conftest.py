@@ -39,6 +39,16 @@ def raw(filename: str) -> dict:
     return json.loads((SPECS / filename).read_text(encoding="utf-8"))
 
 
+def load_script(path: str, name: str):
+    """A script of the repository (docs/generate.py, benchmarks/...) as a module, run from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_cli(*args: str, timeout: float = 60, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """The real command line, in a fresh interpreter."""
     return subprocess.run(

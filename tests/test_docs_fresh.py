@@ -2,19 +2,14 @@
 directory and every committed file must match (SVGs drawn by another matplotlib release are compared by the
 numbers they plot). To refresh them: python docs/generate.py"""
 
-import importlib.util
-
 import pytest
-from conftest import ROOT
+from conftest import ROOT, load_script
 
 pytest.importorskip("matplotlib")
 
 
 def load_generator():
-    spec = importlib.util.spec_from_file_location("docs_generate", ROOT / "docs" / "generate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("docs/generate.py", "docs_generate")
 
 
 def test_docs_examples_are_fresh(tmp_path):

@@ -202,6 +202,17 @@ def test_gemma_3_27b_slides_5_layers_in_6_as_transformers_does(tmp_path):
     assert [c.layer for c in spec.caches if c.kind == "full"] == [5, 11, 17, 23, 29, 35, 41, 47, 53, 59]
 
 
+def gpt_oss_gguf(tmp_path):
+    """gpt-oss-20b as llama.cpp's converter writes it: its config.json's heads, window and experts as GGUF keys."""
+    cfg = from_config("openai__gpt-oss-20b.json")
+    meta = config_meta(cfg, attention__head_count_kv=cfg["num_key_value_heads"],
+                       attention__key_length=cfg["head_dim"], attention__value_length=cfg["head_dim"],
+                       attention__sliding_window=cfg["sliding_window"], expert_count=cfg["num_local_experts"],
+                       expert_used_count=cfg["num_experts_per_tok"],
+                       expert_feed_forward_length=cfg["intermediate_size"])
+    return load_model(str(write_gguf(tmp_path / "oss.gguf", "gpt-oss", meta, embd(cfg["hidden_size"]))))
+
+
 def test_gemma_2_and_gpt_oss_slide_every_other_layer_as_transformers_does(tmp_path):
     """Gemma 2 (window 4096) and gpt-oss (window 128, K and V of 64): llama.cpp's pattern 2 makes the even layers
     sliding, as their config.json layer types do."""
@@ -211,13 +222,7 @@ def test_gemma_2_and_gpt_oss_slide_every_other_layer_as_transformers_does(tmp_pa
                        attention__sliding_window=cfg["sliding_window"])
     spec = load_model(str(write_gguf(tmp_path / "g2.gguf", "gemma2", meta, embd(cfg["hidden_size"]))))
     assert layout(spec) == layout(load("google__gemma-2-9b.json"))
-    cfg = from_config("openai__gpt-oss-20b.json")
-    meta = config_meta(cfg, attention__head_count_kv=cfg["num_key_value_heads"],
-                       attention__key_length=cfg["head_dim"], attention__value_length=cfg["head_dim"],
-                       attention__sliding_window=cfg["sliding_window"], expert_count=cfg["num_local_experts"],
-                       expert_used_count=cfg["num_experts_per_tok"],
-                       expert_feed_forward_length=cfg["intermediate_size"])
-    spec = load_model(str(write_gguf(tmp_path / "oss.gguf", "gpt-oss", meta, embd(cfg["hidden_size"]))))
+    spec = gpt_oss_gguf(tmp_path)
     assert layout(spec) == layout(load("openai__gpt-oss-20b.json"))
     assert [c.kind for c in spec.caches[:3]] == ["sliding", "full", "sliding"] and spec.caches[0].window == 128
 
@@ -228,13 +233,7 @@ def test_a_gguf_is_planned_by_its_family_rules_under_llama_cpp(tmp_path):
     of 64 in f16 are 2,048 B a token a layer, so 12 x 2,048 x (768 + 8,192) B = 220,200,960 B a user."""
     from kvplan.capacity import Workload, capacity
 
-    cfg = from_config("openai__gpt-oss-20b.json")
-    meta = config_meta(cfg, attention__head_count_kv=cfg["num_key_value_heads"],
-                       attention__key_length=cfg["head_dim"], attention__value_length=cfg["head_dim"],
-                       attention__sliding_window=cfg["sliding_window"], expert_count=cfg["num_local_experts"],
-                       expert_used_count=cfg["num_experts_per_tok"],
-                       expert_feed_forward_length=cfg["intermediate_size"])
-    spec = load_model(str(write_gguf(tmp_path / "oss.gguf", "gpt-oss", meta, embd(cfg["hidden_size"]))))
+    spec = gpt_oss_gguf(tmp_path)
     assert spec.architecture == "gpt_oss"
     for model in (spec, load("openai__gpt-oss-20b.json")):
         cap = capacity(model, Workload(ctx=8192), engine_name="llama.cpp", kv_budget=64 << 30)

@@ -448,6 +448,15 @@ def checkpoint_dir(tmp_path, weight_map: dict) -> str:
     return str(directory)
 
 
+def assert_weights_from_config_not_outside(monkeypatch, capsys, directory):
+    """The weights come from the config, with a note, where a checkpoint's file lies outside its directory."""
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["weights_source"] == "config"
+    assert any("outside the checkpoint directory" in note for note in data["notes"])
+
+
 @pytest.mark.parametrize("shard", ["../outside.safetensors", "/etc/passwd", "sub/../../outside.safetensors",
                                    "link.safetensors", "linked/outside.safetensors"])
 def test_an_index_cannot_name_files_outside_the_checkpoint(monkeypatch, capsys, tmp_path, shard):
@@ -456,11 +465,7 @@ def test_an_index_cannot_name_files_outside_the_checkpoint(monkeypatch, capsys, 
     directory = checkpoint_dir(tmp_path, {"embed.weight": shard})
     os.symlink(tmp_path / "outside.safetensors", os.path.join(directory, "link.safetensors"))
     os.symlink(tmp_path, os.path.join(directory, "linked"))
-    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
-    assert code == 0, err
-    data = json.loads(out)
-    assert data["weights_source"] == "config"
-    assert any("outside the checkpoint directory" in note for note in data["notes"])
+    assert_weights_from_config_not_outside(monkeypatch, capsys, directory)
 
 
 @pytest.mark.parametrize("target", ["/etc/passwd", "../outside.safetensors"])
@@ -468,11 +473,7 @@ def test_a_single_file_checkpoint_cannot_link_outside(monkeypatch, capsys, tmp_p
     directory = checkpoint_dir(tmp_path, {})
     os.unlink(os.path.join(directory, "model.safetensors.index.json"))
     os.symlink(target, os.path.join(directory, "model.safetensors"))
-    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", directory, "--ctx", "1k", "--json")
-    assert code == 0, err
-    data = json.loads(out)
-    assert data["weights_source"] == "config"
-    assert any("outside the checkpoint directory" in note for note in data["notes"])
+    assert_weights_from_config_not_outside(monkeypatch, capsys, directory)
 
 
 def test_a_link_inside_the_checkpoint_is_followed(monkeypatch, capsys, tmp_path):

@@ -3,25 +3,16 @@ importable in this interpreter; skipped elsewhere (CI does not build it). Each c
 weights, makes a llama.cpp context in a child process and sets the bytes llama.cpp allocates, or its refusal,
 beside kvplan's."""
 
-import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import load_script
 
 pytest.importorskip("llama_cpp")
 pytest.importorskip("gguf")
 
-
-def oracle():
-    spec = importlib.util.spec_from_file_location("llamacpp_oracle", ROOT / "benchmarks" / "llamacpp_oracle.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-ORACLE = oracle()
+ORACLE = load_script("benchmarks/llamacpp_oracle.py", "llamacpp_oracle")
 Case = ORACLE.Case
 CASES = [
     Case("MQA", 8192, seqs=2, unified=False),

@@ -140,8 +140,9 @@ def mamba_params(cfg: Fields, model_type: str, mixer: str) -> tuple[int, int]:
 # arguments in ssm_cfg, with the defaults of mamba_ssm's Mamba (mamba_simple.py) and Mamba2 (mamba2.py) classes.
 MAMBA_SSM_DEFAULTS = {"Mamba1": {"d_state": 16, "d_conv": 4, "expand": 2, "dt_rank": "auto"},
                       "Mamba2": {"d_state": 128, "d_conv": 4, "expand": 2, "headdim": 64, "ngroups": 1}}
-# ssm_cfg arguments that change no tensor's shape (initialisation, kernels, chunking); any other is refused.
-MAMBA_SSM_SHAPELESS = {"layer", "dt_min", "dt_max", "dt_init", "dt_scale", "dt_init_floor", "dt_limit", "chunk_size",
+# ssm_cfg arguments read besides the defaults' (the projections' and convolution's biases) and those that change
+# no tensor's shape (initialisation, kernels, chunking); any other is refused.
+MAMBA_SSM_OTHER_ARGS = {"layer", "dt_min", "dt_max", "dt_init", "dt_scale", "dt_init_floor", "dt_limit", "chunk_size",
                        "use_mem_eff_path", "activation", "norm_before_gate", "A_init_range", "conv_init",
                        "bias", "conv_bias"}
 
@@ -171,7 +172,7 @@ def mamba_ssm_fields(config: dict, where: str) -> dict:
                           "so kvplan does not size them")
     if not cfg.flag("rms_norm", True):
         raise KvplanError(f"{where}: field rms_norm false: transformers' Mamba models have RMSNorms only")
-    unknown = sorted(set(ssm) - MAMBA_SSM_SHAPELESS - MAMBA_SSM_DEFAULTS[layer].keys())
+    unknown = sorted(set(ssm) - MAMBA_SSM_OTHER_ARGS - MAMBA_SSM_DEFAULTS[layer].keys())
     if unknown:
         raise KvplanError(f"{where}: ssm_cfg field {unknown[0]} is not one kvplan reads for a {layer} mixer")
     mixer = Fields(MAMBA_SSM_DEFAULTS[layer] | ssm, f"{where} (ssm_cfg)")
