@@ -140,6 +140,8 @@ class Capacity(BaseModel):
     engine_activation_bytes_per_sequence: int = 0
     engine_kv_bytes_per_sequence_decode: int  # what a sequence holds in steady decode (sliding layers trimmed)
     engine_kv_bytes_in_flight: int = 0  # what the in-flight tokens add to the steady hold, once for the engine
+    engine_kv_bytes_fixed: int = Field(0, description="what the engine's pools hold whatever the users (SGLang's "
+                                       "--max-mamba-cache-size slots)")
     max_concurrent_users: int = Field(description="users served at ctx in steady decode without preemption")
     max_users_at_startup: int = Field(description="users the engine's start-up reservation admits (vLLM's "
                                       "start-up check and logged maximum concurrency)")
@@ -408,9 +410,14 @@ def search_users(pool: KVPool, budget: int, ctx: int, prefix: int = 0, steady: b
 
 def max_ctx(pool: KVPool, budget: int, users: int, limit: int, prefix: int = 0) -> int:
     """The largest ctx in [max(1, prefix), limit] at which `users` are served (0 if none): the engine starts
-    with max_model_len ctx (one request's reservation fits) and the users' steady-decode hold fits."""
+    with max_model_len ctx (one request's reservation fits) and the users' steady-decode hold fits. The pool's own
+    count decides where it has one (SGLang's Mamba split serves fewer users just past a budget that adds a slot)."""
+    def serves(count: int, ctx: int, steady: bool = False) -> bool:
+        counted = pool.users_within(budget, ctx, prefix, steady)
+        return counted >= count if counted is not None else pool.peak_bytes(count, ctx, prefix, steady) <= budget
+
     def fits(ctx: int) -> bool:
-        return pool.peak_bytes(1, ctx, prefix) <= budget and pool.peak_bytes(users, ctx, prefix, True) <= budget
+        return serves(1, ctx) and serves(users, ctx, True)
 
     if _capped(pool, users, budget) < users:
         return 0
@@ -795,6 +802,7 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         engine_kv_bytes_per_sequence_decode=binding.bytes_per_sequence_decode(ctx),
         engine_kv_bytes_in_flight=(binding.steady_bytes_for(1, ctx) - binding.steady_bytes_for(0, ctx)
                                    - binding.bytes_per_sequence_decode(ctx)),
+        engine_kv_bytes_fixed=binding.bytes_for(0, ctx),
         engine_kv_bytes_for_users=max(p.steady_bytes_for(need, ctx, prefix) for p in pools),
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),
         engine_activation_bytes_per_sequence=binding.activation_bytes(1, ctx),
@@ -929,8 +937,10 @@ def _reason(cap: Capacity) -> str:
     label = engines.engine_class(cap.engine).activations_label
     also = f" and {_gib(activations)} of {label}" if activations else ""
     if cap.max_concurrent_users == 0:
+        fixed = (f" beside the {_gib(cap.engine_kv_bytes_fixed)} its pools hold whatever the users"
+                 if cap.engine_kv_bytes_fixed else "")
         return (f"one sequence of {cap.ctx:,} tokens needs {_gib(cap.engine_kv_bytes_per_sequence)} of KV "
-                f"cache{also}; the budget is {_gib(cap.kv_budget_bytes)}")
+                f"cache{also}{fixed}; the budget is {_gib(cap.kv_budget_bytes)}")
     verb = "fits" if cap.max_concurrent_users == 1 else "fit"
     if cap.sequence_limit and cap.users > cap.sequence_limit * cap.data_parallel_size * cap.data_parallel_replicas:
         limit, engine = cap.sequence_limit, engines.engine_class(cap.engine)

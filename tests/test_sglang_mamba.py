@@ -4,15 +4,17 @@ Mamba2StateShape.create and KimiLinearStateShape.create; mem_cache/kv_cache_conf
 and resolve_max_num_reqs), reading the configs' fields directly, never kvplan's helpers."""
 
 import json
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
 from conftest import GiB, MiB, assert_one_line_error, run_main
 
 from kvplan import engines
-from kvplan.capacity import Hardware, Parallelism, Workload, capacity, gpu_layers
+from kvplan.capacity import Hardware, Parallelism, Workload, capacity, gpu_layers, max_ctx
 from kvplan.dtypes import kv_dtype
 from kvplan.engines import EngineOptions
+from kvplan.engines.sglang import SglangMambaPool
 from kvplan.sources import load_model
 
 SPECS = Path(__file__).parent.parent / "model_specs"
@@ -509,3 +511,53 @@ def test_max_running_requests_alone_reserves_no_draft_states():
                    options=EngineOptions(max_num_seqs=7))
     assert cap.max_concurrent_users == 7 == cap.sequence_limit  # TP 2: one instance
     assert not any("draft tokens' states" in note for note in cap.notes)
+
+
+# ------------------------------------------------------------------ the least budget, and what a plan reports
+
+
+@pytest.mark.parametrize("drafts", [0, 3])
+@pytest.mark.parametrize(("slot", "cell", "share"), [(40, 3, Fraction(9, 19)), (97, 11, Fraction(9, 19)),
+                                                      (97, 2, Fraction(1, 3))])
+def test_bytes_for_is_the_least_budget_that_serves_the_users(slot, cell, share, drafts):
+    """bytes_for(N) is the least budget whose split (checked against SGLang's formulas above) serves N users:
+    scanning every budget byte by byte on pools of a few bytes finds no smaller one. Adding a slot takes tokens from
+    the KV pool, so a budget just past that serves fewer users than one just before: a search over budgets would
+    not find the least."""
+    for ctx, prefix in ((5, 0), (17, 4), (400, 30)):  # slots bind first, then tokens
+        pool = SglangMambaPool(full_cell=cell, slot_bytes=slot, slots_per_request=5, context_len=64, notes=[],
+                               draft_tokens=drafts, requests=48 if drafts else None, share=share)
+        budget = 0
+        for users in range(1, 9):
+            while pool.users_within(budget, ctx, prefix) < users:
+                budget += 1
+            assert pool.bytes_for(users, ctx, prefix) == budget
+    # the longest context for 3 users follows the same count, budget by budget, across the dips
+    for budget in range(0, 6000, 7):
+        longest = max_ctx(pool, budget, 3, 1000)
+        assert longest == 0 or pool.users_within(budget, longest) >= 3
+        assert longest == 1000 or pool.users_within(budget, longest + 1) < 3
+
+
+def test_plan_headroom_is_never_negative(monkeypatch, capsys):
+    """Each layout `plan` lists serves the users within its budget, so the least budget it needs leaves headroom
+    of zero or more (Qwen3.5-27B, 64 users at 32k on H100s: TP 4 with bf16 KV and int4 weights is within about a
+    slot of its budget)."""
+    code, out, err = run_main(monkeypatch, capsys, "plan", "--model", "Qwen/Qwen3.5-27B", "--ctx", "32k", "--users",
+                              "64", "--gpu", "h100", "--engine", "sglang", "--json")
+    rows = json.loads(out)["rows"]
+    assert code == 0 and rows, err
+    assert all(row["headroom_bytes"] >= 0 for row in rows)
+    assert min(row["headroom_bytes"] for row in rows) < 64 * MiB
+
+
+def test_fixed_slots_count_in_the_does_not_fit_line(monkeypatch, capsys):
+    """With --max-mamba-cache-size the slots take the budget whatever the users; the line says so."""
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "--model", "Qwen/Qwen3.5-27B", "--ctx", "32k", "--gpu",
+                            "h100", "--tp", "4", "--engine", "sglang", "--max-mamba-cache-size", "1460", "--users",
+                            "10", "--json")
+    cap = json.loads(out)
+    assert code == 1 and cap["max_concurrent_users"] == 0
+    assert cap["engine_kv_bytes_fixed"] == (1460 + 1) * gdn_slot(config("Qwen/Qwen3.5-27B"), 4)
+    assert cap["engine_kv_bytes_fixed"] + cap["engine_kv_bytes_per_sequence"] > cap["kv_budget_bytes"]
+    assert "GiB its pools hold whatever the users" in cap["reasons"][0]

@@ -144,11 +144,8 @@ class SglangMambaPool(SglangPool):
     max_running_requests follow from that K, which also caps the requests any budget serves (`sequence_limit`).
     SGLang works in GiB floats (total_rest_memory); these exact fractions can differ from it by a slot or a token
     where a quotient lands within rounding of a whole number.
-    The users that fit are the least of the KV tokens' limit and max_running_requests. `bytes_for` is the smallest
-    budget whose split serves them: with fixed slots, those slots (and the drafts' states) plus the users' tokens
-    (none but the slots for no user); else the KV share B x (1 - r / (1 + r)) holding their tokens and the Mamba
-    share their slots and, speculating, their drafts' states (a bound up to a slot or so generous while they are at
-    most R). `users_within` counts them from the split itself."""
+    The users that fit are the least of the KV tokens' limit and max_running_requests, counted from the split
+    (`users_within`); `bytes_for` is the least budget whose split serves them."""
 
     def __init__(self, full_cell: int, slot_bytes: int, slots_per_request: int, context_len: int, notes: list[str],
                  draft_tokens: int = 0, requests: int | None = None, share: Fraction = SGLANG_MAMBA_SHARE,
@@ -174,35 +171,64 @@ class SglangMambaPool(SglangPool):
             return 0
         return (min(self.requests, max(slots, 0) // self.slots_per_request) + 1) * self.draft_tokens
 
-    def split(self, budget: int) -> SglangSplit:
-        share, slot, per_request = self.share, self.slot_bytes, self.slots_per_request
+    def slots_in(self, budget: int) -> int:
+        """K, the Mamba slots of `budget`'s split (the fixed slots, or the share's, as the class docstring says)."""
+        share, slot, drafts = self.share, self.slot_bytes, self.draft_tokens
         if self.fixed_slots is not None:
-            slots = self.fixed_slots
-        elif not self.draft_tokens:
-            slots = budget * share.numerator // (share.denominator * slot) - 1
-        else:
-            drafts = self.draft_tokens
-            slots = ((budget * share.numerator - slot * (1 + drafts) * share.denominator) * per_request
-                     // (share.denominator * slot * (per_request + drafts)))
+            return self.fixed_slots
+        if not drafts:
+            return budget * share.numerator // (share.denominator * slot) - 1
+        per_request = self.slots_per_request
+        return ((budget * share.numerator - slot * (1 + drafts) * share.denominator) * per_request
+                // (share.denominator * slot * (per_request + drafts)))
+
+    def least_budget_for(self, slots: int) -> int:
+        """The least budget whose share gives at least `slots` slots: slots_in solved for the budget."""
+        share, slot, drafts, per_request = self.share, self.slot_bytes, self.draft_tokens, self.slots_per_request
+        if not drafts:
+            return cdiv((slots + 1) * share.denominator * slot, share.numerator)
+        return cdiv(slots * share.denominator * slot * (per_request + drafts)
+                    + slot * (1 + drafts) * share.denominator * per_request, share.numerator * per_request)
+
+    def fixed_bytes(self, slots: int) -> int:
+        """What K slots take of the budget before the KV pool: the K + 1 slots and the drafts' states."""
+        return (slots + 1 + self.draft_slots(slots)) * self.slot_bytes
+
+    def split(self, budget: int) -> SglangSplit:
+        slots = self.slots_in(budget)
         if slots <= 0:
             return SglangSplit(0, 0, 0)
-        tokens = max(0, budget - (slots + 1 + self.draft_slots(slots)) * slot) // self.full_cell
-        return SglangSplit(slots, tokens, min(self.request_limit(tokens), slots // per_request))
+        tokens = max(0, budget - self.fixed_bytes(slots)) // self.full_cell
+        return SglangSplit(slots, tokens, min(self.request_limit(tokens), slots // self.slots_per_request))
 
-    def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
-        fixed = self.fixed_slots
-        if users == 0:
-            return 0 if fixed is None else (fixed + 1 + self.draft_slots(fixed)) * self.slot_bytes
-        held = ctx + self.draft_tokens
-        tokens = max(users * held - (users - 1) * shared_prefix, 2 * users)
+    def tokens_needed(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
+        """The least KV tokens T of a split that serves `users`: their tokens (a shared prefix once), and T large
+        enough that max_running_requests (T // 2, and T / context_len x 512 above 2,048 requests) admits them."""
+        tokens = max(users * (ctx + self.draft_tokens) - (users - 1) * shared_prefix, 2 * users)
         if users > SGLANG_MAX_RUNNING_REQUESTS[0] and self.requests is None:
             tokens = max(tokens, cdiv(users * self.context_len, 512))
+        return tokens
+
+    def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
+        """The least budget whose split serves `users` (as `users_within` counts them). The users need K >= s x
+        users slots and T >= tokens_needed; the budgets that give K slots form a range, within which T grows
+        with the budget. So for each K from s x users up, the least candidate is the larger of the range's start
+        and fixed_bytes(K) + T x cell, and the first K whose range holds its candidate gives the answer (both
+        grow with K). A candidate past its range skips to the K that candidate gives: the ranges between hold
+        budgets below it only."""
+        fixed = self.fixed_slots
+        if users == 0:
+            return 0 if fixed is None else self.fixed_bytes(fixed)
+        kv = self.tokens_needed(users, ctx, shared_prefix) * self.full_cell
         if fixed is not None:
-            return self.bytes_for(0, ctx) + tokens * self.full_cell
-        share = self.share
-        kv = cdiv(tokens * self.full_cell * share.denominator, share.denominator - share.numerator)
-        slots = users * (self.slots_per_request + self.draft_tokens) + 1 + self.draft_tokens
-        return max(kv, cdiv(slots * self.slot_bytes * share.denominator, share.numerator))
+            return self.fixed_bytes(fixed) + kv
+        slots = max(1, users * self.slots_per_request)
+        while True:
+            least = max(self.least_budget_for(slots), self.fixed_bytes(slots) + kv)
+            given = self.slots_in(least)
+            if given == slots:
+                return least
+            slots = max(slots + 1, given)
 
     def budget_notes(self, budget: int, ctx: int) -> list[str]:
         split = self.split(budget)
