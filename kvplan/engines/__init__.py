@@ -31,6 +31,7 @@ in ENGINES here; what several engines share goes to base.py (EAGLE heads: specul
 importing another.
 """
 
+from functools import cache
 from importlib import import_module
 
 from kvplan.engines.base import Engine, EngineOptions, KVPool, Layers, LoraSlots, ServingExtras, cdiv, no_data_parallel
@@ -67,6 +68,12 @@ def engine_class(name: str) -> type[Engine]:
     key = ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in ENGINES:
         raise KvplanError(f"unknown engine {name!r}: choose one of {', '.join(ENGINES)}")
+    return _loaded(key)
+
+
+@cache
+def _loaded(key: str) -> type[Engine]:
+    """The engine class, its module imported on first use (a sweep builds an engine per deployment)."""
     module, cls = ENGINES[key]
     return getattr(import_module(f"kvplan.engines.{module}"), cls)
 
