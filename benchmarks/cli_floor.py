@@ -7,8 +7,16 @@ needs), that does nothing and prints `{}`.
 
 Whatever `kvplan estimate` takes beyond it is kvplan's own: its imports, reading the config, the arithmetic and the
 output. bench_startup.py times the two alternately (benchmarks/README.md).
+
+With FLOOR_NO_GC=1 the floor runs with Python's cycle collector off from the start, as the `kvplan` command does:
+the floor kvplan's own work is measured against, where the floor proper also pays for the collector.
 """
+import gc
+import os
 import sys
+
+if os.environ.get("FLOOR_NO_GC") == "1":
+    gc.disable()
 from typing import Annotated
 
 import pydantic  # noqa: F401  (kvplan's domain model needs it anyway; typer builds its option adapters with it)

@@ -655,6 +655,9 @@ def profile(
     """Build the model with random weights on the device (transformers' own classes), prefill ctx - S tokens,
     decode S, and measure the cache, the allocator and the driver beside kvplan's transformers prediction.
     Needs `pip install 'kvplan[profile]'`."""
+    import gc
+
+    gc.enable()  # `kvplan.main` runs the planning commands without it; torch's objects do form cycles
     from kvplan.profiler.run import run_profile
     from kvplan.units import parse_tokens
 

@@ -404,3 +404,28 @@ def test_the_startup_floor_takes_estimates_options():
     tree = ast.parse((ROOT / "benchmarks" / "cli_floor.py").read_text(encoding="utf-8"))
     floor = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "estimate")
     assert [arg.arg for arg in floor.args.args] == list(inspect.signature(cli.estimate).parameters)
+
+
+def test_the_command_runs_without_the_cycle_collector_but_profiles_with_it():
+    """The `kvplan` script (`kvplan.main`) switches Python's cycle collector off before its first import, which
+    spares a planning run the collector's passes over typer's, pydantic's and rich's objects
+    (benchmarks/README.md); `kvplan profile` switches it back on for torch."""
+    import tomllib
+    from conftest import run_python
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
+    assert scripts["kvplan"] == "kvplan:main"
+    code = (
+        "import gc, sys\n"
+        "import kvplan\n"
+        "sys.argv = ['kvplan', 'estimate', '-m', 'llama-3-8b', '--ctx', '8k', '--json']\n"
+        "try:\n"
+        "    kvplan.main()\n"
+        "finally:\n"
+        "    print('COLLECTOR', gc.isenabled(), 'typer' in sys.modules, file=sys.stderr)\n"
+    )
+    result = run_python(code, timeout=120)
+    assert result.returncode == 0 and "COLLECTOR False True" in result.stderr, result.stderr
+    source = (ROOT / "kvplan" / "cli.py").read_text(encoding="utf-8")
+    profile = source[source.index("def profile("):source.index("from kvplan.profiler.run import run_profile")]
+    assert "gc.enable()" in profile
