@@ -51,6 +51,7 @@ def estimate(model: Annotated[str, typer.Option()], ctx: Annotated[str, typer.Op
              gdn_prefill_backend: str | None = None, mamba_ssm_cache_dtype: str | None = None,
              lora: list[str] | None = None, max_mamba_cache_size: int | None = None,
              mamba_full_memory_ratio: float | None = None, max_num_seqs: int | None = None,
+             disable_radix_cache: bool = False,
              as_json: Annotated[bool, typer.Option("--json")] = False):
     print("{}")
 

@@ -446,6 +446,9 @@ def check_workload(engine: Engine, workload: Workload) -> None:
     if not engine.paged and (workload.avg_ctx or workload.shared_prefix):
         raise KvplanError("--avg-ctx and --shared-prefix need a paged engine (vllm, sglang, tensorrt-llm, "
                           f"ideal): {engine.label} reserves every sequence's full context up front")
+    problem = engine.prefix_sharing_problem() if workload.shared_prefix else None
+    if problem:
+        raise KvplanError(f"--shared-prefix {workload.shared_prefix:,}: {problem}")
 
 
 def engine_dtypes(model: ModelSpec, engine_name: str = "vllm", kv_dtype_name: str | None = None,

@@ -130,6 +130,8 @@ MambaRatio = _flag(float | None, "SGLang: Mamba pool memory over KV pool memory 
 MaxNumSeqs = _flag(int | None, "vLLM, SGLang: requests run at once (vLLM: each DP rank; default 1,024 on GPUs of >= "
                    "70 GiB but A100s, else 256; SGLang: over the DP ranks, default by its pool, 48 with a draft)",
                    "--max-num-seqs", "--max-running-requests")
+DisableRadixCache = _flag(bool, "SGLang: no radix cache: no prefix kept once, and 1 Mamba state slot a running "
+                          "request (5 with it)", "--disable-radix-cache")
 
 
 @app.command()
@@ -159,7 +161,7 @@ def estimate(
     max_cpu_loras: MaxCpuLoras = None, gdn_prefill_backend: GdnPrefill = None,
     mamba_ssm_cache_dtype: MambaSsmDtype = None, lora: Lora = None,
     max_mamba_cache_size: MaxMambaCache = None, mamba_full_memory_ratio: MambaRatio = None,
-    max_num_seqs: MaxNumSeqs = None,
+    max_num_seqs: MaxNumSeqs = None, disable_radix_cache: DisableRadixCache = False,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
@@ -184,7 +186,8 @@ def estimate(
                    kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
                    cpu_offload_gb=cpu_offload_gb, gdn_prefill_backend=gdn_prefill_backend,
                    mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, max_mamba_cache_size=max_mamba_cache_size,
-                   mamba_full_memory_ratio=mamba_full_memory_ratio, max_num_seqs=max_num_seqs)
+                   mamba_full_memory_ratio=mamba_full_memory_ratio, max_num_seqs=max_num_seqs,
+                   disable_radix_cache=disable_radix_cache or None)
     added = dict(speculative_method=speculative_method, enable_lora=enable_lora, max_loras=max_loras,
                  max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras, lora=lora)
     capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
@@ -280,7 +283,8 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                     limit_mm=None, language_model_only=None, kv_offloading_size=None, kv_offloading_backend=None,
                     cpu_offload_gb=None, speculative_method=None, enable_lora=None, max_loras=None,
                     max_lora_rank=None, max_cpu_loras=None, gdn_prefill_backend=None, mamba_ssm_cache_dtype=None,
-                    lora=None, max_mamba_cache_size=None, mamba_full_memory_ratio=None, max_num_seqs=None):
+                    lora=None, max_mamba_cache_size=None, mamba_full_memory_ratio=None, max_num_seqs=None,
+                    disable_radix_cache=None):
     from kvplan.engines import EngineOptions
     from kvplan.units import parse_gib
 
@@ -320,7 +324,8 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
                          max_loras=max_loras, max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras,
                          gdn_prefill_backend=gdn_prefill_backend, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
                          lora_adapters=_lora_adapters(lora), max_mamba_cache_size=max_mamba_cache_size,
-                         mamba_full_memory_ratio=mamba_full_memory_ratio, max_num_seqs=max_num_seqs)
+                         mamba_full_memory_ratio=mamba_full_memory_ratio, max_num_seqs=max_num_seqs,
+                         disable_radix_cache=disable_radix_cache)
 
 
 def _lora_adapters(paths: list[str] | None):
@@ -401,7 +406,7 @@ def plan(
     max_lora_rank: MaxLoraRank = None, max_cpu_loras: MaxCpuLoras = None, gdn_prefill_backend: GdnPrefill = None,
     mamba_ssm_cache_dtype: MambaSsmDtype = None, lora: Lora = None,
     max_mamba_cache_size: MaxMambaCache = None, mamba_full_memory_ratio: MambaRatio = None,
-    max_num_seqs: MaxNumSeqs = None,
+    max_num_seqs: MaxNumSeqs = None, disable_radix_cache: DisableRadixCache = False,
     max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider")] = 64,
     as_json: Json = False,
 ) -> None:
@@ -430,7 +435,8 @@ def plan(
                               max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras,
                               gdn_prefill_backend=gdn_prefill_backend, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
                               lora=lora, max_mamba_cache_size=max_mamba_cache_size,
-                              mamba_full_memory_ratio=mamba_full_memory_ratio, max_num_seqs=max_num_seqs)
+                              mamba_full_memory_ratio=mamba_full_memory_ratio, max_num_seqs=max_num_seqs,
+                              disable_radix_cache=disable_radix_cache or None)
     spec = load_model(model, revision, token, gguf_file)
     engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
     result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,

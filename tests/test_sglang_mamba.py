@@ -561,3 +561,52 @@ def test_fixed_slots_count_in_the_does_not_fit_line(monkeypatch, capsys):
     assert cap["engine_kv_bytes_fixed"] == (1460 + 1) * gdn_slot(config("Qwen/Qwen3.5-27B"), 4)
     assert cap["engine_kv_bytes_fixed"] + cap["engine_kv_bytes_per_sequence"] > cap["kv_budget_bytes"]
     assert "GiB its pools hold whatever the users" in cap["reasons"][0]
+
+
+# ---------------------------------------------------------------------------------------------- --disable-radix-cache
+
+
+@pytest.mark.parametrize(("ctx", "budget_gib"), [(4096, 27), (32_768, 27), (1000, 8)])
+def test_disable_radix_cache_counts_one_slot_a_request(ctx, budget_gib):
+    """`_calculate_mamba_ratio` is 1 under --disable-radix-cache (no MambaRadixCache): the share buys the same slots,
+    but each running request takes one, so the Mamba pool admits five times the requests (Qwen3-Next, TP 4)."""
+    c, tp = config(QWEN3_NEXT), 4
+    budget = budget_gib * GiB
+    options = EngineOptions(disable_radix_cache=True)
+    cap = capacity(load_model(QWEN3_NEXT), Workload(ctx=ctx), engine_name="sglang", kv_budget=budget,
+                   parallel=Parallelism(tp=tp), options=options)
+    slots, tokens, running = recomputed_split(budget, gdn_slot(c, tp), attention_cell(c, tp), 1, 262_144)
+    assert any(f"{slots:,} Mamba slots" in n and f"{tokens:,} KV tokens" in n
+               and f"max_running_requests {running:,} " in n for n in cap.notes)
+    assert cap.max_concurrent_users == min(tokens // ctx, running)
+    with_radix = capacity(load_model(QWEN3_NEXT), Workload(ctx=ctx), engine_name="sglang", kv_budget=budget,
+                          parallel=Parallelism(tp=tp))
+    assert with_radix.max_concurrent_users == min(tokens // ctx, slots // 5)
+
+
+@pytest.mark.parametrize(("requests", "dp", "drafts"), [(64, 1, 0), (64, 2, 0), (None, 1, 4), (16, 1, 3)])
+def test_disable_radix_cache_with_a_request_limit_fixes_the_slots(requests, dp, drafts):
+    """`_handle_max_mamba_cache`: with the radix cache off and max_running_requests set (given, or 48 with a draft),
+    the pool holds max(1, R // attn_dp_size) slots whatever the budget, speculating also the drafts' states of
+    R + 1 requests; the KV pool gets the rest."""
+    c, tp, budget = config(QWEN3_NEXT), 4, 27 * GiB
+    options = EngineOptions(disable_radix_cache=True, max_num_seqs=requests,
+                            **(dict(speculative_method="mtp", speculative_tokens=drafts) if drafts else {}))
+    cap = capacity(load_model(QWEN3_NEXT), Workload(ctx=8192), engine_name="sglang", kv_budget=budget,
+                   parallel=Parallelism(tp=tp // dp, dp=dp), options=options)
+    per_rank = max(1, (requests or 48) // dp)
+    slot, cell = gdn_slot(c, tp // dp), attention_cell(c, tp // dp)
+    rest = budget / (1 << 30) - (per_rank + 1) * slot / (1 << 30) - slot * (per_rank + 1) * drafts / (1 << 30)
+    tokens = int(rest * (1 << 30)) // cell
+    assert any(f"{per_rank:,} Mamba slots" in n and f"{tokens:,} KV tokens" in n
+               and f"max_running_requests {min(per_rank, tokens // 2):,} " in n for n in cap.notes)
+    assert cap.max_concurrent_users == min(tokens // (8192 + drafts), per_rank) * dp
+
+
+def test_disable_radix_cache_refusals(monkeypatch, capsys):
+    """No radix cache, no prefix kept once; and the flag is SGLang's alone."""
+    args = ("estimate", "--model", QWEN3_NEXT, "--ctx", "8k", "--gpu", "h100", "--tp", "4", "--disable-radix-cache")
+    code, _, err = run_main(monkeypatch, capsys, *args, "--engine", "sglang", "--shared-prefix", "1k")
+    assert_one_line_error(code, err, "--shared-prefix 1,024", "radix cache")
+    code, _, err = run_main(monkeypatch, capsys, *args, "--engine", "vllm")
+    assert_one_line_error(code, err, "--disable-radix-cache is not a vLLM setting")

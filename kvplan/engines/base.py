@@ -108,6 +108,7 @@ class EngineOptions(BaseModel):
     max_mamba_cache_size: int | None = None  # SGLang: Mamba state slots in all, over the DP ranks
     mamba_full_memory_ratio: float | None = None  # SGLang: the Mamba pool's memory over the KV pool's
     max_num_seqs: int | None = None  # vLLM --max-num-seqs (a DP rank's), SGLang --max-running-requests (all ranks')
+    disable_radix_cache: bool | None = None  # SGLang: no radix cache (no prefix sharing, no MambaRadixCache)
     lora_adapters: tuple[LoraAdapter, ...] | None = None  # llama.cpp --lora files, as read
 
 
@@ -126,6 +127,7 @@ FLAG_NAMES = {
     "gdn_prefill_backend": "--gdn-prefill-backend", "mamba_ssm_cache_dtype": "--mamba-ssm-cache-dtype",
     "lora_adapters": "--lora", "max_mamba_cache_size": "--max-mamba-cache-size",
     "mamba_full_memory_ratio": "--mamba-full-memory-ratio", "max_num_seqs": "--max-num-seqs",
+    "disable_radix_cache": "--disable-radix-cache",
 }
 
 
@@ -281,6 +283,10 @@ class Engine(ABC):
         self.gpu_name = gpu_name
         self.gpu_bytes = gpu_bytes
         self.tp, self.pp, self.dp, self.ep = tp, pp, dp, ep
+
+    def prefix_sharing_problem(self) -> str | None:
+        """Why this deployment would not keep a shared prefix once (--shared-prefix), where it would not."""
+        return None
 
     @classmethod
     def splits_into_stages(cls, model: ModelSpec) -> bool:

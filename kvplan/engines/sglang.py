@@ -241,7 +241,7 @@ class SglangMambaPool(SglangPool):
         users = self.users_within(budget, ctx)
         bound = ("the KV tokens" if users < split.max_running_requests
                  else f"max_running_requests, set by {binding}")
-        sizing = ("--max-mamba-cache-size: slots fixed, the KV pool gets the rest" if self.fixed_slots is not None
+        sizing = ("slots fixed, the KV pool gets the rest" if self.fixed_slots is not None
                   else f"{self.share.numerator}/{self.share.denominator} to the Mamba pool")
         notes = [f"SGLang's split of the budget ({sizing}): {split.mamba_slots:,} Mamba slots "
                  f"({(split.mamba_slots + 1) * self.slot_bytes / GiB:,.2f} GiB), {split.kv_tokens:,} KV tokens, "
@@ -315,7 +315,7 @@ class Sglang(Engine):
         return shares
     reads = frozenset({"memory_fraction", "speculative_tokens", "speculative_method", "enable_lora", "max_loras",
                        "max_lora_rank", "mamba_ssm_cache_dtype", "max_mamba_cache_size", "mamba_full_memory_ratio",
-                       "max_num_seqs"})
+                       "max_num_seqs", "disable_radix_cache"})
     speculative_methods = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
 
     def _buckets(self) -> tuple[int, int]:
@@ -382,7 +382,7 @@ class Sglang(Engine):
         and pipeline-parallel splits (SGLang charges every stage the fullest stage's state)."""
         self.refuse_compressed_attention(model)
         if any(cache.kind == "recurrent" for cache in model.caches):
-            return self.mamba_pool(layers, model, kv)
+            return self.mamba_pool(layers, model, kv, self.given_requests())
         hybrid = model.architecture in SGLANG_HYBRID_SWA
         table = rows(layers, kv, kv_dtype(model.dtype), sliding_as_full=not hybrid)
         windowed = [r for r in table if r.kind in WINDOWED]
@@ -397,6 +397,13 @@ class Sglang(Engine):
                           window=max((r.window for r in windowed), default=0), notes=notes,
                           context_len=model.max_context or SGLANG_DEFAULT_CONTEXT, requests=self.given_requests())
 
+    def prefix_sharing_problem(self) -> str | None:
+        """A prefix is kept once by SGLang's radix cache (`mem_cache/radix_cache.py`), which --disable-radix-cache
+        turns off (a ChunkCache then holds each request's tokens alone)."""
+        if self.options.disable_radix_cache:
+            return "--disable-radix-cache turns off SGLang's radix cache, which keeps a shared prefix once"
+        return None
+
     def given_requests(self, default: int | None = None) -> int | None:
         """max_running_requests a DP worker runs: --max-running-requests over the attention DP ranks, at least 1
         (`resolve_max_num_reqs`), else `default`."""
@@ -407,7 +414,12 @@ class Sglang(Engine):
         """max_running_requests a DP worker runs beside a draft: the given one, else 48 over the DP ranks."""
         return self.given_requests(max(1, SGLANG_SPECULATIVE_MAX_RUNNING_REQUESTS // self.dp))
 
-    def mamba_pool(self, layers: Layers, model: ModelSpec, kv: DType) -> SglangMambaPool:
+    def mamba_pool(self, layers: Layers, model: ModelSpec, kv: DType,
+                   requests: int | None = None) -> SglangMambaPool:
+        """`requests`: the max_running_requests a DP rank runs where SGLang has one before it sizes the pool (given,
+        or 48 with a draft). --disable-radix-cache (`_calculate_mamba_ratio`, mem_cache/kv_cache_configurator.py)
+        counts 1 slot a running request, no MambaRadixCache holding more, and with such a request limit
+        `_handle_max_mamba_cache` fixes the slots at it, as --max-mamba-cache-size would."""
         arch = model.architecture
         if arch in SGLANG_NO_MODEL:
             raise KvplanError(f"SGLang 0.5.23 does not run {arch} models ({model.name}): it has no model class for "
@@ -429,23 +441,31 @@ class Sglang(Engine):
         if not full_cell or any(r.kind not in ("full", "recurrent") for r in table):
             raise KvplanError(f"kvplan does not model SGLang's pools for {model.name}'s layers beside its recurrent "
                               "state (only full attention is): use --engine vllm")
-        slots = SGLANG_MAMBA_SLOTS[arch]
+        no_radix = bool(self.options.disable_radix_cache)
+        slots = 1 if no_radix else SGLANG_MAMBA_SLOTS[arch]
         given, stated = self.options.max_mamba_cache_size, self.options.mamba_full_memory_ratio
         ratio = SGLANG_MAMBA_FULL_MEMORY_RATIO if stated is None else Fraction(str(stated))
         share = ratio / (1 + ratio)
-        fixed = None if given is None else given // self.dp
-        if fixed is None:
+        unused = " (--mamba-full-memory-ratio unused)" if stated is not None else ""
+        if given is not None:
+            fixed = given // self.dp
+            sizing = f"--max-mamba-cache-size {given}, {fixed:,} slots a DP rank (+1 padding) whatever the budget"
+        elif no_radix and requests is not None:
+            fixed = requests
+            sizing = (f"--disable-radix-cache with max_running_requests {requests:,} a DP rank: as many slots (+1 "
+                      "padding) whatever the budget")
+        else:
+            fixed, unused = None, ""
             sizing = f"{share.numerator}/{share.denominator} of the budget (mamba_full_memory_ratio {float(ratio)})"
-        elif fixed // slots == 0:
+        if fixed is not None and fixed // slots == 0:
             raise KvplanError(f"--max-mamba-cache-size {given}: SGLang refuses to start, {fixed} slots a DP rank "
                               f"serve no request at {slots} slots each (resolve_max_num_reqs)")
-        else:
-            sizing = (f"--max-mamba-cache-size {given}, {fixed:,} slots a DP rank (+1 padding) whatever the budget"
-                      + (" (--mamba-full-memory-ratio unused)" if stated is not None else ""))
         ssm = {r.cache.ssm_dtype for r in table if r.kind == "recurrent" and r.cache.ssm_elements}
-        notes = [f"SGLang Mamba pool: {sizing}, {slot:,} B a slot (conv bf16"
-                 + (f", SSM {', '.join(sorted(ssm))}" if ssm else "") + f"), {slots} slots per running request"
-                 + (" (3 + MambaRadixCache's 2 ping-pong buffers)" if slots == 5 else "")]
+        per_request = ("1 slot per running request (--disable-radix-cache: no MambaRadixCache)" if no_radix
+                       else f"{slots} slots per running request"
+                       + (" (3 + MambaRadixCache's 2 ping-pong buffers)" if slots == 5 else ""))
+        notes = [f"SGLang Mamba pool: {sizing}{unused}, {slot:,} B a slot (conv bf16"
+                 + (f", SSM {', '.join(sorted(ssm))}" if ssm else "") + f"), {per_request}"]
         return SglangMambaPool(full_cell, slot, slots, model.max_context or SGLANG_DEFAULT_CONTEXT, notes,
                                share=share, fixed_slots=fixed, requests=self.given_requests())
 
@@ -459,9 +479,10 @@ class Sglang(Engine):
         speculative_num_draft_tokens at page size 1 and top-k 1). N-gram decoding has no draft pool. With any
         draft, max_running_requests is 48 unless given (`arg_groups/speculative_hook.py` _handle_eagle_family,
         _handle_ngram), shared by the DP ranks."""
-        pool, count = self.pool(layers, model, kv), draft.num_layers if draft else 0
-        if isinstance(pool, SglangMambaPool):
+        if any(cache.kind == "recurrent" for cache in model.caches):
+            pool = self.mamba_pool(layers, model, kv, self.speculative_requests())
             return self.speculative_mamba_pool(pool, layers, draft_layers, draft, model, kv)
+        pool, count = self.pool(layers, model, kv), draft.num_layers if draft else 0
         if draft_layers:
             self.pool(draft_layers, draft, kv)
         if pool.swa_cell or any(c.kind == "indexer" for c, _ in [*layers, *draft_layers]):
