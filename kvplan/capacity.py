@@ -594,19 +594,17 @@ def draft_and_adapters(model: ModelSpec, draft: ModelSpec | None, engine: Engine
             "caches": tuple(c.model_copy(update={"layer": c.layer - model.num_layers}) for c in mtp.caches),
             "mtp": None})
         extras.draft_name = f"{model.name}'s {mtp.layers} MTP layer{'s' if mtp.layers > 1 else ''}"
-        if weights_from_checkpoint(model, weights_dtype_name):
+        draft_dtype = weights_dtype_name
+        counted = weights_from_checkpoint(model, weights_dtype_name)
+        if counted:
             extras.notes.append("the checkpoint's tensors, counted in the weights, hold the MTP layers")
-            drafted = 0
-        else:
-            drafted = weights_bytes(runner, weights_dtype_name)[0]
     else:
-        runner = draft
+        runner, counted = draft, False
         engine.check_caches(draft)
         compute = engine.default_weights_dtype(model) or model.dtype
-        if engine.draft_models:  # llama.cpp loads the draft's GGUF as it is
-            drafted = weights_bytes(draft)[0]
-        elif method == "draft_model":
-            drafted = weights_bytes(draft, None if draft.quantization or draft.dtype == compute else compute)[0]
+        # llama.cpp loads the draft's GGUF as it is; vLLM and SGLang a draft in the model's dtype, unless quantised
+        keep = engine.draft_models or draft.quantization or draft.dtype == compute
+        draft_dtype = None if keep else compute
         extras.draft_name = draft.name
     try:
         check_parallel(runner, parallel.tp, 1)
@@ -617,8 +615,8 @@ def draft_and_adapters(model: ModelSpec, draft: ModelSpec | None, engine: Engine
         head = engine.eagle_head(model, draft, method)
         extras.draft_weights_per_gpu = weight_dtype(compute).bytes_for(head.elements) + 8 * head.int64
         extras.notes += head.notes
-    else:
-        extras.draft_weights_per_gpu = math.ceil(drafted / parallel.tp)
+    elif not counted:  # split as the engine splits the model's own groups: norms and routers whole on each GPU
+        extras.draft_weights_per_gpu = weights_on_gpu(runner, engine, draft_dtype)[1]
     extras.draft_layers = gpu_layers(engine.cached_layers(runner), [runner.num_layers], parallel.tp)[0]
     return extras
 

@@ -37,6 +37,13 @@ LLAMA_32_1B_PARAMS = (128_256 * 2_048  # tied embeddings
                       # per layer q, o, k, v, the MLP and two norms
                       + 16 * (2 * 2_048 * 2_048 + 2 * 2_048 * 512 + 3 * 2_048 * 8_192 + 2 * 2_048)
                       + 2_048)  # final norm
+LLAMA_32_1B_NORMS = 16 * 2 * 2_048 + 2_048  # vLLM's and SGLang's RMSNorm: whole on every TP rank
+
+
+def llama_draft_per_gpu(tp: int) -> int:
+    """Llama-3.2-1B in bf16 on each of tp GPUs, split as the engines split the model's own layers: its norms whole,
+    the rest (embeddings, attention, MLP) / tp."""
+    return 2 * LLAMA_32_1B_NORMS + 2 * (LLAMA_32_1B_PARAMS - LLAMA_32_1B_NORMS) // tp
 
 
 @pytest.mark.parametrize("tp, users, users_without", [(2, 2, 3), (4, 53, 59)])
@@ -44,9 +51,9 @@ def test_vllm_llama31_70b_with_a_llama32_1b_draft(tp, users, users_without):
     """Llama-3.1-70B (80 layers, 8 KV heads of 128) served with Llama-3.2-1B-Instruct as its draft model (16 layers,
     8 KV heads of 64, hidden 2,048, MLP 8,192, tied embeddings of 128,256 x 2,048: 1,235,814,400 parameters), vLLM
     0.33.0 with num_speculative_tokens 4 on H100s at max_model_len 8,192.
-    The draft is split like the model (draft_tensor_parallel_size defaults to the model's TP) and loads in bf16:
-    1,235,814,400 x 2 / tp bytes of it on each GPU, beside the model's: its norms whole on every GPU (80 x 2 x
-    8,192 + 8,192 = 1,318,912 parameters, vLLM's RMSNorm) and the rest, 70,552,387,584 parameters, / tp.
+    The draft is split like the model (draft_tensor_parallel_size defaults to the model's TP) and loads in bf16,
+    beside the model: in each, the norms whole on every GPU (vLLM's RMSNorm; the model's 80 x 2 x 8,192 + 8,192 =
+    1,318,912 parameters, the draft's 16 x 2 x 2,048 + 2,048 = 67,584) and the rest / tp.
     Its attention layers join the KV-cache config: all full attention, so one group whose block holds one page of
     every layer, the model's 80 and the draft's 16 (UniformTypeKVCacheSpecs), with tp KV heads split evenly:
         TP 2: 4 heads of each on a GPU: 80 x (2 x 16 x 4 x 128 x 2) + 16 x (2 x 16 x 4 x 64 x 2)
@@ -60,7 +67,7 @@ def test_vllm_llama31_70b_with_a_llama32_1b_draft(tp, users, users_without):
     block = 80 * 2 * 16 * (8 // tp) * 128 * 2 + 16 * 2 * 16 * (8 // tp) * 64 * 2
     assert block == {2: 2_883_584, 4: 1_441_792}[tp]
     norms = 80 * 2 * 8_192 + 8_192
-    weights, draft_weights = 2 * norms + 2 * (70_553_706_496 - norms) // tp, 2 * LLAMA_32_1B_PARAMS // tp
+    weights, draft_weights = 2 * norms + 2 * (70_553_706_496 - norms) // tp, llama_draft_per_gpu(tp)
     budget = vllm_budget(81_559 * MiB, weights + draft_weights, tp)
 
     cap = capacity(model, Workload(ctx=8192), hardware=H100, parallel=Parallelism(tp=tp), draft=draft,
@@ -83,7 +90,7 @@ def test_a_draft_under_an_fp8_model_stays_in_the_model_dtype():
     cap = capacity(load_model(TARGET), Workload(ctx=8192), hardware=H100, parallel=Parallelism(tp=2),
                    draft=load_model(DRAFT), weights_dtype_name="fp8", options=EngineOptions(speculative_tokens=4))
     assert cap.weights_dtype == "fp8"
-    assert cap.draft_weights_bytes_per_gpu == 2 * LLAMA_32_1B_PARAMS // 2
+    assert cap.draft_weights_bytes_per_gpu == llama_draft_per_gpu(2)
 
 
 def test_sglang_draft_pool_is_scaled_from_the_models_layers():
@@ -95,7 +102,7 @@ def test_sglang_draft_pool_is_scaled_from_the_models_layers():
                    parallel=Parallelism(tp=4), draft=load_model(DRAFT), options=EngineOptions(speculative_tokens=4))
     assert cap.engine_kv_bytes_per_sequence == (8192 + 4) * (81_920 + 16_384)
     assert cap.engine_kv_bytes_per_sequence_draft == (8192 + 4) * (81_920 + 16_384) - 8192 * 81_920
-    assert cap.draft_weights_bytes_per_gpu == 2 * LLAMA_32_1B_PARAMS // 4
+    assert cap.draft_weights_bytes_per_gpu == llama_draft_per_gpu(4)
 
 
 def test_sglang_runs_at_most_max_running_requests():
@@ -179,21 +186,24 @@ def test_deepseek_v3_mtp_layer_parameters_by_hand():
 def test_vllm_deepseek_v3_with_its_mtp_layer_on_8_h200():
     """vLLM 0.33.0, --speculative-config '{"method": "mtp"}' (num_speculative_tokens defaults to n_predict, 1),
     8 x H200, 32k. The MTP layer follows the checkpoint's fp8 block quantisation: its linear layers 1 B a
-    parameter (187,105,280 + 44,040,192 + 11,274,289,152), eh_proj and the norms, router and biases in bf16
-    (2 x 104,633,600): 11,714,701,824 B, / 8 on each GPU. Its MLA layer is one more MLAAttentionSpec in the one
+    parameter, eh_proj and the norms, router and biases in bf16 (2 x 104,633,600). Each GPU holds what the model's
+    own layers hold of it (`models/deepseek_mtp.py` builds them alike): q_b, kv_b, o, the shared expert and the
+    experts split by TP (171,966,464 + 44,040,192 + 11,274,289,152, / 8), q_a and kv_a_proj_with_mqa
+    (ReplicatedLinear, 15,138,816) and the bf16 part (eh_proj an nn.Linear, RMSNorms, the router) whole. Its MLA
+    layer is one more MLAAttentionSpec in the one
     group: 62 x 576 x 2 = 71,424 B per token, blocks of 64 tokens, 512 a request at 32,768, 64 x 1,152 B of
     each block the MTP layer's."""
     model = load_model(DEEPSEEK)
     cap = capacity(model, Workload(ctx=32_768), hardware=H200, parallel=Parallelism(tp=8),
                    options=EngineOptions(speculative_method="mtp"))
-    mtp_bytes = 187_105_280 + 44_040_192 + 11_274_289_152 + 2 * 104_633_600
+    per_gpu = ceil_div(171_966_464 + 44_040_192 + 11_274_289_152, 8) + 15_138_816 + 2 * 104_633_600
     assert cap.speculative_tokens == 1 and cap.draft_model == f"{DEEPSEEK}'s 1 MTP layer"
-    assert cap.draft_weights_bytes_per_gpu == ceil_div(mtp_bytes, 8) == 1_464_337_728
+    assert cap.draft_weights_bytes_per_gpu == per_gpu == 1_660_692_992
     assert cap.vllm_block_bytes == 62 * 64 * 576 * 2
     assert cap.engine_kv_bytes_per_sequence == 512 * 62 * 64 * 1152
     assert cap.engine_kv_bytes_per_sequence_draft == 512 * 64 * 1152
     alone = capacity(model, Workload(ctx=32_768), hardware=H200, parallel=Parallelism(tp=8))
-    assert alone.kv_budget_bytes - cap.kv_budget_bytes == ceil_div(mtp_bytes, 8)
+    assert alone.kv_budget_bytes - cap.kv_budget_bytes == per_gpu
     assert cap.max_concurrent_users == (cap.kv_budget_bytes // (62 * 64 * 1152) - 1) // 512
     assert cap.max_concurrent_users < alone.max_concurrent_users
 
@@ -494,7 +504,7 @@ def test_json_fields_in_bytes_and_absent_without_the_flags(monkeypatch, capsys):
                             "--speculative-method", "mtp", "--json")
     data = json.loads(out)
     assert code == 0 and data["speculative_method"] == "mtp" and data["speculative_tokens"] == 1
-    assert data["draft_weights_bytes_per_gpu"] == 1_464_337_728
+    assert data["draft_weights_bytes_per_gpu"] == 1_660_692_992
     assert data["engine_kv_bytes_per_sequence_draft"] == 512 * 64 * 1152
     assert "lora_slots" not in data
     code, out, _ = run_main(monkeypatch, capsys, "estimate", "-m", DEEPSEEK, "--ctx", "32k", "--gpu", "8xh200",
@@ -509,7 +519,7 @@ def test_plan_takes_the_same_flags_and_tries_tp_only():
     result = plan(model, workload, H100, draft=load_model(DRAFT), options=EngineOptions(speculative_tokens=4))
     assert result.rows and all(row.pipeline_parallel_size == 1 for row in result.rows)
     for row in result.rows:
-        assert row.draft_weights_bytes_per_gpu == 2 * LLAMA_32_1B_PARAMS // row.tensor_parallel_size
+        assert row.draft_weights_bytes_per_gpu == llama_draft_per_gpu(row.tensor_parallel_size)
     bf16 = [row for row in result.rows if row.weights_dtype == "bf16" and row.kv_dtype == "bf16"]
     assert bf16[0].gpus == 4 and bf16[0].max_concurrent_users == 53
 
