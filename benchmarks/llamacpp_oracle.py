@@ -6,7 +6,8 @@ pattern, MLA and recurrent-state widths; few layers, small widths). The tensor l
 from llama.cpp itself: `llama_model_init_from_user` on a metadata-only GGUF creates every tensor its loader wants,
 `llama_model_save_to_file` writes them, and `gguf.GGUFReader` reads their names and shapes back. Each llama.cpp
 context then runs in a process of its own, every context parameter set through the C API (n_ctx, n_seq_max,
-kv_unified, swa_full, flash_attn_type, type_k, type_v, n_ubatch, n_batch, n_rs_seq), and its log is parsed: the
+kv_unified, swa_full, flash_attn_type, type_k, type_v, n_ubatch, n_batch, n_rs_seq, and for llama-server's cases
+its output limits, n_outputs_max and n_outputs_max_per_seq), and its log is parsed: the
 `llama_kv_cache: size = ... (N cells, L layers, S/T seqs), K (type): ..., V (type): ...` lines, the iSWA cell
 lines, `llama_memory_recurrent: size = ...` and the CPU "compute buffer size". The MiB there have two decimals, so
 llama.cpp's bytes are rebuilt from the cell, layer and stream counts it logs (and checked to round to the MiB it
@@ -459,10 +460,19 @@ def build(python: str, family: Family, directory: Path) -> Path:
 
 
 def context_params(case: Case) -> dict:
-    return {"n_ctx": case.seqs * case.ctx, "n_seq_max": case.seqs, "kv_unified": case.unified,
-            "swa_full": case.swa_full, "flash_attn_type": FLASH_ATTN[case.flash_attn],
-            "type_k": GGML_TYPES[case.type_k], "type_v": GGML_TYPES[case.type_v], "n_ubatch": case.ubatch,
-            "n_batch": case.batch, "n_rs_seq": case.rs_seq}
+    """The model's context. A llama-server case (every case but llama-cpp-python's) also gets the server's output
+    limits (`server_output_limits`, tools/server/server-context.cpp, from `common_speculative_get_output_limits`):
+    n_outputs_max = min(n_batch, slots x (1 + draft tokens)), n_outputs_max_per_seq = min(n_batch, 1 + draft
+    tokens), the draft tokens being n_rs_seq's speculative length, or a draft model's default n_max of 3."""
+    params = {"n_ctx": case.seqs * case.ctx, "n_seq_max": case.seqs, "kv_unified": case.unified,
+              "swa_full": case.swa_full, "flash_attn_type": FLASH_ATTN[case.flash_attn],
+              "type_k": GGML_TYPES[case.type_k], "type_v": GGML_TYPES[case.type_v], "n_ubatch": case.ubatch,
+              "n_batch": case.batch, "n_rs_seq": case.rs_seq}
+    if case.frontend != "python":
+        per_seq = 1 + (case.rs_seq or (3 if case.draft else 0))
+        params |= {"n_outputs_max": min(case.batch, case.seqs * per_seq),
+                   "n_outputs_max_per_seq": min(case.batch, per_seq)}
+    return params
 
 
 KV_LINE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "

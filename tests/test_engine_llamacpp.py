@@ -200,7 +200,10 @@ def test_flash_attn_auto_resolves_as_cuda_does(tmp_path):
 
 
 # The "dense GQA" model of benchmarks/llamacpp_oracle.py: 2 layers, hidden 2,048, 16 heads of 128, 4 KV heads,
-# MLP 5,632, vocabulary 32,000. llama.cpp's CPU backend logged these compute buffers (MiB, two decimals).
+# MLP 5,632, vocabulary 32,000. llama.cpp's CPU backend logged these compute buffers (MiB, two decimals), the
+# flash-attention ones for a context whose every token is an output (n_outputs_max left at n_batch, as
+# llama-cpp-python's Llama() leaves it): kvplan's python front end with llama-server's other settings.
+ALL_OUTPUTS = {"frontend": "python", "kv_unified": True, "swa_full": False, "batch_size": 2048}
 DENSE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 2,
          "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 5632,
          "vocab_size": 32000, "max_position_embeddings": 131072, "tie_word_embeddings": False,
@@ -208,11 +211,11 @@ DENSE = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_s
 
 
 @pytest.mark.parametrize(("ctx", "users", "options", "logged_mib"), [
-    (4096, 1, {"flash_attn": "on"}, 70.50),
+    (4096, 1, {"flash_attn": "on", **ALL_OUTPUTS}, 70.50),
     (16384, 1, {"flash_attn": "off"}, 566.01),
     (4096, 4, {"flash_attn": "off"}, 566.01),  # unified: the scores span all 16,384 cells
     (4096, 4, {"flash_attn": "off", "kv_unified": False}, 158.01),  # per slot: 4,096 cells a stream
-    (8192, 1, {"flash_attn": "on", "ubatch_size": 1024}, 141.00),
+    (8192, 1, {"flash_attn": "on", "ubatch_size": 1024, **ALL_OUTPUTS}, 141.00),
     (8192, 1, {"flash_attn": "off", "ubatch_size": 256}, 147.00),
 ])
 def test_compute_buffer_against_llama_cpp(tmp_path, ctx, users, options, logged_mib):
@@ -226,13 +229,40 @@ def test_compute_buffer_against_llama_cpp(tmp_path, ctx, users, options, logged_
 
 def test_compute_buffer_of_llama_3_8b():
     """Worked from `LlamaCppGraph` for Llama-3-8B at n_ctx 8,192, one sequence, T = 512 tokens:
-    flash attention: the logits dominate, (128,256 + 2 x 4,096) x 512 x 4 B = 266.5 MiB;
-    without: the scores, 32 heads x 8,192 cells, beside 4 E + 32 x 128, = 282,624 x 512 x 4 B, plus the inputs:
-    an f32 mask of 8,192 x 512, token ids, positions and output ids (3 x 512 x 4 B), K indices (512 x 8 B) and
-    V indices for every element of a transposed V row (512 x 1,024 x 8 B)."""
-    assert plan(LLAMA, 8192).engine_activation_bytes_for_users == (128256 + 2 * 4096) * 512 * 4
+    flash attention under llama-server, which reserves one row of logits for its one slot: the MLP's moment,
+    (3 x 14,336 + 3 x 4,096) x 512 x 4 B, plus the inputs: an f16 mask of 8,192 x 512, token ids, positions and
+    output ids (3 x 512 x 4 B), K and V indices (2 x 512 x 8 B);
+    where every token is an output (Llama()), the logits dominate, (128,256 + 2 x 4,096) x 512 x 4 B = 266.5 MiB;
+    without flash attention: the scores, 32 heads x 8,192 cells, beside 4 E + 32 x 128, = 282,624 x 512 x 4 B, plus
+    the inputs: an f32 mask, the ids, K indices (512 x 8 B) and V indices for every element of a transposed V row
+    (512 x 1,024 x 8 B)."""
+    server = plan(LLAMA, 8192).engine_activation_bytes_for_users
+    assert server == 55_296 * 512 * 4 + 8192 * 512 * 2 + 3 * 512 * 4 + 2 * 512 * 8
+    every_token = plan(LLAMA, 8192, flash_attn="on", **ALL_OUTPUTS).engine_activation_bytes_for_users
+    assert every_token == (128256 + 2 * 4096) * 512 * 4
     inputs = 8192 * 512 * 4 + 3 * 512 * 4 + 512 * 8 * (1 + 1024)
     assert plan(LLAMA, 8192, flash_attn="off").engine_activation_bytes_for_users == 282_624 * 512 * 4 + inputs
+
+
+@pytest.mark.parametrize(("users", "drafts", "rows"), [(1, 0, 1), (4, 0, 4), (4, 3, 16), (256, 7, 512)])
+def test_llama_server_reserves_logits_for_its_output_limit(tmp_path, users, drafts, rows):
+    """llama-server sets n_outputs_max = min(-b, -np x (1 + draft tokens)) (`server_output_limits`,
+    tools/server/server-context.cpp) and llama.cpp reserves that many rows of logits, at most the micro-batch's T.
+    With a vocabulary of 262,144 and a small hidden size the logits are the graph's largest moment: 4 B x rows x
+    (V + 2 E) with flash attention. The dense model at 4,096 tokens: llama.cpp logged 53.01 MiB with the server's
+    limits, 70.50 MiB without (docs/accuracy.md); kvplan's 49.01 MiB misses one hidden-sized f32 row a token."""
+    wide = dict(DENSE, hidden_size=256, intermediate_size=512, num_attention_heads=4, num_key_value_heads=2,
+                head_dim=64, vocab_size=262_144)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(wide))
+    spec = load_model(str(path))
+    figure = plan(spec, 64, users, flash_attn="on", speculative_tokens=drafts or None).engine_activation_bytes_for_users
+    assert figure == 4 * rows * (262_144 + 2 * 256)
+    dense = tmp_path / "dense"
+    dense.mkdir()
+    (dense / "config.json").write_text(json.dumps(DENSE))
+    server = plan(load_model(str(dense)), 4096, flash_attn="on").engine_activation_bytes_for_users
+    assert f"{server / MiB:.2f}" == "49.01" and round(53.01 - server / MiB, 2) == 4.00
 
 
 def test_python_front_end_defaults():

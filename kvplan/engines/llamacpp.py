@@ -58,17 +58,21 @@ class LlamaCppFrontend(BaseModel):
     swa_full: bool
     kv_unified: bool
     max_sequences: int
+    # n_outputs_max: llama-server's is min(-b, -np x (1 + draft tokens)) (`server_output_limits`,
+    # tools/server/server-context.cpp; `common_speculative_get_output_limits`, common/speculative.cpp), so its
+    # compute buffer holds logits for that many rows; Llama() leaves it 0, n_batch: every token of a micro-batch
+    limits_outputs: bool
 
 
 LLAMA_CPP_FRONTENDS = {
     # llama-server (common/common.h, tools/server/server.cpp): -b 2048, -ub 512, -fa auto, no --swa-full; with -np
     # auto it runs 4 slots in one unified cache (-kvu), which kvplan keeps for -np N users.
     "server": LlamaCppFrontend(label="llama-server", n_batch=2048, n_ubatch=512, flash_attn="auto", swa_full=False,
-                               kv_unified=True, max_sequences=LLAMA_MAX_SEQ),
+                               kv_unified=True, max_sequences=LLAMA_MAX_SEQ, limits_outputs=True),
     # llama-cpp-python's Llama() (llama_cpp/llama.py): n_batch 512, n_ubatch 512, flash_attn=False; the rest the
     # C API's llama_context_default_params (src/llama-context.cpp): swa_full true, kv_unified false, n_seq_max 1.
     "python": LlamaCppFrontend(label="llama-cpp-python Llama()", n_batch=512, n_ubatch=512, flash_attn="off",
-                               swa_full=True, kv_unified=False, max_sequences=1),
+                               swa_full=True, kv_unified=False, max_sequences=1, limits_outputs=False),
 }
 
 
@@ -168,11 +172,11 @@ class LlamaCppPool(KVPool):
     (`LlamaCppGraph`), which grows with n_ctx."""
 
     def __init__(self, engine: "LlamaCpp", table: list[Row], state: int, state_rows: int, flash_attn: bool,
-                 v_copy: int, graph: LlamaCppGraph | None, notes: list[str], output_per_slot: bool = False):
-        """`output_per_slot`: the context reserves one output per sequence (n_outputs_max = n_seq_max: a draft
-        context, `common_base_params_to_speculative`)."""
+                 v_copy: int, graph: LlamaCppGraph | None, notes: list[str], outputs_per_slot: int | None):
+        """`outputs_per_slot`: the context's n_outputs_max is min(n_batch, slots x this) (None: n_batch, every
+        token of a micro-batch an output)."""
         self.engine, self.state, self.state_rows, self.flash_attn = engine, state, state_rows, flash_attn
-        self.v_copy, self.graph, self.notes, self.output_per_slot = v_copy, graph, notes, output_per_slot
+        self.v_copy, self.graph, self.notes, self.outputs_per_slot = v_copy, graph, notes, outputs_per_slot
         self.table = [r for r in table if r.kind != "recurrent"]
         self.max_sequences = engine.frontend.max_sequences
 
@@ -199,8 +203,9 @@ class LlamaCppPool(KVPool):
         if self.graph is None:
             return GiB // 2
         context = self.engine.context(users, ctx)
-        return self.graph.bytes(context, self.flash_attn, self.cells(context), self.v_copy,
-                                context.n_seq if self.output_per_slot else None)
+        per_slot = self.outputs_per_slot
+        outputs = None if per_slot is None else min(context.n_batch, context.n_seq * per_slot)
+        return self.graph.bytes(context, self.flash_attn, self.cells(context), self.v_copy, outputs)
 
 
 class LlamaCppDraftedPool(KVPool):
@@ -334,7 +339,13 @@ class LlamaCpp(Engine):
     compressed_attention = "llama.cpp 0c1e57098b keeps it in a cache of its own, src/llama-kv-cache-dsv4.cpp"
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> LlamaCppPool:
-        return self.context_pool(layers, model, *self.cache_types(kv), self.options.speculative_tokens or 0)
+        drafts = self.options.speculative_tokens or 0
+        return self.context_pool(layers, model, *self.cache_types(kv), drafts, self.outputs_per_slot(drafts))
+
+    def outputs_per_slot(self, drafts: int) -> int | None:
+        """The model's context's outputs a slot: llama-server verifies a step's `drafts` and the token before them
+        (`common_speculative_get_output_limits`: 1 + the draft tokens), Llama() every token (None)."""
+        return 1 + drafts if self.frontend.limits_outputs else None
 
     def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,
                          kv: DType) -> LlamaCppDraftedPool:
@@ -350,16 +361,18 @@ class LlamaCpp(Engine):
             raise KvplanError("llama-cpp-python's Llama() makes no draft context (its draft_model is a prompt-lookup "
                               "proposer): a --draft-model is llama-server's -md, --frontend server")
         f16 = kv_dtype("fp16")
-        target = self.context_pool(layers, model, *self.cache_types(kv), 0)
-        drafted = self.context_pool(draft_layers, draft, f16, f16, 0, output_per_slot=True)
+        drafts = self.options.speculative_tokens or LLAMA_CPP_DRAFT_MAX
+        target = self.context_pool(layers, model, *self.cache_types(kv), 0, self.outputs_per_slot(drafts))
+        drafted = self.context_pool(draft_layers, draft, f16, f16, 0, outputs_per_slot=1)
         notes = [*target.notes, f"draft context for {draft.name}: the model's cells and slots, f16 K and V (-ctkd, "
                                 f"-ctvd), flash attention {'on' if drafted.flash_attn else 'off'}, one output a slot"]
         return LlamaCppDraftedPool(target, drafted, notes)
 
     def context_pool(self, layers: Layers, model: ModelSpec, k: DType, v: DType, rollback_rows: int,
-                     output_per_slot: bool = False) -> LlamaCppPool:
+                     outputs_per_slot: int | None) -> LlamaCppPool:
         """The cache and compute buffer of one llama_context on `model`'s `layers`: K cache `k`, V cache `v`,
-        n_rs_seq `rollback_rows` where the architecture rolls its recurrent state back."""
+        n_rs_seq `rollback_rows` where the architecture rolls its recurrent state back, n_outputs_max
+        `outputs_per_slot` a slot (`LlamaCppPool`)."""
         self.refuse_compressed_attention(model)
         self.check_cache_types(model, k, v)
         flash_attn = self.resolve_flash_attn(model, v)
@@ -395,7 +408,7 @@ class LlamaCpp(Engine):
         # auto resolved off: the untransposed V is copied transposed for each layer's attention (llama-graph.cpp)
         v_copy = v.block_bytes if self.flash_attn == "auto" and not flash_attn else 0
         return LlamaCppPool(self, table, sum(r.count * r.state_bytes for r in recurrent), 1 + n_rs_seq, flash_attn,
-                            v_copy, graph, notes, output_per_slot)
+                            v_copy, graph, notes, outputs_per_slot)
 
     def lora_slots(self, model: ModelSpec) -> LoraSlots | None:
         """--lora: every adapter file is loaded whole at start-up, each pair in the buffer of the tensor it changes
