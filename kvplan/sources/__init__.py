@@ -62,7 +62,8 @@ def _load_model(name: str, revision: str | None = None, token: str | None = None
         return spec
     entry = library.find(name)
     if entry is not None and not revision:
-        source = f"bundled library: {entry.file} ({entry.provenance} config.json, source revision {entry.revision[:12]})"
+        source = (f"bundled library: {entry.file} ({entry.provenance} config.json, source revision "
+                  f"{entry.revision[:12]})")
         return read_config_file(library.config_path(entry), name=entry.id, source=source)
     repo_id = entry.id if entry is not None else name.strip()
     if is_repo_id(repo_id):
