@@ -140,8 +140,8 @@ class Capacity(BaseModel):
     engine_activation_bytes_per_sequence: int = 0
     engine_kv_bytes_per_sequence_decode: int  # what a sequence holds in steady decode (sliding layers trimmed)
     engine_kv_bytes_in_flight: int = 0  # what the in-flight tokens add to the steady hold, once for the engine
-    engine_kv_bytes_fixed: int = Field(0, description="what the engine's pools hold whatever the users (SGLang's "
-                                       "--max-mamba-cache-size slots)")
+    engine_kv_bytes_fixed: int = Field(0, description="what the engine's pools hold whatever the users (vLLM's null "
+                                       "block, SGLang's --max-mamba-cache-size slots)")
     max_concurrent_users: int = Field(description="users served at ctx in steady decode without preemption")
     max_users_at_startup: int = Field(description="users the engine's start-up reservation admits (vLLM's "
                                       "start-up check and logged maximum concurrency)")
@@ -938,8 +938,10 @@ def _reason(cap: Capacity) -> str:
     label = engines.engine_class(cap.engine).activations_label
     also = f" and {_gib(activations)} of {label}" if activations else ""
     if cap.max_concurrent_users == 0:
+        # named where one sequence alone would fit: then what the pools hold whatever the users is why it does not
+        alone = cap.engine_kv_bytes_per_sequence + activations <= cap.kv_budget_bytes
         fixed = (f" beside the {_gib(cap.engine_kv_bytes_fixed)} its pools hold whatever the users"
-                 if cap.engine_kv_bytes_fixed else "")
+                 if cap.engine_kv_bytes_fixed and alone else "")
         return (f"one sequence of {cap.ctx:,} tokens needs {_gib(cap.engine_kv_bytes_per_sequence)} of KV "
                 f"cache{also}{fixed}; the budget is {_gib(cap.kv_budget_bytes)}")
     verb = "fits" if cap.max_concurrent_users == 1 else "fit"

@@ -561,6 +561,12 @@ def test_fixed_slots_count_in_the_does_not_fit_line(monkeypatch, capsys):
     assert cap["engine_kv_bytes_fixed"] == (1460 + 1) * gdn_slot(config("Qwen/Qwen3.5-27B"), 4)
     assert cap["engine_kv_bytes_fixed"] + cap["engine_kv_bytes_per_sequence"] > cap["kv_budget_bytes"]
     assert "GiB its pools hold whatever the users" in cap["reasons"][0]
+    # where one sequence alone is over the budget, that is the reason, as for vLLM's null block at 1M tokens
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "--model", "meta-llama/Llama-3.1-8B", "--ctx", "1M",
+                            "--gpu", "rtx-4090", "--users", "2", "--json")
+    cap = json.loads(out)
+    assert code == 1 and cap["engine_kv_bytes_fixed"] == cap["vllm_block_bytes"] > 0
+    assert "pools hold" not in cap["reasons"][0]
 
 
 # ---------------------------------------------------------------------------------------------- --disable-radix-cache
