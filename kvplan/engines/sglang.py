@@ -446,7 +446,6 @@ class Sglang(Engine):
         given, stated = self.options.max_mamba_cache_size, self.options.mamba_full_memory_ratio
         ratio = SGLANG_MAMBA_FULL_MEMORY_RATIO if stated is None else Fraction(str(stated))
         share = ratio / (1 + ratio)
-        unused = " (--mamba-full-memory-ratio unused)" if stated is not None else ""
         if given is not None:
             fixed = given // self.dp
             sizing = f"--max-mamba-cache-size {given}, {fixed:,} slots a DP rank (+1 padding) whatever the budget"
@@ -455,8 +454,9 @@ class Sglang(Engine):
             sizing = (f"--disable-radix-cache with max_running_requests {requests:,} a DP rank: as many slots (+1 "
                       "padding) whatever the budget")
         else:
-            fixed, unused = None, ""
+            fixed = None
             sizing = f"{share.numerator}/{share.denominator} of the budget (mamba_full_memory_ratio {float(ratio)})"
+        unused = " (--mamba-full-memory-ratio unused)" if fixed is not None and stated is not None else ""
         if fixed is not None and fixed // slots == 0:
             raise KvplanError(f"--max-mamba-cache-size {given}: SGLang refuses to start, {fixed} slots a DP rank "
                               f"serve no request at {slots} slots each (resolve_max_num_reqs)")
