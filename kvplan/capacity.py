@@ -743,13 +743,14 @@ def _users_at(model: ModelSpec, pools: list[KVPool], budget: int, ctx: int, pref
     """A user costs its cache and, where the engine's activations grow with the batch (transformers), its share
     of them. The steady figure is 0 where not one request passes the start-up check, and never below the
     start-up figure (what the engine admits it holds)."""
-    if max(p.peak_bytes(1, ctx) - p.peak_bytes(0, ctx) for p in pools) == 0:
+    if all(p.peak_bytes(1, ctx) == p.peak_bytes(0, ctx) for p in pools):
         raise KvplanError(f"{model.name} keeps no per-sequence cache: memory does not bound its concurrency")
     at_startup = min(_capped(p, max_users(p, budget, ctx, prefix), budget) for p in pools)
-    per_stage = [_capped(p, max_users(p, budget, ctx, prefix, steady=True), budget) if at_startup else 0
-                 for p in pools]
-    steady = max(min(per_stage), at_startup)
-    return UsersServed(steady * ranks, at_startup * ranks, pools[per_stage.index(min(per_stage))])
+    if not at_startup:
+        return UsersServed(0, 0, pools[0])
+    per_stage = [_capped(p, max_users(p, budget, ctx, prefix, steady=True), budget) for p in pools]
+    steady = min(per_stage)
+    return UsersServed(max(steady, at_startup) * ranks, at_startup * ranks, pools[per_stage.index(steady)])
 
 
 def _capped(pool: KVPool, users: int, budget: int) -> int:

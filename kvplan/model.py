@@ -42,7 +42,9 @@ class _Cache(BaseModel):
     def alike_key(self) -> tuple:
         """Its kind and every field but `layer`: layers with equal keys cache alike, so what one costs, all do
         (plain tuples: a pydantic copy and hash per layer cost a planning-table sweep more than the rest)."""
-        return (type(self), *(value for name, value in self.__dict__.items() if name != "layer"))
+        key = self.__dict__.copy()
+        key["layer"] = type(self)  # the kind in the layer's place
+        return tuple(key.values())
 
     def bytes_per_token(self, dtype: DType, v_dtype: DType | None = None) -> int:
         """Bytes one token costs this layer, keys in `dtype` and values in `v_dtype` (None: `dtype` too; llama.cpp

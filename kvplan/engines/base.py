@@ -267,7 +267,7 @@ class Engine(ABC):
 
     def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
                  dp: int = 1, ep: int = 1):
-        for field, value in options:
+        for field, value in options.__dict__.items():  # the fields (pydantic's iteration filters each name)
             if value is not None and field not in self.reads:
                 raise KvplanError(f"{FLAG_NAMES[field]} is not a {self.label} setting")
         if options.version is not None:

@@ -217,6 +217,11 @@ class VllmPool(KVPool):
         shared = self.shared_blocks(shared_prefix)
         return (users * self.blocks_per_request(ctx) - (users - 1) * shared + 1) * self.block_bytes
 
+    def bytes_per_sequence(self, ctx: int) -> int:
+        """blocks per request x block bytes (`bytes_for`(1) - `bytes_for`(0), without its calls: a planning table
+        asks for every cell)."""
+        return self.blocks_per_request(ctx) * self.block_bytes
+
     def bytes_per_sequence_decode(self, ctx: int) -> int:
         return self.blocks_held(ctx) * self.block_bytes
 
@@ -822,7 +827,8 @@ class Vllm(Engine):
         be: `unify_kv_cache_spec_page_size`), layers bucketed by spec, buckets cut into groups of group_size layers
         (padding the last)."""
         pool = {"in_flight": self.in_flight_tokens(), "batched_tokens": self.max_num_batched_tokens(),
-                "encoder_tokens": next((c.encoder_tokens for c in model.caches if c.kind == "cross"), None),
+                "encoder_tokens": (next(c.encoder_tokens for c in model.caches if c.kind == "cross")
+                                   if any(s.kind == "cross" for s in specs) else None),
                 "log_formula": "concurrency" if self.modern else "groups", "notes": notes,
                 "state_pages": state_pages, "max_sequences": self.running_limit()}
         kinds = {(s.kind, s.window, s.block_size) for s in specs}
