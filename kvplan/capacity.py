@@ -738,13 +738,18 @@ class UsersServed(NamedTuple):
     binding: KVPool
 
 
-def _users_at(model: ModelSpec, pools: list[KVPool], budget: int, ctx: int, prefix: int,
-              ranks: int) -> UsersServed:
-    """A user costs its cache and, where the engine's activations grow with the batch (transformers), its share
-    of them. The steady figure is 0 where not one request passes the start-up check, and never below the
-    start-up figure (what the engine admits it holds)."""
+def _check_users_cost(model: ModelSpec, pools: list[KVPool], ctx: int) -> None:
+    """Refuses a model whose users cost no memory at ctx: nothing would bound their number. A user's cost grows
+    with ctx, so a pool that passes at one ctx passes at every longer one."""
     if all(p.peak_bytes(1, ctx) == p.peak_bytes(0, ctx) for p in pools):
         raise KvplanError(f"{model.name} keeps no per-sequence cache: memory does not bound its concurrency")
+
+
+def _users_at(pools: list[KVPool], budget: int, ctx: int, prefix: int, ranks: int) -> UsersServed:
+    """A user costs its cache and, where the engine's activations grow with the batch (transformers), its share
+    of them (`_check_users_cost` has refused pools where a user costs nothing). The steady figure is 0 where not
+    one request passes the start-up check, and never below the start-up figure (what the engine admits it
+    holds)."""
     at_startup = min(_capped(p, max_users(p, budget, ctx, prefix), budget) for p in pools)
     if not at_startup:
         return UsersServed(0, 0, pools[0])
@@ -773,7 +778,8 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     engine, pools, budget = d.engine, d.pools, d.budget
     notes = list(dict.fromkeys([*d.notes, *(note for p in pools for note in p.notes)]))
     ctx, prefix = workload.ctx, workload.shared_prefix
-    served = _users_at(model, pools, budget, ctx, prefix, parallel.ranks)
+    _check_users_cost(model, pools, ctx)
+    served = _users_at(pools, budget, ctx, prefix, parallel.ranks)
     users, binding = served.steady, served.binding
     notes += [note for note in binding.budget_notes(budget, ctx) if note not in notes]
     running = binding.sequence_limit(budget)
@@ -843,17 +849,18 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
     """For each GPU set x ctx, the users `capacity` finds (the same budget, pools and search), without the rest of
     its report: `kvplan table`'s sweep. The per-GPU layer split is built once for each parallel layout."""
     options = options or EngineOptions()
-    workloads = [Workload(ctx=ctx) for ctx in ctxs]
+    longest = [Workload(ctx=max(ctxs))]  # the workloads differ in ctx alone: a deployment is sized for the longest
     stages: dict[tuple[int, int], list] = {}
     out = []
     for hardware, parallel in hardwares:
         layout = (parallel.tp, parallel.pp)
-        d = _deploy(model, workloads, engine_name, options, hardware, parallel, kv_dtype_name,
+        d = _deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
                     weights_dtype_name, None, overhead, stages.get(layout))
         stages[layout] = d.stages
+        _check_users_cost(model, d.pools, min(ctxs))
         row = []
         for ctx in ctxs:
-            served = _users_at(model, d.pools, d.budget, ctx, 0, parallel.ranks)
+            served = _users_at(d.pools, d.budget, ctx, 0, parallel.ranks)
             row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget))
         out.append(row)
     return out

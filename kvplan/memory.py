@@ -21,7 +21,15 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from kvplan.dtypes import FLOAT_DTYPES, GGML_BY_NAME, SAFETENSORS_BITS, DType, kv_dtype, weight_dtype
-from kvplan.model import KV_KINDS, LINEAR_GROUPS, CheckpointTensors, LayerCache, ModelSpec, ParamCounts
+from kvplan.model import (
+    KV_KINDS,
+    LINEAR_GROUPS,
+    WEIGHT_GROUPS,
+    CheckpointTensors,
+    LayerCache,
+    ModelSpec,
+    ParamCounts,
+)
 
 
 class KindTotals(BaseModel):
@@ -128,8 +136,8 @@ def weights_by_group(model: ModelSpec, dtype_name: str | None = None) -> tuple[d
         groups = model.quantization.groups
     else:
         chosen, label = native, native.name
-    counts = model.params.model_dump(exclude={"active_experts"})
-    return {group: (chosen if group in groups else native).bytes_for(count) for group, count in counts.items()}, label
+    counts = model.params.__dict__  # its fields (model_dump copies them, which a planning sweep does per GPU)
+    return {group: (chosen if group in groups else native).bytes_for(counts[group]) for group in WEIGHT_GROUPS}, label
 
 
 def kind_label(cache) -> str:

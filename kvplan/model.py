@@ -382,6 +382,7 @@ class ParamCounts(BaseModel):
 
 LINEAR_GROUPS = ("attention", "attention_replicated", "mlp", "experts")
 REPLICATED_GROUPS = ("attention_replicated", "other_replicated")
+WEIGHT_GROUPS = tuple(g for g in ParamCounts.model_fields if g != "active_experts")  # (a count within experts)
 
 
 class Quantization(BaseModel):

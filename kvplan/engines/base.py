@@ -19,17 +19,16 @@ from kvplan.model import (
     EMPTY_KINDS,
     REPLICATED_GROUPS,
     TRANSFORMERS_ONLY_KINDS,
+    WEIGHT_GROUPS,
     LayerCache,
     LoraAdapter,
     ModelSpec,
-    ParamCounts,
 )
 from kvplan.text import brief
 
 GiB = 1 << 30
 MiB = 1 << 20
 Layers = Sequence[tuple[LayerCache, int]]  # one GPU's caches, identical layers counted once
-WEIGHT_GROUPS = tuple(g for g in ParamCounts.model_fields if g != "active_experts")
 
 
 def no_data_parallel(label: str, flag: str) -> str:
