@@ -858,9 +858,15 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
                     weights_dtype_name, None, overhead, stages.get(layout))
         stages[layout] = d.stages
         _check_users_cost(model, d.pools, min(ctxs))
+        none_from = None  # the shortest ctx at which not one user fits: none fits at any longer one either
         row = []
         for ctx in ctxs:
-            served = _users_at(d.pools, d.budget, ctx, 0, parallel.ranks)
+            if none_from is not None and ctx >= none_from:
+                served = UsersServed(0, 0, d.pools[0])  # as `_users_at` gives it
+            else:
+                served = _users_at(d.pools, d.budget, ctx, 0, parallel.ranks)
+                if not served.steady:
+                    none_from = ctx
             row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget))
         out.append(row)
     return out

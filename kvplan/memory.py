@@ -169,15 +169,15 @@ def kinds(model: ModelSpec, kv: DType, v: DType | None = None) -> dict[str, list
     where given. A model has a handful, so an estimate at many contexts (`kvplan table`) walks them rather than
     every layer each time."""
     model_dtype = kv_dtype(model.dtype)
-    labels: dict[str, dict[tuple, list]] = {}
+    alike: dict[tuple, list] = {}  # identical caches share a label, so it is made once for them
+    labels: dict[str, list[list]] = {}
     for cache in model.caches:
-        same = cache.alike_key()
-        group = labels.setdefault(kind_label(cache), {})
-        if same in group:
-            group[same][1] += 1
-        else:
-            group[same] = [cache, 1, cache.bytes_per_token(kv, v), cache.state_bytes(model_dtype)]
-    return {label: [tuple(entry) for entry in group.values()] for label, group in labels.items()}
+        entry = alike.get(same := cache.alike_key())
+        if entry is None:
+            entry = alike[same] = [cache, 0, cache.bytes_per_token(kv, v), cache.state_bytes(model_dtype)]
+            labels.setdefault(kind_label(cache), []).append(entry)
+        entry[1] += 1
+    return {label: [tuple(entry) for entry in group] for label, group in labels.items()}
 
 
 def breakdown(model: ModelSpec, ctx: int, kv: DType, v: DType | None = None) -> list[KindTotals]:

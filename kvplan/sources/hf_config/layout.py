@@ -288,6 +288,7 @@ def nemotron_h_types(cfg: Fields, n: int) -> list[str]:
 def layer_caches(cfg: Fields, model_type: str, types: list[str], kv_heads: int, head_dim: int) -> list:
     """One cache entry per layer, from its layer type."""
     attention = {"kv_heads": kv_heads, "head_dim": head_dim, "head_dim_v": cfg.int("v_head_dim", default=head_dim)}
+    states: dict[str, RecurrentState] = {}  # a recurrent layer type's state, read from the config once
     caches = []
     for i, layer_type in enumerate(types):
         if layer_type in ("full_attention", "attention"):
@@ -296,10 +297,11 @@ def layer_caches(cfg: Fields, model_type: str, types: list[str], kv_heads: int, 
             caches.append(SlidingWindow(layer=i, window=cfg.int("sliding_window"), **attention))
         elif layer_type == "chunked_attention":
             caches.append(ChunkedAttention(layer=i, chunk=cfg.int("attention_chunk_size"), **attention))
-        elif layer_type in ("mamba", "mamba2"):
-            caches.append(mamba_state(cfg, model_type, i, layer_type))
-        elif layer_type == "linear_attention":
-            caches.append(gated_deltanet_state(cfg, i))
+        elif layer_type in ("mamba", "mamba2", "linear_attention"):
+            if layer_type not in states:
+                states[layer_type] = (gated_deltanet_state(cfg, i) if layer_type == "linear_attention"
+                                      else mamba_state(cfg, model_type, i, layer_type))
+            caches.append(states[layer_type].model_copy(update={"layer": i}))
         elif layer_type == "minimax_m3_sparse":  # attention and a block-sparse indexer's keys (MiniMax-M3)
             caches += [FullAttention(layer=i, **attention), IndexerKeys(layer=i, head_dim=cfg.int("index_head_dim"))]
         elif layer_type in ("mlp", "moe"):
