@@ -31,8 +31,7 @@ EXTENSIONS = {".md": "markdown", ".markdown": "markdown", ".csv": "csv", ".json"
 METRICS = ("kv", "total", "users")
 LIST_SUFFIXES = (".txt", ".list")
 KiB, GiB = 1 << 10, 1 << 30
-MARKDOWN_SPECIAL = "\\|*_`[]<>"  # what a Markdown cell escapes with a backslash
-MARKDOWN_ESCAPES = str.maketrans({char: "\\" + char for char in MARKDOWN_SPECIAL})
+MARKDOWN_SPECIAL = "\\|*_`[]<>"  # what a Markdown cell escapes with a backslash (the backslash itself first)
 
 # CSV / JSON columns, in order: one record per model x ctx, or per model x ctx x GPU when GPUs are given.
 ESTIMATE_FIELDS = ("model", "ctx", "batch", "kv_dtype", "weights_dtype", "kv_bytes_per_token",
@@ -402,8 +401,15 @@ def render(table: Table, fmt: str, *, pivot: bool = False, metric: str | None = 
 
 def markdown_table(headers: Sequence[str], numeric: Sequence[bool], rows: Iterable[Sequence[str]]) -> str:
     """A GitHub-flavoured table: cells padded to the column's width, numbers right-aligned (`---:`)."""
+    special = frozenset(MARKDOWN_SPECIAL)
+
     def escape(cell: str) -> str:  # a cell is text: no line breaks, pipes, emphasis, links or HTML
-        return plain(cell).translate(MARKDOWN_ESCAPES)
+        text = plain(cell)
+        if special.isdisjoint(text):  # most cells: numbers and names
+            return text
+        for char in MARKDOWN_SPECIAL:
+            text = text.replace(char, "\\" + char)
+        return text
 
     body = [[escape(c) for c in row] for row in rows]
     head = [escape(h) for h in headers]
