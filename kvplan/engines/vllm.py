@@ -332,11 +332,10 @@ class Vllm(Engine):
         expert parallelism E // EP whole experts a rank and one more on the first E % EP ranks
         (`fused_moe/expert_map_manager.py` determine_expert_map), ceil(E / EP) on the fullest."""
         shares = super().weight_shares(model)
-        experts = Fraction(1, self.dp * self.tp)
+        shares["experts"] = Fraction(1, self.dp * self.tp * self.pp)
         if self.ep > 1:
             count = model.widths.experts
-            experts = Fraction(cdiv(count, self.ep), count)
-        shares["experts"] = experts / self.pp
+            shares["experts"] = Fraction(cdiv(count, self.ep), count * self.pp)
         return shares
 
     @property
@@ -784,9 +783,10 @@ class Vllm(Engine):
         if not table:
             raise KvplanError(f"{model.name} keeps no per-sequence cache: vLLM allocates no KV blocks for it")
         mla = any(cache.kind == "mla" for cache, _ in layers)
-        mla_block = self.ROCM_MLA_BLOCK if self.on_rocm() else 64
+        rocm = self.on_rocm()
+        mla_block = self.ROCM_MLA_BLOCK if rocm else 64
         block = self.options.block_size or (mla_block if mla else 16)
-        backends = "ROCm's MLA backends" if self.on_rocm() else "MLA backends"
+        backends = "ROCm's MLA backends" if rocm else "MLA backends"
         notes = [f"block size {block} tokens"
                  + (f" ({backends} use {mla_block})" if mla and not self.options.block_size else "")]
         attention = [r for r in table if r.kind != "recurrent"]
