@@ -376,13 +376,14 @@ def test_other_bad_input(monkeypatch, capsys, args, fragment):
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "llama.cpp", "transformers", "tensorrt-llm", "ideal"])
 def test_sweep_agrees_with_capacity(engine):
     """The table's users are capacity()'s: same budget, pools and search, for sliding-window, MoE, MLA and
-    hybrid models on GPUs of different memory buckets."""
+    hybrid models on GPUs of different memory buckets; the contexts out of order, so that the sweep's count past
+    the first context at which no user fits meets contexts both longer and shorter than that one."""
     from kvplan.capacity import Hardware, Workload, capacity, engine_dtypes
     from kvplan.sources import load_model
 
     names = ["google/gemma-3-27b-it", "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V2-Lite", LLAMA31,
              "Qwen/Qwen3-Next-80B-A3B-Thinking"]
-    ctxs = [1000, 8192, 65536]
+    ctxs = [65536, 1000, 1 << 20, 8192]
     gpus = planning.parse_gpus("h100,l40s,b200", None)
     table = planning.build(names, ctxs, gpus=gpus, engine_name=engine)
     for row in table.rows:
