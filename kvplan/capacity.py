@@ -750,10 +750,12 @@ def _users_at(pools: list[KVPool], budget: int, ctx: int, prefix: int, ranks: in
     of them (`_check_users_cost` has refused pools where a user costs nothing). The steady figure is 0 where not
     one request passes the start-up check, and never below the start-up figure (what the engine admits it
     holds)."""
-    at_startup = min(_capped(p, max_users(p, budget, ctx, prefix), budget) for p in pools)
+    startup = [_capped(p, max_users(p, budget, ctx, prefix), budget) for p in pools]
+    at_startup = min(startup)
     if not at_startup:
         return UsersServed(0, 0, pools[0])
-    per_stage = [_capped(p, max_users(p, budget, ctx, prefix, steady=True), budget) for p in pools]
+    per_stage = [_capped(p, max_users(p, budget, ctx, prefix, steady=True), budget) if p.frees_in_decode else users
+                 for p, users in zip(pools, startup, strict=True)]
     steady = min(per_stage)
     return UsersServed(max(steady, at_startup) * ranks, at_startup * ranks, pools[per_stage.index(steady)])
 

@@ -134,6 +134,8 @@ def weight_dtype(name: str) -> DType:
 
 
 def _lookup(name: str, table: dict[str, DType], what: str) -> DType:
+    if name in table:  # a canonical name, as kvplan passes them on
+        return table[name]
     key = ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in table:
         raise KvplanError(f"unknown {what} {name!r}: valid ones are {', '.join(table)}")

@@ -152,6 +152,7 @@ class VllmPool(KVPool):
                  max_sequences: int | None):
         self.groups, self.block_bytes, self.in_flight = groups, block_bytes, in_flight
         self.max_sequences = max_sequences
+        self.frees_in_decode = any(g.kind in (*WINDOWED, "cross") for g in groups)  # `decode_blocks`
         self.encoder_tokens, self.batched_tokens = encoder_tokens, batched_tokens
         self.log_formula, self.notes, self.state_pages = log_formula, notes, state_pages
         # Block counts by ctx, summed over the groups once: a search for the users that fit asks at one ctx for
