@@ -344,6 +344,43 @@ def test_vllm_counts_users_as_the_search_finds_them():
     assert checked > 1000
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "llama.cpp", "transformers", "tensorrt-llm"])
+def test_pools_that_free_nothing_in_decode_hold_their_reservation(engine):
+    """`_users_at` counts steady-decode users only for pools that say they free blocks in decode
+    (`KVPool.frees_in_decode`); for the others the steady count must be the start-up one. The search, which reads
+    only the pool's bytes, checks that for every model kind and budget tried; and the vLLM pools that do free
+    blocks (sliding, chunked, cross-attention) must somewhere hold more users in steady decode, or the flag says
+    nothing."""
+    from kvplan.capacity import Hardware, Parallelism, _deploy, engine_dtypes, search_users
+
+    names = ["meta-llama/Llama-3.1-8B", "google/gemma-3-27b-it", "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V3",
+             "Qwen/Qwen3-Next-80B-A3B-Thinking", "openai/whisper-large-v3",
+             "meta-llama/Llama-4-Scout-17B-16E-Instruct"]
+    freeing = []
+    for name in names:
+        model = load_model(name)
+        kv, weights = engine_dtypes(model, engine)
+        try:
+            deployment = _deploy(model, [Workload(ctx=1024)], engine, EngineOptions(),
+                                 Hardware(name="NVIDIA H100 SXM", memory_bytes=80 * GiB), Parallelism(), kv,
+                                 weights, kv_budget=None, overhead=None)
+        except KvplanError:  # an engine that does not run this model
+            continue
+        pool = deployment.pools[0]
+        gained = False
+        for ctx in (1, 1000, 4096, 32768, 131072):
+            for budget in (pool.bytes_for(1, ctx), deployment.budget, 200 * GiB):
+                startup, steady = (search_users(pool, budget, ctx, steady=s) for s in (False, True))
+                if not pool.frees_in_decode:
+                    assert steady == startup, (name, ctx, budget)
+                gained = gained or steady > startup
+        if pool.frees_in_decode:
+            freeing.append(name)
+            assert gained, name
+    assert set(freeing) == ({"google/gemma-3-27b-it", "openai/gpt-oss-20b", "openai/whisper-large-v3",
+                             "meta-llama/Llama-4-Scout-17B-16E-Instruct"} if engine == "vllm" else set())
+
+
 def test_max_users_is_the_largest_that_fits():
     class Linear(KVPool):  # 3 bytes per user-token, 10 bytes fixed
         notes: list[str] = []
