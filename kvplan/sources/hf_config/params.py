@@ -92,16 +92,18 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
     layer_heads = cfg.list("num_attention_heads_per_layer", int, length=len(layout.types)) or [heads] * len(
         layout.types)
     norms_per_layer = _norms_per_layer(cfg, model_type, family)
-    dense: tuple[int, int] | None = None  # a dense layer's MLP matrices and other parameters, alike on every one
-    mixers: dict[tuple, dict[str, int]] = {}  # alike layers' mixers, counted once
+    # Alike layers are counted, then their parameters added once, times the count: each distinct mixer (its query
+    # heads and cache), and the MoE and dense MLP layers.
+    mixers: dict[tuple, list] = {}  # a distinct mixer: [its first cache, its layers]
+    moe_layers = dense_layers = 0
     for i, layer_type in enumerate(layout.types):
         layer_norms = norms_per_layer
         for cache in layout.layer(i):
             key = (layer_heads[i], *cache.alike_key())
-            if key not in mixers:
-                mixers[key] = _mixer_params(cfg, model_type, family, cache, hidden, layer_heads[i], layout.head_dim)
-            for group, count in mixers[key].items():
-                totals[group] += count
+            if key in mixers:
+                mixers[key][1] += 1
+            else:
+                mixers[key] = [cache, 1]
         if layout.blocks:
             ffn, layer_norms = _nas_block_params(layout.blocks[i], hidden)
             totals["mlp"] += ffn
@@ -113,25 +115,32 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
             elif layer_type == "moe":
                 _nemotron_h_moe(cfg, hidden, totals)
         elif moe and moe.on_layer(i):
-            moe.add(totals, hidden)
-            if mlp_bias and moe.shared_intermediate:  # the shared experts are the family's MLP, biases included
-                totals["other"] += 2 * moe.shared_intermediate + hidden
-            if family.moe_output_norm:
-                totals["other_replicated"] += hidden
-            if family.gated_norms:  # post_attention_layernorm is gated on MoE layers
-                totals["other_replicated"] += 2 * hidden * cfg.int("gated_norm_rank")
+            moe_layers += 1
         else:
-            if dense is None:
-                dense = (_dense_mlp(cfg, model_type, family, hidden),
-                         _activation_params(cfg) + (_mlp_bias(cfg, model_type, family, hidden) if mlp_bias else 0))
-            totals["mlp"] += dense[0]
-            totals["other"] += dense[1]
+            dense_layers += 1
         totals["other_replicated"] += layer_norms * norm
-        if family.gated_norms:  # input_layernorm's gate: fc1 hidden -> rank, fc2 rank -> hidden
-            totals["other_replicated"] += 2 * hidden * cfg.int("gated_norm_rank")
-        if family.hyper_connections:  # attention's and MLP's: fn (2 n x n h), base (2 n), scale (2)
-            streams = cfg.int("hc_mult")
-            totals["other_replicated"] += 2 * (2 * streams * streams * hidden + 2 * streams + 2)
+    for (query_heads, *_), (cache, count) in mixers.items():
+        for group, params in _mixer_params(cfg, model_type, family, cache, hidden, query_heads,
+                                           layout.head_dim).items():
+            totals[group] += count * params
+    if moe_layers:
+        moe.add(totals, moe_layers)
+        if mlp_bias and moe.shared_intermediate:  # the shared experts are the family's MLP, biases included
+            totals["other"] += moe_layers * (2 * moe.shared_intermediate + hidden)
+        if family.moe_output_norm:
+            totals["other_replicated"] += moe_layers * hidden
+        if family.gated_norms:  # post_attention_layernorm is gated on MoE layers
+            totals["other_replicated"] += moe_layers * 2 * hidden * cfg.int("gated_norm_rank")
+    if dense_layers:  # a dense layer's MLP matrices and other parameters, alike on every one
+        totals["mlp"] += dense_layers * _dense_mlp(cfg, model_type, family, hidden)
+        totals["other"] += dense_layers * (_activation_params(cfg)
+                                           + (_mlp_bias(cfg, model_type, family, hidden) if mlp_bias else 0))
+    layers = len(layout.types)
+    if family.gated_norms:  # input_layernorm's gate on every layer: fc1 hidden -> rank, fc2 rank -> hidden
+        totals["other_replicated"] += layers * 2 * hidden * cfg.int("gated_norm_rank")
+    if family.hyper_connections:  # every layer's attention and MLP: fn (2 n x n h), base (2 n), scale (2)
+        streams = cfg.int("hc_mult")
+        totals["other_replicated"] += layers * 2 * (2 * streams * streams * hidden + 2 * streams + 2)
     if family.hyper_connections:  # the head's: hc_fn (n x n h), hc_base (n), hc_scale (1)
         streams = cfg.int("hc_mult")
         totals["other_replicated"] += streams * streams * hidden + streams + 1
@@ -421,12 +430,13 @@ class MoE(NamedTuple):
     def on_layer(self, i: int) -> bool:
         return i not in self.dense_layers
 
-    def add(self, totals: dict, hidden: int) -> None:
-        totals["experts"] += self.experts * self.expert_size
-        totals["active_experts"] += self.top_k * self.expert_size
-        totals["mlp"] += self.shared
-        totals["other_replicated"] += self.router
-        totals["other"] += self.experts * self.expert_bias
+    def add(self, totals: dict, layers: int = 1) -> None:
+        """What `layers` MoE layers hold."""
+        totals["experts"] += layers * self.experts * self.expert_size
+        totals["active_experts"] += layers * self.top_k * self.expert_size
+        totals["mlp"] += layers * self.shared
+        totals["other_replicated"] += layers * self.router
+        totals["other"] += layers * self.experts * self.expert_bias
 
 
 def stated_dense_layers(cfg: Fields, layers: int) -> set[int] | None:

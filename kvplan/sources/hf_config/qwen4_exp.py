@@ -214,7 +214,7 @@ def qwen4_params(cfg: Fields, layout: Layout, hidden: int, heads: int) -> ParamC
             totals["attention"] += hidden * (2 * q + 2 * kv) + q * hidden + hidden * (index_heads + 1) * index_dim
             totals["other_replicated"] += 2 * head_dim + 2 * index_dim
             totals["other"] += (2 * q + 2 * kv + hidden) if cfg.flag("attention_bias") else 0
-        moe.add(totals, hidden)
+        moe.add(totals)
         totals["other_replicated"] += 2 * _hyper_connection(cfg, hidden, combine=True)
     width, embed_dim = cfg.int("hc_count") * hidden, cfg.int("ple_embed_dim", "hidden_size")
     for ple_index in range(len(ple_layers(cfg, layout.types))):
