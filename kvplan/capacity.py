@@ -621,10 +621,19 @@ def draft_and_adapters(model: ModelSpec, draft: ModelSpec | None, engine: Engine
     return extras
 
 
+class LayoutSplit(NamedTuple):
+    """What a deployment derives from the model and its parallel layout alone, whatever the GPU: each pipeline
+    stage's per-GPU caches (`gpu_layers`) and the weights on the fullest GPU before any offload (`weights_on_gpu`).
+    `users_sweep` builds it once per layout and hands it to the deployments of every GPU set of that layout."""
+
+    stages: list
+    weights: tuple[str, int, int]
+
+
 @dataclass
 class _Deployment:
     """What one deployment builds before any search: the engine, the dtypes, the KV budget and its terms, and
-    each pipeline stage's KV pool (`stages`: the per-GPU layer split the pools were built from)."""
+    each pipeline stage's KV pool (`split.stages`: the per-GPU layer split the pools were built from)."""
 
     engine: Engine
     kv: DType
@@ -636,7 +645,7 @@ class _Deployment:
     overhead_bytes: int | None
     breakdown: dict[str, int] | None
     budget: int
-    stages: list
+    split: LayoutSplit
     pools: list[KVPool]
     notes: list[str]
     extras: ServingExtras
@@ -648,8 +657,8 @@ class _Deployment:
 def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, options: EngineOptions,
             hardware: Hardware, parallel: Parallelism, kv_dtype_name: str | None,
             weights_dtype_name: str | None, kv_budget: int | None, overhead: int | None,
-            stages: list | None = None, draft: ModelSpec | None = None) -> _Deployment:
-    if stages is None:  # given, they are the split of a layout `users_sweep` has checked for this model
+            split: LayoutSplit | None = None, draft: ModelSpec | None = None) -> _Deployment:
+    if split is None:  # given, it is the split of a layout `users_sweep` has checked for this model
         check_parallel(model, parallel.tp, parallel.pp, parallel.from_gpus, parallel.dp)
     options = speculation_options(model, draft, engine_name, options, parallel)
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes, parallel.tp,
@@ -672,8 +681,10 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
         notes.append(f"fp32 checkpoint: {engine.label} loads it in {weights_dtype_name}")
     extras = engine.serving_extras(model, vision_bytes(model, weights_dtype_name), max(w.ctx for w in workloads))
     notes += extras.notes
-    weights_label, weights_per_gpu, experts_per_gpu = weights_on_gpu(model, engine, weights_dtype_name,
-                                                                      extras.tower_not_loaded)
+    if split is None:
+        split = LayoutSplit(gpu_layers(engine.cached_layers(model), engine.stage_sizes(model.num_layers), parallel.tp),
+                            weights_on_gpu(model, engine, weights_dtype_name, extras.tower_not_loaded))
+    weights_label, weights_per_gpu, experts_per_gpu = split.weights
     offloaded = engine.weights_offloaded(weights_per_gpu)
     weights_per_gpu -= offloaded
     added = draft_and_adapters(model, draft, engine, parallel, weights_dtype_name)
@@ -694,15 +705,13 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
         overhead_bytes = sum(breakdown.values())
         budget = engine.kv_budget(hardware.memory_bytes, fraction, weights_per_gpu + added.gpu_bytes,
                                   overhead_bytes)
-    if stages is None:
-        stages = gpu_layers(engine.cached_layers(model), engine.stage_sizes(model.num_layers), parallel.tp)
-    pools = [engine.pool(layers, model, kv) for layers in stages]
+    pools = [engine.pool(layers, model, kv) for layers in split.stages]
     target_pools = None
     if added.method:  # one stage: speculation_options refuses PP
         target_pools = pools
-        pools = [engine.speculative_pool(stages[0], added.draft_layers, added.draft, model, kv)]
+        pools = [engine.speculative_pool(split.stages[0], added.draft_layers, added.draft, model, kv)]
     return _Deployment(engine, kv, weights_label, weights_dtype_name, weights_per_gpu, experts_per_gpu, fraction,
-                       overhead_bytes, breakdown, budget, stages, pools, [*notes, *added.notes], extras, offloaded,
+                       overhead_bytes, breakdown, budget, split, pools, [*notes, *added.notes], extras, offloaded,
                        added, target_pools)
 
 
@@ -854,13 +863,12 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
     context at which none fits, none is counted."""
     options = options or EngineOptions()
     longest = [Workload(ctx=max(ctxs))]  # the workloads differ in ctx alone: a deployment is sized for the longest
-    stages: dict[tuple[int, int], list] = {}
+    splits: dict[Parallelism, LayoutSplit] = {}
     out = []
     for hardware, parallel in hardwares:
-        layout = (parallel.tp, parallel.pp)
         d = _deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
-                    weights_dtype_name, None, overhead, stages.get(layout))
-        stages[layout] = d.stages
+                    weights_dtype_name, None, overhead, splits.get(parallel))
+        splits[parallel] = d.split
         _check_users_cost(model, d.pools, min(ctxs))
         none_from = None  # the shortest ctx at which not one user fits: none fits at any longer one either
         row = []

@@ -376,15 +376,16 @@ def test_other_bad_input(monkeypatch, capsys, args, fragment):
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "llama.cpp", "transformers", "tensorrt-llm", "ideal"])
 def test_sweep_agrees_with_capacity(engine):
     """The table's users are capacity()'s: same budget, pools and search, for sliding-window, MoE, MLA and
-    hybrid models on GPUs of different memory buckets; the contexts out of order, so that the sweep's count past
-    the first context at which no user fits meets contexts both longer and shorter than that one."""
-    from kvplan.capacity import Hardware, Workload, capacity, engine_dtypes
+    hybrid models on GPUs of different memory buckets, one and two at a time (the sweep splits a model once per
+    parallel layout); the contexts out of order, so that the sweep's count past the first context at which no
+    user fits meets contexts both longer and shorter than that one."""
+    from kvplan.capacity import Hardware, Workload, capacity, engine_dtypes, parallelism
     from kvplan.sources import load_model
 
     names = ["google/gemma-3-27b-it", "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V2-Lite", LLAMA31,
              "Qwen/Qwen3-Next-80B-A3B-Thinking"]
     ctxs = [65536, 1000, 1 << 20, 8192]
-    gpus = planning.parse_gpus("h100,l40s,b200", None)
+    gpus = planning.parse_gpus("h100,l40s,2xl40s,b200", None)
     table = planning.build(names, ctxs, gpus=gpus, engine_name=engine)
     for row in table.rows:
         spec = load_model(row.estimate.model)
@@ -392,6 +393,7 @@ def test_sweep_agrees_with_capacity(engine):
         for cell in row.users:
             cap = capacity(spec, Workload(ctx=row.estimate.ctx), engine_name=engine, kv_dtype_name=kv,
                            weights_dtype_name=weights, suggest=False,
-                           hardware=Hardware(name=cell.gpu.name, memory_bytes=cell.gpu.memory_bytes))
+                           hardware=Hardware(name=cell.gpu.name, memory_bytes=cell.gpu.memory_bytes),
+                           parallel=parallelism(engine, cell.gpu.count, None, None))
             assert (cell.max_users, cell.engine_kv_bytes_per_user, cell.kv_budget_bytes) == (
                 cap.max_concurrent_users, cap.engine_kv_bytes_per_sequence, cap.kv_budget_bytes), (row, cell)
