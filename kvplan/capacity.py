@@ -658,15 +658,17 @@ def _deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, o
             hardware: Hardware, parallel: Parallelism, kv_dtype_name: str | None,
             weights_dtype_name: str | None, kv_budget: int | None, overhead: int | None,
             split: LayoutSplit | None = None, draft: ModelSpec | None = None) -> _Deployment:
-    if split is None:  # given, it is the split of a layout `users_sweep` has checked for this model
+    # A split given is that of a layout whose first deployment, under the same engine, has checked the model.
+    if split is None:
         check_parallel(model, parallel.tp, parallel.pp, parallel.from_gpus, parallel.dp)
     options = speculation_options(model, draft, engine_name, options, parallel)
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes, parallel.tp,
                             parallel.pp, parallel.dp, parallel.ep)
-    engine.check_caches(model)
-    problem = engine.parallel_problem(model, parallel.tp, parallel.dp, parallel.ep)
-    if problem:
-        raise KvplanError(problem)
+    if split is None:
+        engine.check_caches(model)
+        problem = engine.parallel_problem(model, parallel.tp, parallel.dp, parallel.ep)
+        if problem:
+            raise KvplanError(problem)
     for workload in workloads:
         check_workload(engine, workload)
     if kv_budget is not None and (options.memory_fraction is not None or overhead is not None):
