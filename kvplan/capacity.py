@@ -860,9 +860,9 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
                 kv_dtype_name: str | None = None, weights_dtype_name: str | None = None,
                 overhead: int | None = None) -> list[list[UsersAt]]:
     """For each GPU set x ctx, the users `capacity` finds (the same budget, pools and search), without the rest of
-    its report: `kvplan table`'s sweep. The per-GPU layer split is built once for each parallel layout; each
-    deployment is checked once, for its longest context; users fall as the context grows, so past the shortest
-    context at which none fits, none is counted."""
+    its report: `kvplan table`'s sweep. The model's split (`LayoutSplit`) is built and checked once for each
+    parallel layout; each deployment is sized for the longest context; users fall as the context grows, so past
+    the shortest context at which none fits, none is counted."""
     options = options or EngineOptions()
     longest = [Workload(ctx=max(ctxs))]  # the workloads differ in ctx alone: a deployment is sized for the longest
     splits: dict[Parallelism, LayoutSplit] = {}
