@@ -758,17 +758,27 @@ def _check_users_cost(model: ModelSpec, pools: list[KVPool], ctx: int) -> None:
 
 def _users_at(pools: list[KVPool], budget: int, ctx: int, prefix: int, ranks: int) -> UsersServed:
     """A user costs its cache and, where the engine's activations grow with the batch (transformers), its share
-    of them (`_check_users_cost` has refused pools where a user costs nothing). The steady figure is 0 where not
-    one request passes the start-up check, and never below the start-up figure (what the engine admits it
-    holds)."""
-    startup = [_capped(p, max_users(p, budget, ctx, prefix), budget) for p in pools]
-    at_startup = min(startup)
+    of them (`_check_users_cost` has refused pools where a user costs nothing). Over the stages, the fewest users;
+    the binding stage is the first with the fewest in steady decode. The steady figure is 0 where not one request
+    passes the start-up check, and never below the start-up figure (what the engine admits it holds)."""
+    at_startup, steady, binding = None, None, pools[0]
+    for pool in pools:  # a loop, not comprehensions: a planning table counts every cell
+        admitted, held = _stage_users(pool, budget, ctx, prefix)
+        at_startup = admitted if at_startup is None else min(at_startup, admitted)
+        if steady is None or held < steady:
+            steady, binding = held, pool
     if not at_startup:
         return UsersServed(0, 0, pools[0])
-    per_stage = [_capped(p, max_users(p, budget, ctx, prefix, steady=True), budget) if p.frees_in_decode else users
-                 for p, users in zip(pools, startup, strict=True)]
-    steady = min(per_stage)
-    return UsersServed(max(steady, at_startup) * ranks, at_startup * ranks, pools[per_stage.index(steady)])
+    return UsersServed(max(steady, at_startup) * ranks, at_startup * ranks, binding)
+
+
+def _stage_users(pool: KVPool, budget: int, ctx: int, prefix: int) -> tuple[int, int]:
+    """One stage's users, as its start-up check admits them and as they fit in steady decode, each at most its
+    sequence limit; in steady decode as at start-up where the pool frees nothing as sequences decode."""
+    admitted = max_users(pool, budget, ctx, prefix)
+    held = max_users(pool, budget, ctx, prefix, steady=True) if admitted and pool.frees_in_decode else admitted
+    limit = pool.sequence_limit(budget)
+    return (admitted, held) if limit is None else (min(admitted, limit), min(held, limit))
 
 
 def _capped(pool: KVPool, users: int, budget: int) -> int:
