@@ -400,7 +400,8 @@ class Vllm(Engine):
                 return cache.model_copy(update={"window": cache.window + 1})
             return cache
 
-        return tuple(self.speculative_conv(as_stored(c)) for c in model.caches)
+        touched = (IndexerKeys, RecurrentState, SlidingWindow) if plus_one else (IndexerKeys, RecurrentState)
+        return tuple(self.speculative_conv(as_stored(c)) if isinstance(c, touched) else c for c in model.caches)
 
     # Mixers whose convolution state vLLM widens by the speculative tokens (`MambaStateShapeCalculator`: conv_kernel
     # - 1 + num_spec rows for Mamba-2, Gated DeltaNet, short convolutions and KDA; Mamba-1's keeps kernel - 1).
