@@ -858,11 +858,12 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
 
 class UsersAt(NamedTuple):
     """One cell of a planning table: what `capacity` reports as max_concurrent_users and
-    engine_kv_bytes_per_sequence at ctx, with the KV budget per GPU."""
+    engine_kv_bytes_per_sequence at ctx, with the KV budget per GPU (None, in a table, for a model that keeps no
+    per-sequence cache: `users_sweep` does not plan one)."""
 
-    max_users: int
-    engine_kv_bytes_per_sequence: int
-    kv_budget_bytes: int
+    max_users: int | None
+    engine_kv_bytes_per_sequence: int | None
+    kv_budget_bytes: int | None
 
 
 def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple[Hardware, Parallelism]], *,

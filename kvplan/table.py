@@ -17,13 +17,16 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from kvplan.errors import KvplanError
 from kvplan.memory import Estimate, estimates
 from kvplan.model import ModelSpec
 from kvplan.output import write_output
 from kvplan.text import narrow, plain
+
+if TYPE_CHECKING:  # imported where a table plans capacity (`build`), not for a table without GPUs
+    from kvplan.capacity import UsersAt
 
 FORMATS = ("rich", "markdown", "csv", "json")
 FORMAT_ALIASES = {"md": "markdown", "text": "rich", "txt": "rich"}
@@ -50,22 +53,14 @@ class Gpu(NamedTuple):
     count: int = 1
 
 
-class Users(NamedTuple):
-    """Capacity of one model at one ctx on one GPU (from kvplan.capacity); max_users None: the model keeps no
-    per-sequence cache, so memory does not bound its users."""
-
-    gpu: Gpu
-    max_users: int | None
-    engine_kv_bytes_per_user: int | None
-    kv_budget_bytes: int | None
-
-
 class Row(NamedTuple):
-    """One model at one ctx: kvplan.memory's estimate, the model's context limit, its capacity on each GPU."""
+    """One model at one ctx: kvplan.memory's estimate, the model's context limit, its capacity on each GPU of the
+    table, in their order (`kvplan.capacity.users_sweep`'s cells; max_users None where the model keeps no
+    per-sequence cache, so memory does not bound its users)."""
 
     estimate: Estimate
     max_context: int | None
-    users: tuple[Users, ...] = ()
+    users: tuple[UsersAt, ...] = ()
 
     @property
     def beyond_max_context(self) -> bool:
@@ -250,15 +245,13 @@ def _model_rows(spec: ModelSpec, ctxs, batch, gpus, hardware, engine_name, optio
     if engine_name is not None:
         kv_name, weights_name = capacity.engine_dtypes(spec, engine_name, kv_name, weights_name)
     by_ctx = estimates(spec, ctxs, batch, kv_name, weights_name)
-    per_gpu: list[list[Users]] = []
+    per_gpu: list[list[UsersAt]] = []
     if gpus and all(e.kv_bytes_per_sequence == 0 for e in by_ctx):
-        per_gpu = [[Users(gpu, None, None, None)] * len(ctxs) for gpu in gpus]
+        per_gpu = [[capacity.UsersAt(None, None, None)] * len(ctxs)] * len(gpus)
     elif gpus:
-        sweep = capacity.users_sweep(spec, ctxs, hardware, engine_name=engine_name, options=options,
-                                     kv_dtype_name=kv_name, weights_dtype_name=weights_name,
-                                     overhead=overhead)
-        per_gpu = [[Users(gpu, *cell) for cell in cells] for gpu, cells in zip(gpus, sweep, strict=True)]
-    return [Row(e, spec.max_context, tuple(users[i] for users in per_gpu)) for i, e in enumerate(by_ctx)]
+        per_gpu = capacity.users_sweep(spec, ctxs, hardware, engine_name=engine_name, options=options,
+                                       kv_dtype_name=kv_name, weights_dtype_name=weights_name, overhead=overhead)
+    return [Row(e, spec.max_context, tuple(cells[i] for cells in per_gpu)) for i, e in enumerate(by_ctx)]
 
 
 def _failure_line(failures: list[str], total: int, hint: bool = False) -> str:
@@ -444,11 +437,11 @@ def records(table: Table) -> list[dict]:
         base |= {"max_context": row.max_context, "beyond_max_context": row.beyond_max_context}
         if not table.gpus:
             out.append(base)
-        for users in row.users:
+        for gpu, users in zip(table.gpus, row.users, strict=True):
             out.append(base | {"engine": table.engine, "engine_version": table.engine_version,
-                               "gpu": users.gpu.label, "gpu_memory_bytes": users.gpu.memory_bytes,
+                               "gpu": gpu.label, "gpu_memory_bytes": gpu.memory_bytes,
                                "kv_budget_bytes": users.kv_budget_bytes,
-                               "engine_kv_bytes_per_user": users.engine_kv_bytes_per_user,
+                               "engine_kv_bytes_per_user": users.engine_kv_bytes_per_sequence,
                                "max_users": users.max_users})
     return out
 

@@ -390,10 +390,10 @@ def test_sweep_agrees_with_capacity(engine):
     for row in table.rows:
         spec = load_model(row.estimate.model)
         kv, weights = engine_dtypes(spec, engine)
-        for cell in row.users:
+        for gpu, cell in zip(table.gpus, row.users, strict=True):
             cap = capacity(spec, Workload(ctx=row.estimate.ctx), engine_name=engine, kv_dtype_name=kv,
                            weights_dtype_name=weights, suggest=False,
-                           hardware=Hardware(name=cell.gpu.name, memory_bytes=cell.gpu.memory_bytes),
-                           parallel=parallelism(engine, cell.gpu.count, None, None))
-            assert (cell.max_users, cell.engine_kv_bytes_per_user, cell.kv_budget_bytes) == (
+                           hardware=Hardware(name=gpu.name, memory_bytes=gpu.memory_bytes),
+                           parallel=parallelism(engine, gpu.count, None, None))
+            assert (cell.max_users, cell.engine_kv_bytes_per_sequence, cell.kv_budget_bytes) == (
                 cap.max_concurrent_users, cap.engine_kv_bytes_per_sequence, cap.kv_budget_bytes), (row, cell)
