@@ -188,12 +188,18 @@ def breakdown(model: ModelSpec, ctx: int, kv: DType, v: DType | None = None) -> 
 def _rows(by_label: dict[str, list[tuple[LayerCache, int, int, int]]], ctx: int) -> list[KindTotals]:
     """A row per kind: its layers, their bytes per token, the tokens a layer holds (the most, where they differ)
     and the bytes of one sequence: per token x tokens held + state, summed."""
-    return [KindTotals(kind=label, layers=sum(n for _, n, _, _ in group),
-                       bytes_per_token=sum(n * per_token for _, n, per_token, _ in group),
-                       tokens_held=max(cache.tokens_held(ctx) for cache, _, _, _ in group),
-                       bytes_per_sequence=sum(n * (per_token * cache.tokens_held(ctx) + state)
-                                              for cache, n, per_token, state in group))
-            for label, group in by_label.items()]
+    rows = []
+    for label, group in by_label.items():
+        layers = bytes_per_token = tokens_held = bytes_per_sequence = 0
+        for cache, n, per_token, state in group:
+            tokens = cache.tokens_held(ctx)
+            layers += n
+            bytes_per_token += n * per_token
+            tokens_held = max(tokens_held, tokens)
+            bytes_per_sequence += n * (per_token * tokens + state)
+        rows.append(KindTotals(kind=label, layers=layers, bytes_per_token=bytes_per_token, tokens_held=tokens_held,
+                               bytes_per_sequence=bytes_per_sequence))
+    return rows
 
 
 def estimate(model: ModelSpec, ctx: int, batch: int = 1, kv_dtype_name: str | None = None,
@@ -214,6 +220,7 @@ def estimates(model: ModelSpec, ctxs: Sequence[int], batch: int = 1, kv_dtype_na
     state = sum(n * state_bytes for _, n, _, state_bytes in groups)
     weights, weights_label = weights_bytes(model, weights_dtype_name)
     source = "checkpoint" if weights_from_checkpoint(model, weights_dtype_name) else "config"
+    params_total, params_active = model.params.total, model.params.active
     out = []
     for ctx in ctxs:
         rows = _rows(by_label, ctx)
@@ -226,7 +233,7 @@ def estimates(model: ModelSpec, ctxs: Sequence[int], batch: int = 1, kv_dtype_na
             weights_dtype=weights_label,
             kv_bytes_per_token=per_token, kv_bytes_per_sequence=per_sequence, kv_bytes_total=per_sequence * batch,
             state_bytes_per_sequence=state, weights_bytes=weights, total_bytes=weights + per_sequence * batch,
-            weights_source=source, params_total=model.params.total, params_active=model.params.active,
+            weights_source=source, params_total=params_total, params_active=params_active,
             breakdown=rows, warnings=warnings, notes=list(model.notes),
         ))
     return out
