@@ -2,8 +2,8 @@
 
 Presentation only. Every number comes from `kvplan.memory.estimate` (KV per token, KV per sequence, weights,
 total) and `kvplan.capacity.users_sweep` (max users on a GPU under an engine, by the budget, pools and search
-`capacity` uses); nothing here computes memory. Each model is loaded once, its per-GPU layer split built once,
-and each (model, GPU) deployment once, whatever the number of contexts.
+`capacity` uses); nothing here computes memory. Each model is loaded once, its split (each GPU's caches and
+weights) built once per parallel layout, and each (model, GPU) deployment once, whatever the number of contexts.
 
 Column names of the CSV and JSON output are stable (docs/tables.md lists them); their sizes are integer bytes.
 Text formats print sizes in GiB (KV per token in KiB) with two decimals and name the unit in the header.
