@@ -195,7 +195,7 @@ class KVPool(ABC):
 
     notes: list[str]
     max_sequences: int | None = None  # the most sequences one engine instance holds, where it has a limit
-    frees_in_decode = False  # whether `steady_bytes_for` can be less than `bytes_for` (a sequence frees blocks)
+    frees_in_decode: bool = False  # whether `steady_bytes_for` can be less than `bytes_for` (a sequence frees blocks)
 
     def sequence_limit(self, budget: int) -> int | None:
         """The most sequences one engine instance runs at once with `budget` for its pools: `max_sequences`, unless
