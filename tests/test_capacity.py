@@ -381,6 +381,27 @@ def test_pools_that_free_nothing_in_decode_hold_their_reservation(engine):
                              "meta-llama/Llama-4-Scout-17B-16E-Instruct"} if engine == "vllm" else set())
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "llama.cpp", "transformers", "tensorrt-llm", "ideal"])
+@pytest.mark.parametrize("name", ["meta-llama/Llama-3-70B", "meta-llama/Llama-4-Scout-17B-16E-Instruct",
+                                  "Qwen/Qwen3-Next-80B-A3B-Thinking"])
+def test_weights_beyond_the_gpu_leave_no_users(engine, name):
+    """Weights larger than the GPU leave a KV budget below zero: no user fits, and no engine's count may go below
+    zero with it (SGLang's token pools once divided the negative budget: -182,843 users of Llama-3-70B on an
+    RTX 4090)."""
+    from kvplan.capacity import Hardware, engine_dtypes
+    from kvplan.table import build, parse_gpus
+
+    model = load_model(name)
+    kv, weights = engine_dtypes(model, engine)
+    cap = capacity(model, Workload(ctx=8192, users=1), engine_name=engine, kv_dtype_name=kv, weights_dtype_name=weights,
+                   hardware=Hardware(name="NVIDIA GeForce RTX 4090", memory_bytes=24 * GiB), suggest=False)
+    assert cap.kv_budget_bytes < 0 and not cap.fits
+    assert (cap.max_concurrent_users, cap.max_users_at_startup, cap.max_ctx_for_users) == (0, 0, 0)
+    assert cap.sequence_limit is None or cap.sequence_limit >= 0
+    table = build([name], [1024, 8192], gpus=parse_gpus("rtx-4090", None), engine_name=engine)
+    assert [cell.max_users for row in table.rows for cell in row.users] == [0, 0]
+
+
 def test_max_users_is_the_largest_that_fits():
     class Linear(KVPool):  # 3 bytes per user-token, 10 bytes fixed
         notes: list[str] = []

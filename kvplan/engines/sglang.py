@@ -75,7 +75,9 @@ class SglangPool(KVPool):
 
     def full_tokens(self, budget: int) -> int:
         """The full-attention pool's tokens in `budget`: budget // cell, or beside a sliding-window pool of
-        ceil(0.8 x F) tokens the largest F with F x full cell + ceil(0.8 x F) x window cell within it."""
+        ceil(0.8 x F) tokens the largest F with F x full cell + ceil(0.8 x F) x window cell within it; none where
+        the budget is below zero (weights that leave the GPU no room)."""
+        budget = max(budget, 0)
         if not self.swa_cell:
             return budget // self.full_cell
         ratio = SGLANG_SWA_FULL_TOKENS_RATIO
