@@ -138,12 +138,12 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
     layers = len(layout.types)
     if family.gated_norms:  # input_layernorm's gate on every layer: fc1 hidden -> rank, fc2 rank -> hidden
         totals["other_replicated"] += layers * 2 * hidden * cfg.int("gated_norm_rank")
-    if family.hyper_connections:  # every layer's attention and MLP: fn (2 n x n h), base (2 n), scale (2)
+    if family.hyper_connections:
         streams = cfg.int("hc_mult")
-        totals["other_replicated"] += layers * 2 * (2 * streams * streams * hidden + 2 * streams + 2)
-    if family.hyper_connections:  # the head's: hc_fn (n x n h), hc_base (n), hc_scale (1)
-        streams = cfg.int("hc_mult")
-        totals["other_replicated"] += streams * streams * hidden + streams + 1
+        # every layer's attention and MLP: fn (2 n x n h), base (2 n), scale (2); the head's: hc_fn (n x n h),
+        # hc_base (n), hc_scale (1)
+        totals["other_replicated"] += (layers * 2 * (2 * streams * streams * hidden + 2 * streams + 2)
+                                       + streams * streams * hidden + streams + 1)
     return ParamCounts(embedding=embedding, lm_head=lm_head, **totals)
 
 
