@@ -775,10 +775,10 @@ def _users_at(pools: list[KVPool], budget: int, ctx: int, prefix: int, ranks: in
 def _stage_users(pool: KVPool, budget: int, ctx: int, prefix: int) -> tuple[int, int]:
     """One stage's users, as its start-up check admits them and as they fit in steady decode, each at most its
     sequence limit; in steady decode as at start-up where the pool frees nothing as sequences decode."""
-    admitted = max_users(pool, budget, ctx, prefix)
-    held = max_users(pool, budget, ctx, prefix, steady=True) if admitted and pool.frees_in_decode else admitted
-    limit = pool.sequence_limit(budget)
-    return (admitted, held) if limit is None else (min(admitted, limit), min(held, limit))
+    admitted = _capped(pool, max_users(pool, budget, ctx, prefix), budget)
+    if not (admitted and pool.frees_in_decode):
+        return admitted, admitted
+    return admitted, _capped(pool, max_users(pool, budget, ctx, prefix, steady=True), budget)
 
 
 def _capped(pool: KVPool, users: int, budget: int) -> int:
