@@ -33,12 +33,17 @@ def tensor_nbytes(shape: list[int], qtype: GGMLQuantizationType) -> int:
     return math.prod(shape) // block * size
 
 
+SPARSE_FROM = 16 * 2**20  # tensor data past this is left a hole unless `sparse` says otherwise
+
+
 def write_gguf(path: Path, arch: str, meta: dict, tensors: list[tuple[str, list[int], GGMLQuantizationType]],
-               sparse: bool = False) -> Path:
+               sparse: bool | None = None) -> Path:
     """A GGUF file by gguf-py's GGUFWriter. Keys starting with "." get the architecture's prefix; ints are
     written u32 (as llama.cpp reads its counts), floats f32, lists of ints i32 arrays (as gguf-py writes them),
     lists of bools bool arrays. `sparse`: the tensor data is left a hole (the file truncated to its full size),
-    for a model of several GB."""
+    for a model of several GB; by default where it passes SPARSE_FROM bytes."""
+    if sparse is None:
+        sparse = sum(tensor_nbytes(shape, q) for _, shape, q in tensors) > SPARSE_FROM
     writer = GGUFWriter(str(path), arch)
     for key, value in meta.items():
         key = arch + key if key.startswith(".") else key

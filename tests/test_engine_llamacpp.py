@@ -440,6 +440,28 @@ def test_lora_files_llama_cpp_refuses(tmp_path, monkeypatch, capsys, meta, tenso
                                                 "--engine", "llama.cpp", "--lora", str(path)], fragments)
 
 
+@pytest.mark.parametrize(("a_dims", "b_dims", "fragments"), [
+    ([64, 8], [], ["lora_a tensor is not transposed", "B []"]),  # B of no dimensions: ggml's ne [1, 1, 1, 1]
+    ([64, 8], [4, 64], ["lora_a tensor is not transposed", "A is [64, 8], B [4, 64]"]),
+    ([64, 0], [0, 64], ["has rank 0"]),
+])
+def test_lora_pairs_of_no_rank_are_one_line(tmp_path, monkeypatch, capsys, a_dims, b_dims, fragments):
+    """A pair whose A and B do not meet (llama.cpp: A's ne[1] must be B's ne[0], a dimension left out being 1),
+    or meet at rank 0, in a file written byte by byte (gguf-py writes no tensor of no dimensions)."""
+    from ggufkit import raw_header, raw_kv, raw_string, raw_tensor
+
+    meta = [raw_kv(key, 8, raw_string(value)) for key, value in (("general.architecture", "llama"),
+                                                                 ("general.type", "adapter"), ("adapter.type", "lora"))]
+    a_bytes = 2 * a_dims[0] * a_dims[1]
+    head = raw_header(2, len(meta)) + b"".join(meta) + raw_tensor("blk.0.attn_q.weight.lora_a", a_dims, 1) \
+        + raw_tensor("blk.0.attn_q.weight.lora_b", b_dims, 1, -(-a_bytes // 32) * 32)
+    b_bytes = 2 * (b_dims[0] * b_dims[1] if b_dims else 1)
+    path = tmp_path / "lora.gguf"
+    path.write_bytes(head + bytes(-len(head) % 32) + bytes(-(-a_bytes // 32) * 32 + b_bytes))
+    refused(monkeypatch, capsys, ["estimate", "-m", LLAMA31_8B, "--ctx", "8k", "--gpu", "h100",
+                                  "--engine", "llama.cpp", "--lora", str(path)], fragments)
+
+
 def test_lora_of_another_architecture_is_refused_for_a_gguf_model(tmp_path, monkeypatch, capsys):
     """llama.cpp: "model arch and LoRA arch mismatch", checked against a GGUF model's general.architecture."""
     from ggufkit import LLAMA3_8B, llama3_8b_q4_k_m, write_gguf

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SPECS, assert_one_line_error, load, run_main
+from conftest import SPECS, assert_one_line_error, load, run_cli, run_main
 from gguf import GGML_QUANT_SIZES, GGUFReader
 from ggufkit import (
     ARCH_LLAMA,
@@ -171,7 +171,9 @@ def layout(spec) -> list[tuple]:
     return out
 
 
-def embd(n_embd: int, vocab: int = 256):
+def embd(n_embd: int, vocab: int = 32_768):
+    """The token embeddings alone: enough weights (n_embd x 32,768) for the widths and states of the models the
+    tests read from their headers, which kvplan bounds by the values a file's tensors hold."""
     return [("token_embd.weight", [n_embd, vocab], Q.Q8_0)]
 
 
@@ -436,6 +438,63 @@ def test_metadata_llama_cpp_would_refuse_is_one_line(tmp_path, monkeypatch, caps
     path = write_gguf(tmp_path / "bad.gguf", "llama", meta, embd(256))
     code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "1k")
     assert_one_line_error(code, err, fragment, "bad.gguf")
+
+
+SSM = {**TINY, ".attention.head_count": 0, ".ssm.conv_kernel": 4, ".ssm.inner_size": 512, ".ssm.state_size": 16,
+       ".ssm.time_step_rank": 16}
+LFM2 = {**TINY, ".attention.head_count_kv": [0, 2], ".shortconv.l_cache": 3}
+
+
+@pytest.mark.parametrize("arch, meta, fragment", [
+    # a short convolution of 0 taps: n_embd x (l_cache - 1) conv values, negative
+    ("lfm2", {**LFM2, ".shortconv.l_cache": 0}, "lfm2.shortconv.l_cache is 0"),
+    # Mamba widths of 0: a state of 0 bytes, which planned as "no user limit"
+    ("mamba", {**SSM, ".ssm.inner_size": 0}, "mamba.ssm.inner_size is 0"),
+    ("mamba", {**SSM, ".ssm.conv_kernel": 0, ".ssm.inner_size": 0, ".ssm.state_size": 0}, "ssm.conv_kernel is 0"),
+    ("mamba2", {**SSM, ".ssm.group_count": 0}, "mamba2.ssm.group_count is 0"),
+    # SSM widths of 2^32 - 1: 2^64 values of state per layer, 6.3e29 B a sequence
+    ("mamba", {**SSM, ".ssm.conv_kernel": 2**32 - 1, ".ssm.inner_size": 2**32 - 1, ".ssm.state_size": 2**32 - 1,
+               ".ssm.time_step_rank": 2**32 - 1}, "recurrent state is 36,893,488,125,944,266,755 values"),
+    ("mamba", {**SSM, ".ssm.state_size": 2**20}, "more than the 8,388,608 weights"),
+    ("llama", {**TINY, ".embedding_length": 2**32 - 1}, "embedding_length is 4,294,967,295 values"),
+    ("llama", {**TINY, ".attention.key_length": 2**31}, "K and V row"),
+    ("llama", {**TINY, ".feed_forward_length": 2**31}, "feed_forward_length is 2,147,483,648"),
+    # every layer a NextN layer: llama.cpp caches them all (no trunk to filter them from), for an MTP draft
+    ("glm4moe", {**TINY, ".nextn_predict_layers": 2}, "every layer: the file is a NextN/MTP draft head"),
+])
+def test_header_sizes_no_file_holds_are_one_line(tmp_path, monkeypatch, capsys, arch, meta, fragment):
+    """Widths a GGUF header gives that no model has: each refused in one line, not planned (a negative or zero
+    state, 10^29 bytes of it), the widths and states bounded by the weights the file's tensors hold (here the
+    token embeddings of 256 x 32,768)."""
+    path = write_gguf(tmp_path / "bad.gguf", arch, meta, embd(256))
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "1k", "--gpu", "h100",
+                            "--engine", "llama.cpp")
+    assert_one_line_error(code, err, fragment, "bad.gguf")
+
+
+def test_sizes_a_file_holds_plan_as_before(tmp_path):
+    """The bounds leave real shapes be: the same small Mamba, LFM2 and NextN model plan (a state of (4 - 1) x 512
+    conv and 16 x 512 SSM values; LFM2 256 x (3 - 1) conv values; one NextN layer of two uncached)."""
+    spec = load_model(str(write_gguf(tmp_path / "m.gguf", "mamba", SSM, embd(256))))
+    assert (spec.caches[0].conv_elements, spec.caches[0].ssm_elements) == (3 * 512, 16 * 512)
+    spec = load_model(str(write_gguf(tmp_path / "l.gguf", "lfm2", LFM2, embd(256))))
+    assert [c.kind for c in spec.caches] == ["recurrent", "full"] and spec.caches[0].conv_elements == 512
+    spec = load_model(str(write_gguf(tmp_path / "n.gguf", "glm4moe", {**TINY, ".nextn_predict_layers": 1},
+                                     embd(256))))
+    assert [c.kind for c in spec.caches] == ["full", "none"]
+
+
+def test_a_fifo_named_gguf_is_refused_not_read(tmp_path):
+    """A named pipe as --model, --lora or --draft-model: opening it to read blocks until a writer comes, so it is
+    checked first (as config.json and YAML files are) and refused in one line, in a fresh interpreter under a
+    time limit (a hang fails the test)."""
+    model = write_gguf(tmp_path / "tiny.gguf", "llama", TINY, tiny_tensors())
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    for flags in (["--model", str(fifo)], ["--model", str(model), "--lora", str(fifo)],
+                  ["--model", str(model), "--draft-model", str(fifo)]):
+        result = run_cli("estimate", *flags, "--ctx", "1k", "--engine", "llama.cpp", "--gpu", "h100", timeout=30)
+        assert_one_line_error(result.returncode, result.stderr, "pipe.gguf: not a regular file")
 
 
 def test_a_vocabulary_only_file_is_refused(tmp_path, monkeypatch, capsys):

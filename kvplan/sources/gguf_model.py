@@ -141,6 +141,13 @@ class Meta:
             raise self.fail(key, f"is {shown}, not a whole number below 2^32")
         return value.value
 
+    def positive(self, name: str) -> int:
+        """A required width that must be at least 1."""
+        value = self.uint(name)
+        if not value:
+            raise self.fail(self.key(name), f"is 0: a {brief(self.arch)} model needs at least 1")
+        return value
+
     def per_layer(self, name: str, n: int, default: int | list[int]) -> list[int]:
         """One value per layer: the key's array (n long), or its one value repeated, else `default`."""
         key = self.key(name)
@@ -179,6 +186,9 @@ def hparams(meta: Meta) -> HParams:
     nextn = meta.uint("nextn_predict_layers", 0)
     if nextn > n:
         raise meta.fail(meta.key("nextn_predict_layers"), f"is {nextn:,}, more than the {n} layers")
+    if nextn == n:  # llama.cpp then caches them all (`create_memory`), for the MTP context that drafts with them
+        raise meta.fail(meta.key("nextn_predict_layers"), f"is {nextn:,}, every layer: the file is a NextN/MTP "
+                        "draft head with no trunk, not a model to serve")
     n_embd = meta.uint("embedding_length")
     n_head = meta.per_layer("attention.head_count", n, 0)
     n_head_kv = meta.per_layer("attention.head_count_kv", n, n_head)
@@ -265,12 +275,12 @@ def deepseek2(meta: Meta, hp: HParams) -> None:
 
 
 def ssm(meta: Meta, hp: HParams, mixer: str, groups: bool) -> None:
+    """The SSM widths (`load_arch_hparams`: ssm.conv_kernel, inner_size, state_size, time_step_rank and, with
+    groups, group_count), each at least 1: a layer of no channels holds no state and computes nothing."""
     hp.mixer = mixer
-    hp.conv_kernel = meta.uint("ssm.conv_kernel")
-    hp.inner = meta.uint("ssm.inner_size")
-    hp.state = meta.uint("ssm.state_size")
-    hp.dt_rank = meta.uint("ssm.time_step_rank")
-    hp.groups = meta.uint("ssm.group_count") if groups else 0
+    hp.conv_kernel, hp.inner, hp.state, hp.dt_rank = (
+        meta.positive(f"ssm.{name}") for name in ("conv_kernel", "inner_size", "state_size", "time_step_rank"))
+    hp.groups = meta.positive("ssm.group_count") if groups else 0
 
 
 def mamba(meta: Meta, hp: HParams) -> None:
@@ -333,7 +343,7 @@ def qwen3next(meta: Meta, hp: HParams) -> None:
 def lfm2(meta: Meta, hp: HParams) -> None:
     """Short convolutions where head_count_kv is 0, attention elsewhere (sliding when a window is set)."""
     hp.memory, hp.mixer = "hybrid", "short_conv"
-    hp.shortconv_cache = meta.uint("shortconv.l_cache")
+    hp.shortconv_cache = meta.positive("shortconv.l_cache")
     hp.recurrent = [il < hp.n_layer and hp.n_head_kv[il] == 0 for il in range(hp.n_layer_all)]
     hp.n_swa = meta.uint("attention.sliding_window", 0)
     if hp.n_swa:
@@ -443,6 +453,27 @@ def recurrent_state(hp: HParams, il: int) -> RecurrentState:
                           state_size=hp.state if hp.mixer in ("mamba2", "gated_deltanet") and hp.state else None)
 
 
+def check_sizes(hp: HParams, layers: list, weights: int, where: str) -> None:
+    """Every width the header gives, and every cache row and recurrent state made of them, is at most the values
+    the file's tensors hold: a model has a weight for each channel it computes (token_embd is n_embd wide, each
+    head has its projection) and at least as many weights as a layer's state holds (a Mamba layer's A is its SSM
+    state's shape, its conv1d wider than the convolution's state; a Gated DeltaNet's output projection is wider
+    than its state). A header that says more describes no file; taken at its word it would plan 10^29 bytes."""
+    sizes = {"embedding_length": hp.n_embd, "attention.head_count": max(hp.n_head),
+             "feed_forward_length": max(hp.n_ff), "expert_count": hp.n_expert}
+    for cache in layers:
+        if cache.kind in ("full", "sliding", "chunked"):
+            sizes[f"layer {cache.layer}'s K and V row"] = cache.kv_heads * (cache.head_dim + cache.head_dim_v)
+        elif cache.kind == "mla":
+            sizes[f"layer {cache.layer}'s latent row"] = cache.latent_dim + cache.rope_dim
+        elif cache.kind == "recurrent":
+            sizes[f"layer {cache.layer}'s recurrent state"] = cache.conv_elements + cache.ssm_elements
+    for what, size in sizes.items():
+        if size > weights:
+            raise KvplanError(f"{where}: {what} is {size:,} values, more than the {weights:,} weights of the file's "
+                              "tensors: no model has it (a damaged or hand-made header)")
+
+
 # ------------------------------------------------------------------------------------------------ parameters
 
 
@@ -524,6 +555,7 @@ def model_from_headers(headers: list[gguf.Header], name: str, source: str, read:
     hp = hparams(meta)
     rule(meta, hp)
     layers = caches(hp, where)
+    check_sizes(hp, layers, sum(t.elements for t in tensors), where)
     label = file_type(headers[0], meta)
     elements: Counter[str] = Counter()
     for tensor in tensors:
@@ -605,14 +637,28 @@ def read_lora_adapter(path: Path) -> LoraAdapter:
         if len(pair) != 2:
             raise KvplanError(f"{where}: llama.cpp: LoRA tensor pair for {brief(base)} is missing one component")
         a, b = pair["lora_a"], pair["lora_b"]
-        rank = max(rank, b.dims[0])  # B is [rank, output] (token_embd's [rank, n_embd])
-        if base.endswith("token_embd.weight"):  # the input layer stays on the CPU (`dev_input`, src/llama-model.cpp)
+        # A is [input, rank], B [rank, output] (token_embd's [rank, n_embd]); a dimension a tensor leaves out is 1
+        # (ggml_new_tensor), so a B of no dimensions is of rank 1
+        embeddings = base.endswith("token_embd.weight")
+        b_rank = ggml_ne(b, 0)
+        if not embeddings and ggml_ne(a, 1) != b_rank:
+            raise KvplanError(f"{where}: llama.cpp: lora_a tensor is not transposed ({brief(base)}: A is "
+                              f"{list(a.dims)}, B {list(b.dims)}; A's ne[1] must be B's ne[0])")
+        if not b_rank:
+            raise KvplanError(f"{where}: LoRA pair {brief(base)} has rank 0 (B is {list(b.dims)}): no adapter")
+        rank = max(rank, b_rank)
+        if embeddings:  # the input layer stays on the CPU (`dev_input`, src/llama-model.cpp)
             host += a.nbytes + b.nbytes
         else:
             device += a.nbytes + b.nbytes
     arch = text("general.architecture")
     return LoraAdapter(name=path.name, architecture=MODEL_TYPES.get(arch, arch), rank=rank, pairs=len(pairs),
                        device_bytes=device, host_bytes=host)
+
+
+def ggml_ne(tensor: gguf.Tensor, i: int) -> int:
+    """ne[i] of a tensor as ggml makes it: the dimensions a GGUF lists, then 1."""
+    return tensor.dims[i] if i < len(tensor.dims) else 1
 
 
 def load_file(path: Path) -> ModelSpec:
