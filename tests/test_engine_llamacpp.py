@@ -129,6 +129,25 @@ def test_block_must_divide_the_head_size():
     assert kv_bytes("microsoft/phi-2", 4096, cache_type_k="q8_0", flash_attn="off") == 32 * 4096 * (80 * 34 + 5120)
 
 
+def test_k_rows_of_partial_blocks_are_refused_without_flash_attention(tmp_path):
+    """-fa off checks no head size, but llama_kv_cache makes each layer's K tensor [KV heads x head size, cells]
+    and a view of it per stream; a row that is not whole blocks of the K type gets a stride of whole blocks, the
+    view overruns the tensor and ggml aborts (GGML_ASSERT in ggml_new_tensor_impl, ggml/src/ggml.c). One KV head
+    of 80 with q8_0 (32 a block): refused. Eight KV heads of 80 (640, 20 blocks) are made, as with Phi-2 above
+    (llama.cpp made that context: docs/accuracy.md), 20 x 34 B of K a layer and token."""
+    from ggufkit import Q, write_gguf
+
+    meta = {".block_count": 2, ".context_length": 4096, ".embedding_length": 640, ".attention.head_count": 8,
+            ".feed_forward_length": 1024}
+    embd = [("token_embd.weight", [640, 512], Q.Q8_0)]
+    mqa = load_model(str(write_gguf(tmp_path / "mqa.gguf", "llama", {**meta, ".attention.head_count_kv": 1}, embd)))
+    with pytest.raises(KvplanError, match=r"K cache type q8_0 with block size 32 does not divide the K row of "
+                                          r"layer 0 \(1 KV heads x 80 = 80\)"):
+        plan(mqa, 4096, cache_type_k="q8_0", flash_attn="off")
+    gqa = load_model(str(write_gguf(tmp_path / "gqa.gguf", "llama", {**meta, ".attention.head_count_kv": 8}, embd)))
+    assert kv_bytes(gqa, 4096, cache_type_k="q8_0", flash_attn="off") == 2 * 4096 * (20 * 34 + 640 * 2)
+
+
 def test_at_most_256_sequences_per_server():
     """src/llama-cparams.h: LLAMA_MAX_SEQ 256; llama_context: "n_seq_max must be <= 256". A 1B model with 500 GiB
     for its cache could hold thousands of 1k-token sequences: one server holds 256, two replicas 512."""

@@ -328,6 +328,7 @@ class LlamaCpp(Engine):
             raise KvplanError(f"llama.cpp: quantized V cache requires flash_attn to be enabled (V cache "
                               f"{ggml_name(v)}, --flash-attn {self.flash_attn}): give --flash-attn on or auto")
         if self.flash_attn == "off":
+            self.check_k_rows(model, k)
             return
         for i, (name, dtype) in enumerate((("K", k), ("V", v))):
             for head in sorted({head_sizes(c)[i] for c in model.caches if head_sizes(c)}):
@@ -335,6 +336,26 @@ class LlamaCpp(Engine):
                     raise KvplanError(f"llama.cpp: {name} cache type {ggml_name(dtype)} with block size "
                                       f"{dtype.block_elements} does not divide n_embd_head_{name.lower()}={head} "
                                       f"({model.name})")
+
+    @staticmethod
+    def check_k_rows(model: ModelSpec, k: DType) -> None:
+        """With --flash-attn off llama_init_from_model checks no head size, and `llama_kv_cache` makes each
+        layer's K tensor [n_embd_k_gqa, kv_size, streams] and a view of it per stream (src/llama-kv-cache.cpp):
+        a row that is not whole blocks of the K type (KV heads x head size) gets a stride of whole blocks shorter
+        than the row, the view overruns the tensor, and ggml aborts (GGML_ASSERT(data_size + view_offs <=
+        ggml_nbytes(view_src)) in ggml_new_tensor_impl, ggml/src/ggml.c). 8 KV heads of 80 (640 elements, 20
+        blocks of 32) are made; one of 80 is not. V needs no check: a quantised V cache needs flash attention,
+        whose head-size check is stricter."""
+        for c in model.caches:
+            heads = head_sizes(c)
+            if heads is None:
+                continue
+            row = getattr(c, "kv_heads", 1) * heads[0]
+            if row % k.block_elements:
+                raise KvplanError(f"llama.cpp: K cache type {ggml_name(k)} with block size {k.block_elements} does "
+                                  f"not divide the K row of layer {c.layer} ({getattr(c, 'kv_heads', 1)} KV heads x "
+                                  f"{heads[0]} = {row:,}): with --flash-attn off llama.cpp aborts making the cache "
+                                  f"(GGML_ASSERT in ggml_new_tensor_impl) ({model.name})")
 
     compressed_attention = "llama.cpp 0c1e57098b keeps it in a cache of its own, src/llama-kv-cache-dsv4.cpp"
 
