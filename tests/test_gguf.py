@@ -263,6 +263,94 @@ def test_sliding_window_patterns_as_llama_cpp_sets_them(tmp_path, arch, keys, ki
     assert all(c.window == 512 for c in spec.caches if c.kind == "sliding")
 
 
+def ffn_tensors(cfg: dict, layers: list[tuple[int, int, int]], gated: bool = True, tied: bool = False) -> list:
+    """token_embd (and output, unless tied) and each layer's feed-forward tensors as llama.cpp names and shapes
+    them (ggml order), per layer (dense n_ff, shared-expert n_ff, routed experts): ffn_gate/up [n_embd, n_ff] and
+    ffn_down [n_ff, n_embd]; ffn_*_shexp alike; ffn_gate_inp [n_embd, n_expert] and ffn_*_exps [.., n_expert] of
+    expert_feed_forward_length. The forward widths are read from these."""
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    experts, expert_ff = cfg.get("experts", 0), cfg.get("expert_ff", 0)
+    out = [("token_embd.weight", [h, vocab], Q.Q8_0)] + ([] if tied else [("output.weight", [h, vocab], Q.Q8_0)])
+    for i, (dense, shared, routed) in enumerate(layers):
+        for suffix, ff in (("", dense), ("_shexp", shared)):
+            if ff:
+                out += [(f"blk.{i}.ffn_up{suffix}.weight", [h, ff], Q.Q8_0),
+                        (f"blk.{i}.ffn_down{suffix}.weight", [ff, h], Q.Q8_0)]
+                out += [(f"blk.{i}.ffn_gate{suffix}.weight", [h, ff], Q.Q8_0)] if gated else []
+        if routed:
+            out += [(f"blk.{i}.ffn_gate_inp.weight", [h, experts], Q.F32),
+                    (f"blk.{i}.ffn_up_exps.weight", [h, expert_ff, experts], Q.Q8_0),
+                    (f"blk.{i}.ffn_down_exps.weight", [expert_ff, h, experts], Q.Q8_0)]
+            out += [(f"blk.{i}.ffn_gate_exps.weight", [h, expert_ff, experts], Q.Q8_0)] if gated else []
+    return out
+
+
+def gguf_twin(tmp_path, name: str) -> tuple:
+    """A model's GGUF, written with its config.json's numbers as llama.cpp's converter writes them (the keys) and
+    as its loader wants the tensors (their shapes), beside the config.json."""
+    cfg = from_config(name)
+    n, h = cfg["num_hidden_layers"], cfg["hidden_size"]
+    heads = {"attention__head_count_kv": cfg.get("num_key_value_heads", cfg["num_attention_heads"])}
+    if "head_dim" in cfg:
+        heads |= {"attention__key_length": cfg["head_dim"], "attention__value_length": cfg["head_dim"]}
+    if name.startswith("meta-llama"):
+        return write_gguf(tmp_path / "l.gguf", "llama", LLAMA3_8B, llama3_8b_q4_k_m(), sparse=True), name
+    if name.startswith("google"):  # Gemma 3 27B: tied embeddings, a vocabulary of 262,208
+        meta = config_meta(cfg, 131072, **heads, attention__sliding_window=cfg["sliding_window"])
+        tensors = ffn_tensors({**cfg, "vocab_size": 262_208}, [(cfg["intermediate_size"], 0, 0)] * n, tied=True)
+        return write_gguf(tmp_path / "g.gguf", "gemma3", meta, tensors), name
+    if name.startswith("Qwen"):  # every layer routed: 128 experts of 768, 8 a token
+        moe = {**cfg, "experts": 128, "expert_ff": cfg["moe_intermediate_size"]}
+        meta = config_meta(cfg, **heads, expert_count=128, expert_used_count=8)
+        return write_gguf(tmp_path / "q.gguf", "qwen3moe", meta, ffn_tensors(moe, [(0, 0, 1)] * n)), name
+    if name.startswith("openai"):  # gpt-oss: 32 experts of 2,880, 4 a token, a window of 128 on every other layer
+        moe = {**cfg, "experts": 32, "expert_ff": cfg["intermediate_size"]}
+        meta = config_meta(cfg, **heads, attention__sliding_window=cfg["sliding_window"], expert_count=32,
+                           expert_used_count=4)
+        return write_gguf(tmp_path / "o.gguf", "gpt-oss", meta, ffn_tensors(moe, [(0, 0, 1)] * n)), name
+    if name.startswith("ai21labs"):  # Jamba: experts on odd layers (16 of 14,336, 2 a token), Mamba but on 4 of 8
+        moe = {**cfg, "experts": 16, "expert_ff": cfg["intermediate_size"]}
+        kv = [cfg["num_key_value_heads"] if i % 8 == 4 else 0 for i in range(n)]
+        meta = config_meta(cfg, attention__head_count_kv=kv, ssm__conv_kernel=4, ssm__inner_size=2 * h,
+                           ssm__state_size=16, ssm__time_step_rank=256, expert_count=16, expert_used_count=2)
+        layers = [(0, 0, 1) if i % 2 else (cfg["intermediate_size"], 0, 0) for i in range(n)]
+        return write_gguf(tmp_path / "j.gguf", "jamba", meta, ffn_tensors(moe, layers)), name
+    # DeepSeek-V3: 3 dense layers of 18,432, then a shared expert of 2,048 and 256 routed of 2,048, 8 a token
+    moe = {**cfg, "experts": 256, "expert_ff": cfg["moe_intermediate_size"]}
+    rank, rope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    meta = config_meta(cfg, attention__kv_lora_rank=rank, attention__head_count_kv=1,
+                       attention__key_length=rank + rope, attention__value_length=rank,
+                       attention__key_length_mla=cfg["qk_nope_head_dim"] + rope,
+                       attention__value_length_mla=cfg["v_head_dim"], expert_count=256, expert_used_count=8)
+    layers = [(cfg["intermediate_size"], 0, 0)] * 3 + [(0, cfg["moe_intermediate_size"], 1)] * (n - 3)
+    return write_gguf(tmp_path / "d.gguf", "deepseek2", meta, ffn_tensors(moe, layers)), name
+
+
+@pytest.mark.parametrize("name", ["meta-llama__Meta-Llama-3-8B.json", "google__gemma-3-27b-it.json",
+                                  "Qwen__Qwen3-30B-A3B.json", "openai__gpt-oss-20b.json",
+                                  "ai21labs__Jamba-v0.1.json", "deepseek-ai__DeepSeek-V3.json"])
+def test_a_gguf_and_its_config_give_the_same_compute_buffer(tmp_path, name):
+    """The forward widths come from the GGUF's tensors (n_embd, the dense and shared-expert ffn_down, the routed
+    ffn_down_exps, expert_used_count): llama.cpp's compute buffer for the GGUF is the one for the config.json, for
+    dense, sliding, MoE, hybrid and MLA models, at one and at four users, with and without flash attention.
+    Llama-3-8B at 8,192 tokens: 116 MiB, llama.cpp's own figure for the same shape (docs/accuracy.md), where a
+    GGUF got a flat 0.5 GiB."""
+    from kvplan.capacity import Workload, capacity
+    from kvplan.engines import EngineOptions
+
+    path, config = gguf_twin(tmp_path, name)
+    gguf_spec, config_spec = load_model(str(path)), load(config)
+    assert gguf_spec.widths == config_spec.widths
+    for users, ctx, flash_attn in ((1, 8192, "auto"), (4, 4096, "off"), (1, 32768, "on")):
+        buffers = [capacity(spec, Workload(ctx=ctx, users=users), engine_name="llama.cpp", kv_budget=1 << 40,
+                            options=EngineOptions(flash_attn=flash_attn)).engine_activation_bytes_for_users
+                   for spec in (gguf_spec, config_spec)]
+        assert buffers[0] == buffers[1], (users, ctx, flash_attn)
+    if name.startswith("meta-llama"):
+        cap = capacity(gguf_spec, Workload(ctx=8192), engine_name="llama.cpp", kv_budget=1 << 40)
+        assert round(cap.engine_activation_bytes_for_users / 2**20) == 116
+
+
 def test_deepseek_v3_caches_the_mla_latent(tmp_path):
     """DeepSeek-V3 converted with the MLA keys (key_length 576 = kv_lora_rank 512 + rope 64, value_length 512,
     key_length_mla 192, value_length_mla 128, one KV head): llama.cpp caches one K row of 576 and no V (f16:

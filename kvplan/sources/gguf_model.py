@@ -38,6 +38,7 @@ from kvplan.model import (
     Quantization,
     RecurrentState,
     SlidingWindow,
+    Widths,
 )
 from kvplan.sources import gguf
 from kvplan.text import brief
@@ -453,6 +454,32 @@ def recurrent_state(hp: HParams, il: int) -> RecurrentState:
                           state_size=hp.state if hp.mixer in ("mamba2", "gated_deltanet") and hp.state else None)
 
 
+def forward_widths(hp: HParams, tensors: list[gguf.Tensor]) -> Widths:
+    """The widths llama.cpp's graph works in, from the tensors it loads (src/llama-arch.cpp names, ggml order):
+    n_embd; the widest dense MLP or shared expert, ffn_down(_shexp) [n_ff, n_embd] (its row: a fused gate_up,
+    Phi-3's, is twice as wide); the routed experts, ffn_down_exps [n_ff_exp, n_embd, n_expert], of which
+    expert_used_count a token. Gated where a block has ffn_gate (or a fused gate_up). llama.cpp's GGUF keeps no
+    activation name: Gemma's graphs run GELU, Nemotron-H's ReLU squared, the other gated MLPs SiLU."""
+    dense = experts = 0
+    up_widths, gated = set(), False
+    for tensor in tensors:
+        base = tensor.name.rpartition(".")[0] if tensor.name.startswith("blk.") else ""
+        kind = base.partition(".")[2].partition(".")[2]
+        if kind in ("ffn_down", "ffn_down_shexp") and len(tensor.dims) == 2:
+            dense = max(dense, tensor.dims[0])
+        elif kind == "ffn_down_exps" and len(tensor.dims) == 3:
+            experts = max(experts, tensor.dims[0])
+        elif kind in ("ffn_up", "ffn_up_shexp") and len(tensor.dims) == 2:
+            up_widths.add(tensor.dims[1])
+        gated = gated or kind.startswith("ffn_gate") and not kind.startswith("ffn_gate_inp")
+    gated = gated or bool(dense) and 2 * dense in up_widths
+    activation = ("gelu_pytorch_tanh" if hp.arch.startswith("gemma") else "relu2" if hp.arch == "nemotron_h"
+                  else "silu" if gated else "gelu")
+    return Widths(hidden=hp.n_embd, mlp_intermediate=dense, gated_mlp=gated, mlp_activation=activation,
+                  experts_per_token=max(hp.n_expert_used) if experts else 0, experts=hp.n_expert if experts else 0,
+                  expert_intermediate=experts)
+
+
 def check_sizes(hp: HParams, layers: list, weights: int, where: str) -> None:
     """Every width the header gives, and every cache row and recurrent state made of them, is at most the values
     the file's tensors hold: a model has a weight for each channel it computes (token_embd is n_embd wide, each
@@ -573,7 +600,8 @@ def model_from_headers(headers: list[gguf.Header], name: str, source: str, read:
         num_attention_heads=max(attention_heads or [0]),
         caches=tuple(layers), params=param_counts(tensors, hp, where),
         dtype=FLOAT_FILE_TYPES.get(label, "fp16"), quantization=Quantization(method="gguf", weights_dtype=label),
-        kv_dtype="fp16", max_context=hp.n_ctx or None, source=source, notes=tuple(notes), checkpoint=checkpoint)
+        kv_dtype="fp16", max_context=hp.n_ctx or None, source=source, notes=tuple(notes), checkpoint=checkpoint,
+        widths=forward_widths(hp, tensors))
 
 
 def split_count(header: gguf.Header, where: str) -> tuple[int, int]:
