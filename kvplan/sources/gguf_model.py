@@ -12,7 +12,13 @@ builds the cache in `llama_model::create_memory`:
 - recurrent layers (`llama_memory_recurrent`) keep r = (ssm.conv_kernel - 1) x (ssm.inner_size + 2 x
   ssm.group_count x ssm.state_size) and s = ssm.state_size x ssm.inner_size values in f32 (LFM2's short
   convolutions: r = embedding_length x (shortconv.l_cache - 1), `llama_hparams::n_embd_r/n_embd_s`);
+- Gemma 3n and Gemma 4 keep KV on the first n_layer_kv_from_start layers (Gemma 3n: 20, whatever the file says;
+  Gemma 4: block_count - attention.shared_kv_layers); the others reuse the cache of one of the last two;
+- Kimi Linear's KDA layers and MiniMax-01's lightning-attention layers keep a recurrent state (`n_embd_r`,
+  `n_embd_s`), their other layers MLA (Kimi) or plain attention;
 - NextN/MTP layers (`nextn_predict_layers`, the last ones) get no cache in the main context.
+The forward widths (for the compute buffer) are read from the tensors (`forward_widths`); every width, row and
+state is bounded by the values the tensors hold (`check_sizes`).
 Only the architectures below are mapped, each from its `load_arch_hparams`; any other is refused in one line.
 Parameter counts come from the tensors themselves (`param_counts`), the weights from their bytes.
 """
@@ -37,6 +43,7 @@ from kvplan.model import (
     ParamCounts,
     Quantization,
     RecurrentState,
+    SharedKV,
     SlidingWindow,
     Widths,
 )
@@ -89,6 +96,9 @@ class HParams:
     dt_rank: int = 0
     shortconv_cache: int = 0
     kv_lora_rank: int = 0  # MLA: the latent's width, when the file has the MLA head sizes
+    kv_from_start: int | None = None  # Gemma 3n / 4: layers from this one on reuse an earlier layer's KV
+    head_kda: int = 0  # Kimi Linear's KDA head size
+    head_la: int = 0  # MiniMax-01's lightning-attention head size
     attention_filter: Callable[[int], bool] | None = None  # hybrids: the layers with a KV cache
     recurrent_filter: Callable[[int], bool] | None = None
     notes: list[str] = field(default_factory=list)
@@ -341,6 +351,69 @@ def qwen3next(meta: Meta, hp: HParams) -> None:
     hp.recurrent_filter = lambda il: il < hp.n_layer and hp.recurrent[il]
 
 
+def gemma3n(meta: Meta, hp: HParams) -> None:
+    """Sliding window (required), default pattern 5; the first 20 layers have a KV cache and the rest reuse one
+    of layers 18 (sliding) and 19 (full), whatever the file's attention.shared_kv_layers says
+    (`llama_model_gemma3n::load_arch_hparams`: n_layer_kv_from_start = 20, as in Gemma 3n E2B and E4B)."""
+    hp.n_swa = meta.uint("attention.sliding_window")
+    load_swa_pattern(meta, hp, 5)
+    hp.kv_from_start = 20
+    if meta.has("attention.shared_kv_layers") and hp.n_layer_all > 20 \
+            and meta.uint("attention.shared_kv_layers") != hp.n_layer_all - 20:
+        hp.notes.append(f"llama.cpp caches the first 20 layers of a gemma3n model whatever its "
+                        f"attention.shared_kv_layers ({meta.uint('attention.shared_kv_layers')}) says: "
+                        f"{hp.n_layer_all - 20} layers reuse layer 18's or 19's KV")
+
+
+def gemma4(meta: Meta, hp: HParams) -> None:
+    """Sliding window (required) on the layers `attention.sliding_window_pattern` (a required array) marks, with
+    the `_swa` head sizes (required); the last attention.shared_kv_layers layers reuse a KV cache, sliding ones
+    the one of layer n - shared - 2, full ones of n - shared - 1 (`llama_model_gemma4::load_arch_hparams`;
+    `create_memory`, which asserts that at least 2 layers keep their own)."""
+    hp.n_swa = meta.uint("attention.sliding_window")
+    flags = meta.flags("attention.sliding_window_pattern")
+    if flags is None:
+        raise meta.fail(meta.key("attention.sliding_window_pattern"), "is missing (one flag per layer): llama.cpp "
+                        "needs it for gemma4 models")
+    hp.swa = [bool(f) for f in flags + [0] * hp.n_layer_all][:hp.n_layer_all]
+    hp.head_k_swa = meta.uint("attention.key_length_swa")
+    hp.head_v_swa = meta.uint("attention.value_length_swa")
+    shared = meta.uint("attention.shared_kv_layers", 0)
+    if shared > hp.n_layer_all - 2:
+        raise meta.fail(meta.key("attention.shared_kv_layers"), f"is {shared:,} of {hp.n_layer_all} layers: "
+                        "llama.cpp needs 2 layers that keep their own KV (it aborts making the cache)")
+    hp.kv_from_start = hp.n_layer_all - shared
+
+
+def kimi_linear(meta: Meta, hp: HParams) -> None:
+    """KDA layers where head_count_kv is 0, MLA elsewhere (the latent, kv_lora_rank, and its RoPE part as one K
+    row; key_length_mla and value_length_mla are required). A KDA layer keeps r = 3 x (ssm.conv_kernel - 1) x
+    head_count x kda.head_dim convolution values and s = kda.head_dim^2 x head_count of state
+    (`llama_hparams::n_embd_r/n_embd_s`)."""
+    hp.memory, hp.mixer = "hybrid", "kda"
+    hp.kv_lora_rank = meta.uint("attention.kv_lora_rank")
+    meta.positive("attention.key_length_mla")
+    meta.positive("attention.value_length_mla")
+    hp.conv_kernel = meta.positive("ssm.conv_kernel")
+    hp.head_kda = meta.positive("kda.head_dim")
+    hp.recurrent = [il < hp.n_layer and hp.n_head_kv[il] == 0 for il in range(hp.n_layer_all)]
+
+
+def minimax01(meta: Meta, hp: HParams) -> None:
+    """Lightning (linear) attention on the layers `attention.recurrent_layers` marks, else all but every
+    full_attention_interval-th (default 8); softmax attention elsewhere. A lightning layer keeps key_length^2 x
+    head_count values of state and no convolution (`llama_model_minimax_01`, `n_embd_s`)."""
+    hp.memory, hp.mixer = "hybrid", "lightning"
+    hp.head_la = hp.head_k
+    if meta.has("attention.recurrent_layers"):
+        hp.recurrent = [bool(f) for f in meta.per_layer("attention.recurrent_layers", hp.n_layer_all, 0)]
+    else:
+        interval = meta.uint("full_attention_interval", 8)
+        if not interval:
+            raise meta.fail(meta.key("full_attention_interval"), "is 0")
+        hp.recurrent = [il < hp.n_layer and (il + 1) % interval != 0 for il in range(hp.n_layer_all)]
+
+
 def lfm2(meta: Meta, hp: HParams) -> None:
     """Short convolutions where head_count_kv is 0, attention elsewhere (sliding when a window is set)."""
     hp.memory, hp.mixer = "hybrid", "short_conv"
@@ -357,6 +430,10 @@ ARCHITECTURES: dict[str, Callable[[Meta, HParams], None]] = {
     "phi3": phi3,
     "gemma2": gemma2,
     "gemma3": gemma3,
+    "gemma3n": gemma3n,
+    "gemma4": gemma4,
+    "kimi-linear": kimi_linear,
+    "minimax-01": minimax01,
     "gpt-oss": sliding(2, required=True),
     "cohere2": sliding(4, required=True),
     "olmo2": sliding(4, required=False),
@@ -376,10 +453,12 @@ ARCHITECTURES: dict[str, Callable[[Meta, HParams], None]] = {
 # The Hugging Face model_type of each GGUF architecture, as llama.cpp's convert_hf_to_gguf.py registers the
 # transformers classes it converts (`ModelBase.register`), so that a GGUF model meets the same family rules as its
 # config.json (ModelSpec.architecture is a model_type); the ones not listed are spelt alike.
-MODEL_TYPES = {"gpt-oss": "gpt_oss", "gemma3": "gemma3_text", "llama4": "llama4_text", "deepseek2": "deepseek_v2",
-               "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "qwen3next": "qwen3_next", "qwen35": "qwen3_5_text",
-               "qwen35moe": "qwen3_5_moe_text", "glm4moe": "glm4_moe", "command-r": "cohere",
-               "granitehybrid": "granitemoehybrid", "falcon-h1": "falcon_h1", "lfm2moe": "lfm2_moe"}
+MODEL_TYPES = {"gpt-oss": "gpt_oss", "gemma3": "gemma3_text", "gemma3n": "gemma3n_text", "gemma4": "gemma4_text",
+               "kimi-linear": "kimi_linear", "minimax-01": "minimax", "llama4": "llama4_text",
+               "deepseek2": "deepseek_v2", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe",
+               "qwen3next": "qwen3_next", "qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text",
+               "glm4moe": "glm4_moe", "command-r": "cohere", "granitehybrid": "granitemoehybrid",
+               "falcon-h1": "falcon_h1", "lfm2moe": "lfm2_moe"}
 
 
 # ------------------------------------------------------------------------------------------------ caches
@@ -404,7 +483,9 @@ def caches(hp: HParams, where: str) -> list:
     out = []
     for il in range(hp.n_layer_all):
         layer = []
-        if attention(il):
+        if attention(il) and hp.kv_from_start is not None and il >= hp.kv_from_start:
+            layer.append(SharedKV(layer=il, source=hp.kv_from_start - (2 if hp.swa[il] else 1)))
+        elif attention(il):
             layer.append(attention_cache(hp, il, where))
         if recurrent(il):
             layer.append(recurrent_state(hp, il))
@@ -444,6 +525,15 @@ def recurrent_state(hp: HParams, il: int) -> RecurrentState:
         return RecurrentState(layer=il, mixer="short_conv", conv_elements=hp.n_embd * (hp.shortconv_cache - 1),
                               ssm_elements=0, conv_dtype="fp32", ssm_dtype="fp32",
                               conv_kernel=hp.shortconv_cache if hp.shortconv_cache > 1 else None)
+    if hp.mixer == "kda":
+        channels = hp.n_head[0] * hp.head_kda
+        return RecurrentState(layer=il, mixer="kda", conv_elements=3 * (hp.conv_kernel - 1) * channels,
+                              ssm_elements=hp.head_kda * channels, conv_dtype="fp32", ssm_dtype="fp32",
+                              conv_kernel=hp.conv_kernel if hp.conv_kernel > 1 else None)
+    if hp.mixer == "lightning":
+        return RecurrentState(layer=il, mixer="lightning", conv_elements=0,
+                              ssm_elements=hp.head_la * hp.head_la * hp.n_head[0], conv_dtype="fp32",
+                              ssm_dtype="fp32")
     conv = max(hp.conv_kernel - 1, 0) * (hp.inner + 2 * hp.groups * hp.state)
     mamba2 = hp.mixer == "mamba2"
     return RecurrentState(layer=il, mixer=hp.mixer, conv_elements=conv, ssm_elements=hp.state * hp.inner,
