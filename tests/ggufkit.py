@@ -155,3 +155,46 @@ def raw_tensor(name: str, dims: list[int], ggml_type: int, offset: int = 0) -> b
 
 
 ARCH_LLAMA = raw_kv("general.architecture", 8, raw_string("llama"))
+
+
+SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def raw_value(kind: int, value, sub: int | None = None) -> bytes:
+    """A metadata value of GGUF type `kind` (an array of `sub` items for 9); integers are wrapped to the type's
+    width, as a writer in another language would store them."""
+    if kind == 8:
+        return struct.pack("<I", 8) + raw_string(value)
+    if kind == 9:
+        items = b"".join(raw_value(sub, item)[4:] for item in value)
+        return struct.pack("<IIQ", 9, sub, len(value)) + items
+    fmt = SCALAR_FORMATS[kind]
+    if fmt == "?":
+        value = bool(value)
+    elif fmt in "fd":
+        value = float(value)
+        value = math.copysign(math.inf, value) if fmt == "f" and abs(value) > 3.4e38 else value
+    else:
+        bits = 8 * struct.calcsize(fmt)
+        value = int(value) % 2**bits
+        if fmt.islower() and value >= 2 ** (bits - 1):
+            value -= 2**bits
+    return struct.pack("<I" + fmt, kind, value)
+
+
+def raw_gguf(metadata: dict[str, tuple], tensors: list[tuple[str, list[int], int]],
+             align: int = 32) -> tuple[bytes, int]:
+    """A GGUF header by hand: metadata {key: (kind, value[, sub])}, tensors (name, dims, ggml type) laid out one
+    after the other, each padded to `align`. Returns the header (padded) and the bytes of tensor data it
+    declares, for the caller to append or leave a hole."""
+    from kvplan.dtypes import GGML_TYPES
+
+    kv = b"".join(raw_string(key) + raw_value(*value) for key, value in metadata.items())
+    infos, offset = b"", 0
+    for name, dims, ggml_type in tensors:
+        infos += raw_tensor(name, dims, ggml_type, offset % 2**64)
+        dtype = GGML_TYPES.get(ggml_type)
+        size = dtype.bytes_for(math.prod(dims)) if dtype and dims and dims[0] % dtype.block_elements == 0 else 0
+        offset += -(-size // align) * align
+    head = raw_header(len(tensors), len(metadata)) + kv + infos
+    return head + bytes(-len(head) % align), offset
