@@ -148,6 +148,26 @@ def test_k_rows_of_partial_blocks_are_refused_without_flash_attention(tmp_path):
     assert kv_bytes(gqa, 4096, cache_type_k="q8_0", flash_attn="off") == 2 * 4096 * (20 * 34 + 640 * 2)
 
 
+def test_apple_gpus_are_planned_as_metal_runs_llama_cpp(monkeypatch, capsys):
+    """On Apple silicon llama.cpp runs on Metal: no CUDA context in the overhead (the Metal backend keeps nothing
+    beside its buffers), and --flash-attn auto resolved by Metal's kernels (ggml-metal-device.m, supports_op for
+    FLASH_ATTN_EXT): K and V of one cache type, so K q8_0 with V f16 turns it off there, where CUDA's kernels keep
+    it on (the head size, 128, is all they check); the assumptions say which backend resolved it."""
+    args = ["estimate", "-m", "meta-llama/Llama-3-8B", "--ctx", "8k", "--engine", "llama.cpp", "--json",
+            "--cache-type-k", "q8_0", "--cache-type-v", "f16"]
+    code, out, err = run_main(monkeypatch, capsys, *args, "--gpu", "m4-max-64gb")
+    metal = json.loads(out)
+    assert code == 0, err
+    assert not any(metal["overhead"].values())
+    assert any("resolved as Metal does" in line for line in metal["engine_assumptions"])
+    assert any("flash attention off (auto)" in note for note in metal["notes"])
+    code, out, err = run_main(monkeypatch, capsys, *args, "--gpu", "h100")
+    cuda = json.loads(out)
+    assert cuda["overhead"]["cuda_context"] == 2**29
+    assert any("resolved as CUDA does" in line for line in cuda["engine_assumptions"])
+    assert any("flash attention on (auto)" in note for note in cuda["notes"])
+
+
 def test_at_most_256_sequences_per_server():
     """src/llama-cparams.h: LLAMA_MAX_SEQ 256; llama_context: "n_seq_max must be <= 256". A 1B model with 500 GiB
     for its cache could hold thousands of 1k-token sequences: one server holds 256, two replicas 512."""

@@ -44,6 +44,11 @@ LLAMA_CPP_RS_ROLLBACK = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qw
 # K and V of one of these sizes, or (K, V) with at least 2 query heads per KV head, a multiple of the number given.
 CUDA_FLASH_ATTN_HEADS = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
 CUDA_FLASH_ATTN_GQA = {(512, 512): 1, (576, 512): 1, (192, 128): 8, (320, 256): 32}
+# What Metal's flash attention takes (`ggml_metal_device_supports_op`, GGML_OP_FLASH_ATTN_EXT,
+# ggml/src/ggml-metal/ggml-metal-device.m): K heads of these sizes, V no wider than K (equal at 72), K and V of one
+# cache type among these (bf16 on every Apple GPU from M1: MTLGPUFamilyApple6 and later).
+METAL_FLASH_ATTN_HEADS = frozenset({32, 40, 48, 64, 72, 80, 96, 112, 128, 192, 256, 320, 512, 576})
+METAL_FLASH_ATTN_TYPES = frozenset({"fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"})
 
 
 class LlamaCppFrontend(BaseModel):
@@ -282,9 +287,20 @@ class LlamaCpp(Engine):
     def default_fraction(self) -> float:
         return 1.0
 
+    def on_metal(self) -> bool:
+        """Whether the GPU is Apple silicon, which llama.cpp runs on through its Metal backend."""
+        if not self.gpu_name:
+            return False
+        from kvplan.gpus import vendor
+
+        return vendor(self.gpu_name) == "apple"
+
     def overhead(self) -> Overhead:
-        """CUDA context 0.5 GiB; the compute buffer grows with the context and is the pool's (`LlamaCppGraph`)."""
-        return Overhead(cuda_context=GiB // 2)
+        """CUDA context 0.5 GiB; the compute buffer grows with the context and is the pool's (`LlamaCppGraph`). On
+        Metal none: there is no CUDA context, and the Metal backend (ggml/src/ggml-metal) allocates nothing of
+        its own beside the buffers it is asked for (weights, cache, compute buffer) but a 1-byte buffer that keeps
+        its residency sets alive; the budget is already Metal's recommendedMaxWorkingSetSize."""
+        return Overhead() if self.on_metal() else Overhead(cuda_context=GiB // 2)
 
     def context(self, users: int, ctx: int) -> LlamaCppContext:
         requested = users * ctx
@@ -295,14 +311,18 @@ class LlamaCpp(Engine):
                                streams=1 if self.unified else users, n_batch=n_batch,
                                n_ubatch=min(n_batch, self.n_ubatch))
 
-    def resolve_flash_attn(self, model: ModelSpec, v: DType) -> bool:
+    def resolve_flash_attn(self, model: ModelSpec, k: DType, v: DType) -> bool:
         """-fa on/off as given; auto (llama_init_from_model, `llama_context::resolve_fused_ops`): on for a quantised
-        V cache, else on where the backend runs flash attention for every layer; kvplan assumes CUDA's kernels
-        (`CUDA_FLASH_ATTN_HEADS`; the CPU backend runs every head size)."""
+        V cache, else on where the backend runs flash attention for every layer: Metal's kernels on Apple GPUs
+        (`METAL_FLASH_ATTN_HEADS`), else CUDA's (`CUDA_FLASH_ATTN_HEADS`; the CPU backend runs every head size)."""
         if self.flash_attn != "auto":
             return self.flash_attn == "on"
         if v.block_elements > 1:
             return True
+        if self.on_metal():
+            return k == v and k.name in METAL_FLASH_ATTN_TYPES and all(
+                heads[0] in METAL_FLASH_ATTN_HEADS and heads[1] <= heads[0] and (heads[0] != 72 or heads[1] == 72)
+                for heads in map(head_sizes, model.caches) if heads is not None)
         for c in model.caches:
             heads = head_sizes(c)
             if heads is None or (heads[0] == heads[1] and heads[0] in CUDA_FLASH_ATTN_HEADS):
@@ -319,7 +339,7 @@ class LlamaCpp(Engine):
     def check_cache_types(self, model: ModelSpec, k: DType, v: DType) -> None:
         """llama_init_from_model's refusals (src/llama-context.cpp), in its words, for K cache `k` and V cache
         `v`."""
-        flash_attn = self.resolve_flash_attn(model, v)
+        flash_attn = self.resolve_flash_attn(model, k, v)
         mla = any(c.kind == "mla" for c in model.caches)
         if mla and k != v:
             raise KvplanError(f"llama.cpp: model does not support different K ({ggml_name(k)}) and V "
@@ -396,7 +416,7 @@ class LlamaCpp(Engine):
         `outputs_per_slot` a slot (`LlamaCppPool`)."""
         self.refuse_compressed_attention(model)
         self.check_cache_types(model, k, v)
-        flash_attn = self.resolve_flash_attn(model, v)
+        flash_attn = self.resolve_flash_attn(model, k, v)
         # a GGUF's windows are llama.cpp's already: kvplan.sources.gguf_model reads its hparams as llama.cpp does
         from_gguf = model.checkpoint is not None and model.checkpoint.format == "gguf"
         ignores_swa = not from_gguf and model.architecture not in LLAMA_CPP_SWA
@@ -459,8 +479,14 @@ class LlamaCpp(Engine):
                      "(LLAMA_MAX_SEQ, src/llama-cparams.h)"]
         if self.options.frontend in (None, "server") and self.options.kv_unified is None:
             lines.append("slots share one unified cache (-kvu; llama-server's default with -np auto, else give -kvu)")
-        if self.flash_attn == "auto":
+        if self.flash_attn == "auto" and self.on_metal():
+            lines.append("--flash-attn auto resolved as Metal does (on where its kernels take the head sizes and "
+                         "cache types)")
+        elif self.flash_attn == "auto":
             lines.append("--flash-attn auto resolved as CUDA does (on where its kernels take the head size)")
+        if self.on_metal():
+            lines.append("Metal: no CUDA context, and no memory the Metal backend keeps beside its buffers; what "
+                         "macOS keeps outside recommendedMaxWorkingSetSize is not known to kvplan")
         return lines
 
 
