@@ -294,7 +294,8 @@ def gguf_twin(tmp_path, name: str):
         return write_gguf(tmp_path / "l.gguf", "llama", LLAMA3_8B, llama3_8b_q4_k_m(), sparse=True)
     cfg = from_config(name)
     arch, meta, layers, tied = TWINS[name.split("__")[1].removesuffix(".json")](cfg)
-    tensors = ffn_tensors({"experts": meta.get(".expert_count", 0), **cfg}, layers, tied=tied)
+    tensors = ffn_tensors({"experts": meta.get(".expert_count", 0), **cfg}, layers, gated=arch != "nemotron_h",
+                          tied=tied)
     return write_gguf(tmp_path / f"{arch}.gguf", arch, meta, tensors)
 
 
@@ -389,7 +390,18 @@ def minimax01_twin(cfg):  # MiniMaxText01Model: TextModel's keys alone; 32 exper
     return "minimax-01", meta, [(0, 0, 1)] * cfg["num_hidden_layers"], False
 
 
-TWINS = {"gemma-3-27b-it": gemma3_twin, "Qwen3-30B-A3B": qwen3moe_twin, "gpt-oss-20b": gpt_oss_twin,
+def nemotron_h_twin(cfg):  # NemotronHModel: KV heads on '*' layers, the MLP width on '-' layers (ReLU squared)
+    pattern, ff = cfg["hybrid_override_pattern"], cfg["intermediate_size"]
+    meta = config_meta(cfg, attention__head_count_kv=[8 if p == "*" else 0 for p in pattern],
+                       feed_forward_length=[ff if p == "-" else 0 for p in pattern], attention__key_length=128,
+                       attention__value_length=128, ssm__conv_kernel=4,
+                       ssm__inner_size=cfg["mamba_num_heads"] * cfg["mamba_head_dim"], ssm__state_size=256,
+                       ssm__group_count=8, ssm__time_step_rank=256)
+    return "nemotron_h", meta, [(ff if p == "-" else 0, 0, 0) for p in pattern], False
+
+
+TWINS = {"Nemotron-H-56B-Base-8K": nemotron_h_twin,
+         "gemma-3-27b-it": gemma3_twin, "Qwen3-30B-A3B": qwen3moe_twin, "gpt-oss-20b": gpt_oss_twin,
          "Jamba-v0.1": jamba_twin, "DeepSeek-V3": deepseek3_twin, "gemma-3n-E2B": gemma3n_twin,
          "gemma-4-E2B-it": gemma4_twin, "gemma-4-31B-it": gemma4_twin,
          "Kimi-Linear-48B-A3B-Instruct": kimi_linear_twin, "MiniMax-M1-80k": minimax01_twin}
@@ -399,11 +411,13 @@ NEW_FAMILIES = ["google__gemma-3n-E2B.json", "google__gemma-4-E2B-it.json", "goo
 
 @pytest.mark.parametrize("name", ["meta-llama__Meta-Llama-3-8B.json", "google__gemma-3-27b-it.json",
                                   "Qwen__Qwen3-30B-A3B.json", "openai__gpt-oss-20b.json",
-                                  "ai21labs__Jamba-v0.1.json", "deepseek-ai__DeepSeek-V3.json", *NEW_FAMILIES])
+                                  "ai21labs__Jamba-v0.1.json", "deepseek-ai__DeepSeek-V3.json",
+                                  "nvidia__Nemotron-H-56B-Base-8K.json", *NEW_FAMILIES])
 def test_a_gguf_and_its_config_give_the_same_compute_buffer(tmp_path, name):
     """The forward widths come from the GGUF's tensors (n_embd, the dense and shared-expert ffn_down, the routed
     ffn_down_exps, expert_used_count): llama.cpp's compute buffer for the GGUF is the one for the config.json, for
-    dense, sliding, MoE, hybrid and MLA models, at one and at four users, with and without flash attention.
+    dense, sliding, MoE, hybrid and MLA models, at one and at four users, with and without flash attention
+    (Nemotron-H's ReLU-squared MLP blocks too, which its config.json gave no widths for before).
     Llama-3-8B at 8,192 tokens: 116 MiB, llama.cpp's own figure for the same shape (docs/accuracy.md), where a
     GGUF got a flat 0.5 GiB."""
     from kvplan.capacity import Workload, capacity
