@@ -335,18 +335,24 @@ def falcon_h1(meta: Meta, hp: HParams) -> None:
     hp.attention_filter = hp.recurrent_filter = lambda il: True
 
 
+def load_recurrent_layers(meta: Meta, hp: HParams, interval: int) -> None:
+    """The recurrent layers: those `attention.recurrent_layers` marks, else all trunk layers but every
+    `full_attention_interval`-th (default `interval`)."""
+    if meta.has("attention.recurrent_layers"):
+        hp.recurrent = [bool(f) for f in meta.per_layer("attention.recurrent_layers", hp.n_layer_all, 0)]
+        return
+    interval = meta.uint("full_attention_interval", interval)
+    if not interval:
+        raise meta.fail(meta.key("full_attention_interval"), "is 0")
+    hp.recurrent = [il < hp.n_layer and (il + 1) % interval != 0 for il in range(hp.n_layer_all)]
+
+
 def qwen3next(meta: Meta, hp: HParams) -> None:
     """Gated DeltaNet layers (`attention.recurrent_layers`, else all but every full_attention_interval-th,
     default 4) and attention elsewhere; NextN layers neither."""
     hp.memory = "hybrid"
     ssm(meta, hp, "gated_deltanet", groups=True)
-    if meta.has("attention.recurrent_layers"):
-        hp.recurrent = [bool(f) for f in meta.per_layer("attention.recurrent_layers", hp.n_layer_all, 0)]
-    else:
-        interval = meta.uint("full_attention_interval", 4)
-        if not interval:
-            raise meta.fail(meta.key("full_attention_interval"), "is 0")
-        hp.recurrent = [il < hp.n_layer and (il + 1) % interval != 0 for il in range(hp.n_layer_all)]
+    load_recurrent_layers(meta, hp, 4)
     hp.attention_filter = lambda il: il < hp.n_layer and not hp.recurrent[il]
     hp.recurrent_filter = lambda il: il < hp.n_layer and hp.recurrent[il]
 
@@ -405,13 +411,7 @@ def minimax01(meta: Meta, hp: HParams) -> None:
     head_count values of state and no convolution (`llama_model_minimax_01`, `n_embd_s`)."""
     hp.memory, hp.mixer = "hybrid", "lightning"
     hp.head_la = hp.head_k
-    if meta.has("attention.recurrent_layers"):
-        hp.recurrent = [bool(f) for f in meta.per_layer("attention.recurrent_layers", hp.n_layer_all, 0)]
-    else:
-        interval = meta.uint("full_attention_interval", 8)
-        if not interval:
-            raise meta.fail(meta.key("full_attention_interval"), "is 0")
-        hp.recurrent = [il < hp.n_layer and (il + 1) % interval != 0 for il in range(hp.n_layer_all)]
+    load_recurrent_layers(meta, hp, 8)
 
 
 def lfm2(meta: Meta, hp: HParams) -> None:
