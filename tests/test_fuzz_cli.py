@@ -1,5 +1,6 @@
-"""Fuzzing the command line as a user or an attacker would: flag values and config.json mutations, each run through
-`kvplan.cli.main` in this process, as --json or as the text report. Every run ends in exit 0 (or 1: does not fit)
+"""Fuzzing the command line as a user or an attacker would: flag values, config.json and GGUF mutations (field
+values and types, tensors, the parts of split files), each run through `kvplan.cli.main` in this process, as --json
+or as the text report. Every run ends in exit 0 (or 1: does not fit)
 with sane numbers, or exit 2 with one line; a bug raises (KVPLAN_DEBUG is set for the tests) and a hang trips an
 alarm.
 
@@ -13,6 +14,7 @@ import os
 import signal
 from contextlib import contextmanager
 
+import ggufkit
 from conftest import SPECS, run_main
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -129,3 +131,102 @@ def test_config_mutations(monkeypatch, capsys, tmp_path_factory, name, edits, fl
     path = tmp_path_factory.mktemp("fuzz") / "config.json"
     path.write_text(json.dumps(mutate(config, edits)), encoding="utf-8")
     run(monkeypatch, capsys, "estimate", "--model", str(path), *flags, *output)
+
+
+# ------------------------------------------------------------------------------------------------- GGUF files
+
+U32, I32, F32, BOOL, STR, ARR = 4, 5, 6, 7, 8, 9
+# A small model of each llama.cpp architecture family kvplan maps, as its converter types the keys.
+GGUF_BASE = {".block_count": (U32, 4), ".context_length": (U32, 4096), ".embedding_length": (U32, 256),
+             ".feed_forward_length": (U32, 512), ".attention.head_count": (U32, 4),
+             ".attention.head_count_kv": (U32, 2)}
+GGUF_MODELS = {
+    "llama": {},
+    "gemma3": {".attention.sliding_window": (U32, 512)},
+    "gemma3n": {".attention.sliding_window": (U32, 512), ".attention.shared_kv_layers": (U32, 2)},
+    "gemma4": {".attention.sliding_window": (U32, 512), ".attention.sliding_window_pattern": (ARR, [1, 1, 0, 1], BOOL),
+               ".attention.key_length_swa": (U32, 64), ".attention.value_length_swa": (U32, 64),
+               ".attention.shared_kv_layers": (U32, 1)},
+    "mamba2": {".attention.head_count": (U32, 0), ".ssm.conv_kernel": (U32, 4), ".ssm.inner_size": (U32, 512),
+               ".ssm.state_size": (U32, 16), ".ssm.time_step_rank": (U32, 8), ".ssm.group_count": (U32, 1)},
+    "jamba": {".attention.head_count_kv": (ARR, [0, 2, 0, 0], I32), ".ssm.conv_kernel": (U32, 4),
+              ".ssm.inner_size": (U32, 512), ".ssm.state_size": (U32, 16), ".ssm.time_step_rank": (U32, 16)},
+    "lfm2": {".attention.head_count_kv": (ARR, [0, 2, 0, 2], I32), ".shortconv.l_cache": (U32, 3)},
+    "qwen35": {".ssm.conv_kernel": (U32, 4), ".ssm.inner_size": (U32, 256), ".ssm.state_size": (U32, 64),
+               ".ssm.time_step_rank": (U32, 4), ".ssm.group_count": (U32, 2), ".full_attention_interval": (U32, 4)},
+    "kimi-linear": {".attention.head_count_kv": (ARR, [0, 0, 0, 1], I32), ".attention.kv_lora_rank": (U32, 64),
+                    ".attention.key_length": (U32, 96), ".attention.key_length_mla": (U32, 96),
+                    ".attention.value_length_mla": (U32, 64), ".ssm.conv_kernel": (U32, 4),
+                    ".kda.head_dim": (U32, 64)},
+    "minimax-01": {".attention.key_length": (U32, 64)},
+    "deepseek2": {".attention.head_count_kv": (U32, 1), ".attention.kv_lora_rank": (U32, 64),
+                  ".attention.key_length": (U32, 96), ".attention.value_length": (U32, 64),
+                  ".attention.key_length_mla": (U32, 96), ".attention.value_length_mla": (U32, 64),
+                  ".nextn_predict_layers": (U32, 1)},
+}
+GGUF_KEYS = sorted({key for keys in GGUF_MODELS.values() for key in keys} | set(GGUF_BASE) | {
+    ".expert_count", ".expert_used_count", ".attention.key_length", ".attention.value_length",
+    ".attention.sliding_window_pattern", ".attention.recurrent_layers", "general.architecture", "general.alignment",
+    "general.file_type", "split.count", "split.no", "split.tensors.count"})
+BOUNDS = [0, 1, 2, 3, 4, 31, 32, 64, 255, 2**15, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**53 + 1, 2**63 - 1, 2**64 - 1,
+          -1, -(2**31)]
+GGUF_VALUES = st.one_of(
+    st.tuples(st.sampled_from([0, 1, 2, 3, 4, 5, 7, 10, 11]), st.sampled_from(BOUNDS)),
+    st.tuples(st.sampled_from([6, 12]), st.sampled_from([0.0, -1.5, 1e39, float("nan"), float("inf")])),
+    st.tuples(st.just(STR), st.sampled_from(TEXT)),
+    st.tuples(st.just(ARR), st.lists(st.sampled_from(BOUNDS[:12]), max_size=9), st.sampled_from([0, 4, 5, 7, 10])),
+    st.tuples(st.just(ARR), st.lists(st.sampled_from(TEXT[:6]), max_size=5), st.just(STR)),
+    st.none())  # the key dropped
+DIMS = st.sampled_from([0, 1, 32, 64, 256, 512, 4096, 2**20, 2**32 - 1])
+GGUF_TENSOR = st.tuples(st.sampled_from(["token_embd.weight", "output.weight", "blk.0.ffn_down.weight",
+                                         "blk.1.ffn_down_exps.weight", "blk.0.ffn_gate.weight",
+                                         "blk.0.ffn_down_shexp.weight", "blk.0.attn_q.weight"]),
+                        st.lists(DIMS, min_size=0, max_size=4), st.sampled_from([0, 1, 8, 12, 30]))
+
+
+def write_parts(directory, metadata: dict, tensors: list, parts: int, damage: int) -> list:
+    """The model as `parts` files named as llama.cpp splits them (<name>-0000i-of-0000N.gguf), each with its
+    split.no and split.count; `damage` names one thing to break: 1 a part's split.no, 2 a missing part, 3 the
+    tensor count the first part gives. Tensor data up to 1 GiB a file is a hole; past that the file is short."""
+    paths = []
+    for no in range(parts):
+        meta = dict(metadata) if no == 0 else {"general.architecture": metadata.get("general.architecture",
+                                                                                     (STR, "llama"))}
+        if parts > 1:
+            meta |= {"split.no": (2, no + (damage == 1 and no == 1)), "split.count": (2, parts),
+                     "split.tensors.count": (I32, len(tensors) + (damage == 3))}
+        head, data = ggufkit.raw_gguf(meta, tensors[no::parts])
+        name = f"model-{no + 1:05d}-of-{parts:05d}.gguf" if parts > 1 else "model.gguf"
+        if damage == 2 and no == parts - 1 and parts > 1:
+            break
+        path = directory / name
+        path.write_bytes(head)
+        if data <= 2**30:
+            os.truncate(path, len(head) + data)
+        paths.append(path)
+    return paths
+
+
+@FUZZ
+@given(st.sampled_from(sorted(GGUF_MODELS)), st.dictionaries(st.sampled_from(GGUF_KEYS), GGUF_VALUES, max_size=4),
+       st.lists(GGUF_TENSOR, max_size=4), st.sampled_from([1, 1, 2, 3]), st.sampled_from([0, 0, 1, 2, 3]),
+       st.sampled_from([["--engine", "llama.cpp", "--kv-budget", "64GiB"], ["--gpu", "rtx-4090"],
+                        ["--engine", "llama.cpp", "--gpu", "h100", "--flash-attn", "off", "--cache-type-k", "q8_0"],
+                        ["--engine", "vllm", "--gpu", "h100"]]))
+def test_gguf_mutations(monkeypatch, capsys, tmp_path_factory, arch, edits, extra, parts, damage, flags):
+    """A GGUF of each mapped architecture with its keys set to other values and types (integers at every width's
+    limits, floats, strings, arrays of each element type, keys dropped), its tensors given other shapes and
+    types, and split in parts, some damaged: each run plans or ends in one line."""
+    metadata = {"general.architecture": (STR, arch)}
+    metadata |= {arch + key: value for key, value in {**GGUF_BASE, **GGUF_MODELS[arch]}.items()}
+    for key, value in edits.items():
+        full = key if key.startswith(("general.", "split.")) else arch + key
+        if value is None:
+            metadata.pop(full, None)
+        else:
+            metadata[full] = value
+    tensors = [("token_embd.weight", [256, 1024], 8), ("blk.0.ffn_down.weight", [512, 256], 8)]
+    for name, dims, ggml_type in extra:
+        tensors = [t for t in tensors if t[0] != name] + [(name, dims, ggml_type)]
+    paths = write_parts(tmp_path_factory.mktemp("gguf"), metadata, tensors, parts, damage)
+    run(monkeypatch, capsys, "estimate", "--model", str(paths[0]), "--ctx", "8k", *flags, "--json")

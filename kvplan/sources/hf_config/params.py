@@ -149,11 +149,13 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
 
 def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layout: Layout) -> Widths | None:
     """The forward widths: dense MLP (or shared expert) and routed expert intermediates, widest over layers.
-    Nemotron-H and NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them. Mamba and
-    Mamba-2 have no MLP."""
+    NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them. Mamba and Mamba-2 have no
+    MLP."""
     if model_type in FAMILY_WIDTHS:
         return FAMILY_WIDTHS[model_type](cfg, hidden, layout)
-    if layout.blocks or model_type == "nemotron_h":
+    if model_type == "nemotron_h":
+        return _nemotron_h_widths(cfg, hidden, layout)
+    if layout.blocks:
         return None
     if model_type in ATTENTION_FREE:
         return Widths(hidden=hidden, mlp_intermediate=0, mlp_activation=str(cfg.get("hidden_act", default="silu")))
@@ -167,6 +169,20 @@ def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layou
     return Widths(hidden=hidden, mlp_intermediate=intermediate, gated_mlp=family.gated_mlp,
                   mlp_activation=str(activation), experts_per_token=moe.top_k if moe else 0,
                   experts=moe.experts if moe else 0, expert_intermediate=moe.intermediate if moe else 0)
+
+
+def _nemotron_h_widths(cfg: Fields, hidden: int, layout: Layout) -> Widths:
+    """Nemotron-H: each block a single mixer, MLP or MoE (`NemotronHBlock`): the MLP blocks' intermediate_size and
+    the MoE blocks' shared expert, up and down projections under ReLU squared (not gated), and their routed
+    experts."""
+    dense = cfg.int("intermediate_size") if "mlp" in layout.types else 0
+    if "moe" not in layout.types:
+        return Widths(hidden=hidden, mlp_intermediate=dense, gated_mlp=False, mlp_activation="relu2")
+    experts = cfg.int("n_routed_experts")
+    return Widths(hidden=hidden, mlp_intermediate=max(dense, cfg.int("moe_shared_expert_intermediate_size")),
+                  gated_mlp=False, mlp_activation="relu2", experts=experts,
+                  experts_per_token=experts_per_token(cfg, experts, "num_experts_per_tok"),
+                  expert_intermediate=cfg.int("moe_intermediate_size"))
 
 
 def _norms_per_layer(cfg: Fields, model_type: str, family: Family) -> int:
