@@ -128,20 +128,48 @@ def test_piped_output_has_no_trailing_spaces(monkeypatch, capsys):
         assert not any(line.endswith(" ") for line in out.splitlines()), args
 
 
-def test_a_wrapped_capacity_label_is_set_off_from_the_next_row():
-    """Too narrow for a label and its value: a blank line after each row, so a label's second line is not read as
-    a row of its own."""
-    from kvplan.capacity import Hardware, Workload, capacity
-    from kvplan.report import print_capacity
-    from kvplan.sources import load_model
+CAPACITY_RUNS = {  # runs whose capacity block had a label too long for 80 columns, each kind of block
+    "MoE on a GPU set": ["--model", "deepseek-v3", "--ctx", "32k", "--gpu", "8xh200", "--users", "64"],
+    "DP ranks and EP": ["--model", "deepseek-v3", "--ctx", "32k", "--gpu", "8xh200", "--dp", "8", "--ep", "8"],
+    "draft model": ["--model", "llama-3-8b", "--ctx", "8k", "--gpu", "h100", "--draft-model",
+                    "llama-3.2-1b-instruct", "--speculative-tokens", "4", "--users", "100"],
+    "llama.cpp": ["--model", "llama-3.1-70b", "--ctx", "8k", "--gpu", "h100", "--engine", "llama.cpp"],
+    "hybrid under SGLang": ["--model", "granite-4.0-h-small", "--ctx", "128k", "--gpu", "h100", "--engine",
+                            "sglang", "--users", "16"],
+    "two figures": ["--model", "gemma-3-27b-it", "--ctx", "32k", "--gpu", "h100", "--batch", "8"],
+    "mean context, shared prefix": ["--model", "gpt-oss-120b", "--ctx", "32k", "--gpu", "4xh100", "--dp", "4",
+                                    "--ep", "4", "--users", "5000", "--avg-ctx", "8k", "--shared-prefix", "1k"],
+    "transformers": ["--model", "llama-3-8b", "--ctx", "8k", "--gpu", "rtx-4090", "--engine", "transformers",
+                     "--users", "4"],
+    "LoRA and offloading": ["--model", "llama-3-8b", "--ctx", "8k", "--gpu", "h100", "--enable-lora", "--max-loras",
+                            "4", "--kv-offloading-size", "64", "--cpu-offload-gb", "4", "--users", "1000"],
+}
 
-    cap = capacity(load_model("google/gemma-3-27b-it"), Workload(ctx=32768, users=8),
-                   hardware=Hardware(name="H100", memory_bytes=80 * 2**30))
-    def after_gpu_memory(width: int) -> str:
-        lines = rendered(width, lambda c: print_capacity(c, cap)).splitlines()
-        return next(lines[i + 1] for i, line in enumerate(lines) if "GPU memory" in line).strip()
 
-    assert after_gpu_memory(50) == "" and after_gpu_memory(120).startswith("x memory fraction")
+def capacity_block(monkeypatch, args: list[str], width: int) -> list[str]:
+    """The label-and-value rows of `kvplan estimate ARGS`' capacity block on a terminal `width` columns wide (the
+    real command line, rich at that width): from the GPU's memory (or --kv-budget) to the last figure."""
+    from test_output_golden import screen
+
+    lines = screen(["estimate", *args], width, monkeypatch).splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(("  GPU memory", "  KV budget per GPU")))
+    end = next(i for i in range(first, len(lines)) if not lines[i].startswith("  "))
+    return lines[first:end]
+
+
+def test_capacity_rows_stay_single_spaced_at_80_columns(monkeypatch):
+    """On an 80-column terminal every label of the capacity block fits beside its value (as many rows as on a
+    wide one) and no blank line splits the rows; on a narrower one a label wraps, indented under itself, and the
+    rows stay single-spaced."""
+    for name, args in CAPACITY_RUNS.items():
+        at_80, wide = capacity_block(monkeypatch, args, 80), capacity_block(monkeypatch, args, 200)
+        assert len(at_80) == len(wide) and all(line.strip() for line in at_80), (name, "\n".join(at_80))
+        assert max(map(len, at_80)) <= 80, name
+        narrow = capacity_block(monkeypatch, args, 50)
+        assert all(line.strip() for line in narrow), (name, "\n".join(narrow))
+    narrow = capacity_block(monkeypatch, CAPACITY_RUNS["MoE on a GPU set"], 50)
+    wrapped = next(i for i, line in enumerate(narrow) if line.strip().startswith("max users at 32,768"))
+    assert narrow[wrapped + 1].startswith("    tokens") and narrow[wrapped].endswith("21")
 
 
 # ---------------------------------------------------------------------------------------------- GPU sets

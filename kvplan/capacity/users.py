@@ -61,7 +61,13 @@ class Capacity(BaseModel):
                                        "max_num_seqs; SGLang: max_running_requests)")
     max_users_per_rank: int = Field(0, description="max_concurrent_users of one data-parallel rank (one replica "
                                                    "without data-parallel attention)")
+    max_concurrent_users_bound: str = Field("memory", description="what bounds max_concurrent_users: memory, or "
+                                            "sequence_limit (as many users as the engine runs at once)")
     max_ctx_for_users: int | None
+    max_ctx_for_users_bound: str | None = Field(None, description="what bounds max_ctx_for_users: memory, "
+                                                "max_context (the model's; memory would hold more), search_limit "
+                                                "(a model stating no maximum), or sequence_limit (more users than "
+                                                "the engine runs at once: 0)")
     avg_ctx: int | None
     max_users_at_avg_ctx: int | None
     shared_prefix: int
@@ -119,11 +125,13 @@ class Capacity(BaseModel):
 
 class UsersServed(NamedTuple):
     """Users at ctx on every stage, times the ranks (DP ranks x replicas): in steady decode (the headline) and as
-    the start-up reservation admits them; `binding` is the stage that binds the headline."""
+    the start-up reservation admits them; `binding` is the stage that binds the headline, and `at_limit` whether
+    its users are as many as its engine runs at once (its sequence limit), however much memory is left."""
 
     steady: int
     at_startup: int
     binding: KVPool
+    at_limit: bool = False
 
 
 def _check_users_cost(model: ModelSpec, pools: list[KVPool], ctx: int) -> None:
@@ -146,7 +154,8 @@ def _users_at(pools: list[KVPool], budget: int, ctx: int, prefix: int, ranks: in
             steady, binding = held, pool
     if not at_startup:
         return UsersServed(0, 0, pools[0])
-    return UsersServed(max(steady, at_startup) * ranks, at_startup * ranks, binding)
+    return UsersServed(max(steady, at_startup) * ranks, at_startup * ranks, binding,
+                       steady == binding.sequence_limit(budget))
 
 
 def _stage_users(pool: KVPool, budget: int, ctx: int, prefix: int) -> tuple[int, int]:
@@ -185,7 +194,11 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     keys, values = engine.cache_types(d.kv)
     need = math.ceil(workload.target / parallel.ranks)
     limit = model.max_context or SEARCH_LIMIT
-    longest = min(max_ctx(p, budget, need, limit, prefix) for p in pools) if workload.users else None
+    longest = longest_bound = None
+    if workload.users:
+        longest = min(max_ctx(p, budget, need, limit, prefix) for p in pools)
+        longest_bound = _ctx_bound(longest, limit, model.max_context,
+                                   any(capped(p, need, budget) < need for p in pools))
     at_avg = None
     if workload.avg_ctx:
         at_avg = min(capped(p, max_users(p, budget, workload.avg_ctx, prefix, steady=True), budget)
@@ -210,13 +223,23 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),
         engine_activation_bytes_per_sequence=binding.activation_bytes(1, ctx),
         max_concurrent_users=users, max_users_at_startup=served.at_startup, sequence_limit=running,
-        max_users_per_rank=users // parallel.ranks, max_ctx_for_users=longest,
+        max_users_per_rank=users // parallel.ranks, max_ctx_for_users=longest, max_ctx_for_users_bound=longest_bound,
+        max_concurrent_users_bound="sequence_limit" if served.at_limit else "memory",
         avg_ctx=workload.avg_ctx, max_users_at_avg_ctx=at_avg, shared_prefix=prefix, fits=users >= workload.target,
         reasons=[], suggestions=[], notes=notes,
         **(_vllm_numbers(binding, budget, ctx) if isinstance(binding, VllmPool) else {}),
         **_host_memory(d, parallel, binding),
         **_draft_and_adapter_numbers(d, binding, ctx),
     )
+
+
+def _ctx_bound(longest: int, limit: int, max_context: int | None, over_sequence_limit: bool) -> str:
+    """What bounds the longest context for N users (`max_ctx` searched up to `limit`)."""
+    if longest == 0 and over_sequence_limit:
+        return "sequence_limit"
+    if longest == limit:
+        return "max_context" if max_context else "search_limit"
+    return "memory"
 
 
 class UsersAt(NamedTuple):
