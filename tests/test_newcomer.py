@@ -80,6 +80,35 @@ def test_a_typo_in_a_bundled_name_suggests_it_even_offline(monkeypatch, capsys, 
     assert_one_line_error(code, err, "HF_HUB_OFFLINE", "did you mean meta-llama/Meta-Llama-3-8B")
 
 
+def test_a_hub_id_missing_its_suffix_suggests_the_bundled_model_first(monkeypatch, capsys, tmp_path):
+    """`meta-llama/Llama-3.2-1B` (the library has the -Instruct model of that size): the name that holds it as
+    whole words comes first, before names of other sizes that are spelt alike (3.2-3B, 2-13b)."""
+    from hubkit import hub_environment
+
+    from kvplan.sources import library
+
+    assert library.suggestions("meta-llama/Llama-3.2-1B")[0] == "meta-llama/Llama-3.2-1B-Instruct"
+    assert library.suggestions("Qwen/Qwen3-8B-Instruct")[0] == "Qwen/Qwen3-8B"  # a name it holds
+    hub_environment(monkeypatch, tmp_path / "hf", offline=True)
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "meta-llama/Llama-3.2-1B", "--ctx", "8k")
+    assert_one_line_error(code, err, "did you mean meta-llama/Llama-3.2-1B-Instruct or")
+
+
+def test_a_size_pasted_with_decimals_is_rounded_down_to_a_byte(monkeypatch, capsys):
+    """`--kv-budget 64.68GiB`, as a log prints it: 64.68 x 2^30 = 69,449,621,176.32 bytes, rounded down as the
+    engines round a size (vLLM keeps int(GiB x 2^30)); a count of bytes itself must still be whole."""
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k",
+                              "--kv-budget", "64.68GiB", "--json")
+    assert code == 0, err
+    assert json.loads(out)["kv_budget_bytes"] == 6468 * 2**30 // 100 == 69_449_621_176
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", "--vram",
+                            "23.99GiB")
+    assert code == 0, err
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k",
+                            "--kv-budget", "1.5B")
+    assert_one_line_error(code, err, "not a whole number of bytes")
+
+
 # ---------------------------------------------------------------------------------------------- output width
 
 
