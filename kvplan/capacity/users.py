@@ -245,11 +245,15 @@ def _ctx_bound(longest: int, limit: int, max_context: int | None, over_sequence_
 class UsersAt(NamedTuple):
     """One cell of a planning table: what `capacity` reports as max_concurrent_users and
     engine_kv_bytes_per_sequence at ctx, with the KV budget per GPU (None, in a table, for a model that keeps no
-    per-sequence cache: `users_sweep` does not plan one)."""
+    per-sequence cache: `users_sweep` does not plan one); `sequence_limit`: the engine's limit on running requests
+    where the users reach it (an instance's, as `Capacity.sequence_limit`); `not_planned`: why the deployment
+    cannot be planned (the engine does not run the model on that GPU or release), where it cannot."""
 
     max_users: int | None
     engine_kv_bytes_per_sequence: int | None
     kv_budget_bytes: int | None
+    sequence_limit: int | None = None
+    not_planned: str | None = None
 
 
 def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple[Hardware, Parallelism]], *,
@@ -259,16 +263,21 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
     """For each GPU set x ctx, the users `capacity` finds (the same budget, pools and search), without the rest of
     its report: `kvplan table`'s sweep. The model's split (`LayoutSplit`) is built and checked once for each
     parallel layout; each deployment is sized for the longest context; users fall as the context grows, so past
-    the shortest context at which none fits, none is counted."""
+    the shortest context at which none fits, none is counted. A GPU set the deployment cannot be planned on gets
+    cells that say why (`UsersAt.not_planned`), and the others are still counted."""
     options = options or EngineOptions()
     longest = [Workload(ctx=max(ctxs))]  # the workloads differ in ctx alone: a deployment is sized for the longest
     splits: dict[Parallelism, LayoutSplit] = {}
     out = []
     for hardware, parallel in hardwares:
-        d = deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
-                    weights_dtype_name, None, overhead, splits.get(parallel))
+        try:
+            d = deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
+                       weights_dtype_name, None, overhead, splits.get(parallel))
+            _check_users_cost(model, d.pools, min(ctxs))
+        except KvplanError as err:
+            out.append([UsersAt(None, None, None, not_planned=str(err))] * len(ctxs))
+            continue
         splits[parallel] = d.split
-        _check_users_cost(model, d.pools, min(ctxs))
         none_from = None  # the shortest ctx at which not one user fits: none fits at any longer one either
         row = []
         for ctx in ctxs:
@@ -278,7 +287,8 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
                 served = _users_at(d.pools, d.budget, ctx, 0, parallel.ranks)
                 if not served.steady:
                     none_from = ctx
-            row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget))
+            limit = served.binding.sequence_limit(d.budget) if served.at_limit else None
+            row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget, limit))
         out.append(row)
     return out
 
