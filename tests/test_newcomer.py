@@ -34,6 +34,28 @@ def test_version_help_and_completion(monkeypatch, capsys):
     assert result.returncode == 0 and "_kvplan_completion" in result.stdout
 
 
+def test_estimate_help_groups_its_flags_by_what_they_set(monkeypatch, capsys):
+    """`estimate --help` listed the flags of five engines in one list: they are under headings, as `vllm serve
+    --help` groups its own, each engine's flags under its name; `plan`, `table` and `plot` share them."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "--help")
+    sections = dict(re.findall(r"^(\S[^\n]*):\n((?:  [^\n]*\n|\n(?=  ))+)", out, re.M))
+    assert code == 0 and list(sections) == ["Model", "Workload", "GPUs, engine and budget", "Parallelism",
+                                            "Speculative decoding", "vLLM", "vLLM and SGLang", "SGLang",
+                                            "llama.cpp", "transformers", "Options"]
+    for section, flags in {"Model": ["--model", "--kv-dtype"], "Workload": ["--ctx", "--users"],
+                           "GPUs, engine and budget": ["--gpu", "--kv-budget"], "Parallelism": ["--tp", "--dp"],
+                           "vLLM": ["--block-size", "--enable-lora"], "SGLang": ["--max-mamba-cache-size"],
+                           "llama.cpp": ["--ubatch-size", "--cache-type-k"], "Options": ["--json"],
+                           "transformers": ["--cache-implementation"]}.items():
+        assert all(flag in sections[section] for flag in flags), section
+    for command in ("plan", "table", "plot"):
+        code, out, _ = run_main(monkeypatch, capsys, command, "--help")
+        assert code == 0 and "\nModel:\n" in out and "\nGPUs, engine and budget:\n" in out, command
+
+
 def test_the_shell_completes_commands(monkeypatch):
     """The protocol the installed script uses: the shell runs kvplan with _KVPLAN_COMPLETE set."""
     import os
