@@ -656,7 +656,7 @@ def plot_command(
     keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
     """Chart KV memory or max users against context for several models, as PNG or SVG (needs matplotlib:
-    pip install 'kvplan[plot]')."""
+    pip install '.[plot]' in kvplan's source directory)."""
     from kvplan import plot
     from kvplan import table as planning
 
@@ -694,7 +694,7 @@ def profile(
 ) -> None:
     """Build the model with random weights on the device (transformers' own classes), prefill ctx - S tokens,
     decode S, and measure the cache, the allocator and the driver beside kvplan's transformers prediction.
-    Needs `pip install 'kvplan[profile]'`."""
+    Needs `pip install '.[profile]'` in kvplan's source directory."""
     import gc
 
     gc.enable()  # `kvplan.main` runs the planning commands without it; torch's objects do form cycles

@@ -13,15 +13,34 @@ CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 def test_the_cpu_only_torch_install_is_given_wherever_the_extra_is(monkeypatch, capsys, tmp_path):
-    """`pip install 'kvplan[profile]'` alone takes torch's CUDA build from the package index, even on a machine without
+    """`pip install '.[profile]'` alone takes torch's CUDA build from the package index, even on a machine without
     a GPU: the README, profile.md and the missing-torch error give PyTorch's CPU index first."""
     for page in ("README.md", "docs/profile.md"):
         text = (ROOT / page).read_text(encoding="utf-8")
-        assert CPU_TORCH in text and "pip install 'kvplan[profile]'" in text, page
+        assert CPU_TORCH in text and "pip install '.[profile]'" in text, page
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError, as where it is missing
     code, _, err = run_main(monkeypatch, capsys, "profile", "--model", "llama-3-8b", "--ctx", "64", "--device",
                             "cpu")
-    assert_one_line_error(code, err, "pip install 'kvplan[profile]'", CPU_TORCH)
+    assert_one_line_error(code, err, "pip install '.[profile]' in kvplan's source directory", CPU_TORCH)
+
+
+def test_install_lines_work_from_a_clone():
+    """kvplan is installed from its source directory, not from the package index: `pip install 'kvplan[profile]'`
+    finds no distribution, so no page or message says it. The README's test command names PyTorch's CPU index
+    for torch (`torch==2.13.0` from the package index is the CUDA build on Linux), and CI runs that command."""
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    sources = [*sorted((ROOT / "kvplan").rglob("*.py"))]
+    said = [f"{path.relative_to(ROOT)}:{number}" for path in pages + sources
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if re.search(r"install '?kvplan\[", line)]
+    assert not said, said
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (test_line,) = [line for line in readme.splitlines() if line.startswith("pip install torch==")]
+    assert test_line.startswith("pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && ")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1]
+    assert ci.replace(" --quiet", "") == test_line
 
 
 def test_version_help_and_completion(monkeypatch, capsys):
