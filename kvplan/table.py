@@ -45,8 +45,9 @@ GPU_FIELDS = ("engine", "engine_version", "gpu", "gpu_memory_bytes", "kv_budget_
 
 
 class Gpu(NamedTuple):
-    """The GPUs to plan on: `count` of a catalogue entry (`name`) or of a --vram size (`name` None); `short`: as
-    --gpu spells it (`h100`, `4xh100`, `24GiB`), for headers a Markdown table keeps narrow."""
+    """The GPUs to plan on: `count` of a catalogue entry (`name`) or of a --vram size (`name` None); `short`: its
+    first alias or its size, with the count (`h100`, `4xh100`, `24.00GiB`), for headers a Markdown table keeps
+    narrow."""
 
     label: str
     name: str | None
