@@ -34,16 +34,46 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_print_
                                                    help="print kvplan's version and exit")] = False) -> None:
     """VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users."""
 
-Model = Annotated[str, typer.Option("--model", "-m", help="library name or alias, config.json, a directory holding "
-                                    "one, a YAML spec, a GGUF file, or a Hugging Face Hub id (org/name; "
-                                    "org/name:Q4_K_M for a GGUF in it)")]
-GgufFile = Annotated[str | None, typer.Option("--gguf-file", help="the GGUF file of the Hub repo --model names to "
-                                              "read (its header alone)")]
-Revision = Annotated[str | None, typer.Option(help="Hub revision: branch, tag or commit (default: main)")]
-Token = Annotated[str | None, typer.Option(help="Hugging Face token for gated or private repos "
-                                           "(default: HF_TOKEN or the stored login)")]
-Json = Annotated[bool, typer.Option("--json", help="print one JSON object (sizes in bytes)")]
-Ctx = Annotated[str, typer.Option(help="tokens each sequence holds: 8192, 8k, 128K, 1M (k = 1,024)")]
+# --help panels (`Panels`), in this order, as `vllm serve --help` groups its flags
+MODEL, WORKLOAD, HARDWARE, PARALLEL = "Model", "Workload", "GPUs, engine and budget", "Parallelism"
+VLLM, VLLM_SGLANG, SGLANG, LLAMACPP = "vLLM", "vLLM and SGLang", "SGLang", "llama.cpp"
+TRANSFORMERS, SPECULATIVE = "transformers", "Speculative decoding"
+PANELS = ("Arguments", MODEL, WORKLOAD, HARDWARE, PARALLEL, SPECULATIVE, VLLM, VLLM_SGLANG, SGLANG, LLAMACPP,
+          TRANSFORMERS, "Options")
+
+
+def _flag(kind, help: str, *names: str, panel: str | None = None):
+    return Annotated[kind, typer.Option(*names, help=help, rich_help_panel=panel)]
+
+
+class Panels(typer.core.TyperCommand):
+    """A command whose --help lists its options under headings by what they set (the model, the workload, the
+    GPUs, each engine's own flags: `PANELS`). typer draws its help panels only through rich, which kvplan's help
+    does not import."""
+
+    def format_options(self, ctx, formatter) -> None:
+        panels: dict[str, list] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                panel = "Arguments" if param.param_type_name == "argument" else param.rich_help_panel
+                panels.setdefault(panel or "Options", []).append(record)
+        for panel in sorted(panels, key=PANELS.index):
+            with formatter.section(panel):
+                formatter.write_dl(panels[panel])
+
+
+Model = _flag(str, "library name or alias, config.json, a directory holding one, a YAML spec, a GGUF file, or a "
+              "Hugging Face Hub id (org/name; org/name:Q4_K_M for a GGUF in it)", "--model", "-m", panel=MODEL)
+GgufFile = _flag(str | None, "the GGUF file of the Hub repo --model names to read (its header alone)", "--gguf-file",
+                 panel=MODEL)
+Revision = _flag(str | None, "Hub revision: branch, tag or commit (default: main)", panel=MODEL)
+Token = _flag(str | None, "Hugging Face token for gated or private repos (default: HF_TOKEN or the stored login)",
+              panel=MODEL)
+Json = _flag(bool, "print one JSON object (sizes in bytes)", "--json")
+Ctx = _flag(str, "tokens each sequence holds: 8192, 8k, 128K, 1M (k = 1,024)", panel=WORKLOAD)
+KvDtype = _flag(str | None, "KV cache dtype (default: the model's)", panel=MODEL)
+WeightsDtype = _flag(str | None, "weights dtype (default: the checkpoint's)", panel=MODEL)
 
 
 def _console():
@@ -53,97 +83,101 @@ def _console():
     return console()
 
 
-def _flag(kind, help: str, *names: str):
-    return Annotated[kind, typer.Option(*names, help=help)]
-
-
 # Capacity flags, engine flags named as the engines name them; any of them makes `estimate` plan capacity.
-Gpu = _flag(str | None, "GPU from the catalogue (`kvplan gpus`): h100, a100-80gb, rtx-4090")
-Vram = _flag(str | None, "memory of a GPU not in the catalogue: 24GiB, 48GB")
-Gpus = _flag(int | None, "GPUs in all; beyond TP x PP they are data-parallel replicas")
-Tp = _flag(int | None, "tensor-parallel degree", "--tp", "--tensor-parallel-size")
-Pp = _flag(int | None, "pipeline-parallel degree", "--pp", "--pipeline-parallel-size")
+Gpu = _flag(str | None, "GPU from the catalogue (`kvplan gpus`): h100, a100-80gb, rtx-4090", panel=HARDWARE)
+Vram = _flag(str | None, "memory of a GPU not in the catalogue: 24GiB, 48GB", panel=HARDWARE)
+Gpus = _flag(int | None, "GPUs in all; beyond TP x PP they are data-parallel replicas", panel=HARDWARE)
+Tp = _flag(int | None, "tensor-parallel degree", "--tp", "--tensor-parallel-size", panel=PARALLEL)
+Pp = _flag(int | None, "pipeline-parallel degree", "--pp", "--pipeline-parallel-size", panel=PARALLEL)
 Dp = _flag(int | None, "vLLM, SGLang: data-parallel attention ranks sharing the experts (SGLang: with "
-           "--enable-dp-attention, attention TP = --tp / --dp)", "--dp", "--data-parallel-size", "--dp-size")
+           "--enable-dp-attention, attention TP = --tp / --dp)", "--dp", "--data-parallel-size", "--dp-size",
+           panel=PARALLEL)
 Ep = _flag(int | None, "SGLang, vLLM: expert-parallel size (vLLM's is DP x TP)", "--ep", "--ep-size",
-           "--expert-parallel-size")
+           "--expert-parallel-size", panel=PARALLEL)
 ExpertParallel = _flag(bool, "vLLM, SGLang: place the routed experts whole on every GPU of a stage (EP = DP x "
-                       "attention TP)", "--enable-expert-parallel", "--enable-ep-moe")
-Engine = _flag(str | None, "vllm (default), sglang, llama.cpp, transformers, tensorrt-llm or ideal")
-EngineVersion = _flag(str | None, "engine release whose defaults apply (vllm, transformers)")
+                       "attention TP)", "--enable-expert-parallel", "--enable-ep-moe", panel=PARALLEL)
+Engine = _flag(str | None, "vllm (default), sglang, llama.cpp, transformers, tensorrt-llm or ideal", panel=HARDWARE)
+EngineVersion = _flag(str | None, "engine release whose defaults apply (vllm, transformers)", panel=HARDWARE)
 Fraction = _flag(float | None, "share of GPU memory the engine may use (TensorRT-LLM: of what is free after "
-                 "loading)", "--gpu-memory-utilization", "--mem-fraction-static")
-KvBudget = _flag(str | None, "plan for exactly this much KV memory per GPU: 60GiB")
-Overhead = _flag(str | None, "memory per GPU besides weights and KV, replacing the engine's default: 2GiB")
-Users = _flag(int | None, "concurrent users to fit (default: --batch)")
-AvgCtx = _flag(str | None, "mean tokens per user, for paged engines")
-SharedPrefix = _flag(str | None, "system-prompt tokens every user shares (prefix caching)")
-BlockSize = _flag(int | None, "KV block size in tokens (vLLM; TensorRT-LLM tokens_per_block)")
-BatchedTokens = _flag(int | None, "vLLM --max-num-batched-tokens")
-AsyncScheduling = _flag(bool | None, "vLLM async scheduling (default on; off on vLLM's CPU backend)",
-                        "--async-scheduling/--no-async-scheduling")
-KvUnified = _flag(bool | None, "llama.cpp unified KV cache", "--kv-unified/--no-kv-unified")
-SwaFull = _flag(bool | None, "llama.cpp: full-size cache for sliding-window layers", "--swa-full/--no-swa-full")
-CacheImpl = _flag(str | None, "transformers cache: dynamic (default) or static")
+                 "loading)", "--gpu-memory-utilization", "--mem-fraction-static", panel=HARDWARE)
+KvBudget = _flag(str | None, "plan for exactly this much KV memory per GPU: 60GiB", panel=HARDWARE)
+Overhead = _flag(str | None, "memory per GPU besides weights and KV, replacing the engine's default: 2GiB",
+                 panel=HARDWARE)
+Users = _flag(int | None, "concurrent users to fit (default: --batch)", panel=WORKLOAD)
+AvgCtx = _flag(str | None, "mean tokens per user, for paged engines", panel=WORKLOAD)
+SharedPrefix = _flag(str | None, "system-prompt tokens every user shares (prefix caching)", panel=WORKLOAD)
+BlockSize = _flag(int | None, "KV block size in tokens (TensorRT-LLM: tokens_per_block)", panel=VLLM)
+BatchedTokens = _flag(int | None, "tokens a scheduler step batches (sizes activations and windows)", panel=VLLM)
+AsyncScheduling = _flag(bool | None, "async scheduling (default on; off on vLLM's CPU backend)",
+                        "--async-scheduling/--no-async-scheduling", panel=VLLM)
+KvUnified = _flag(bool | None, "unified KV cache (-kvu)", "--kv-unified/--no-kv-unified", panel=LLAMACPP)
+SwaFull = _flag(bool | None, "full-size cache for sliding-window layers", "--swa-full/--no-swa-full", panel=LLAMACPP)
+CacheImpl = _flag(str | None, "cache class: dynamic (default) or static", panel=TRANSFORMERS)
 # llama.cpp's own flags (llama-server's names), docs/engines.md
-UbatchSize = _flag(int | None, "llama.cpp -ub: physical batch (default 512)", "--ubatch-size", "-ub")
-BatchSize = _flag(int | None, "llama.cpp -b: logical batch (default 2048, llama-cpp-python 512)", "--batch-size")
-CacheTypeK = _flag(str | None, "llama.cpp K cache type (default --kv-dtype, else f16)", "--cache-type-k", "-ctk")
-CacheTypeV = _flag(str | None, "llama.cpp V cache type (default --kv-dtype, else f16)", "--cache-type-v", "-ctv")
-FlashAttn = _flag(str | None, "llama.cpp -fa: on, off or auto (default auto; llama-cpp-python off)",
-                  "--flash-attn", "-fa")
+UbatchSize = _flag(int | None, "physical batch (default 512)", "--ubatch-size", "-ub", panel=LLAMACPP)
+BatchSize = _flag(int | None, "-b: logical batch (default 2048, llama-cpp-python 512)", "--batch-size",
+                  panel=LLAMACPP)
+CacheTypeK = _flag(str | None, "K cache type (default --kv-dtype, else f16)", "--cache-type-k", "-ctk",
+                   panel=LLAMACPP)
+CacheTypeV = _flag(str | None, "V cache type (default --kv-dtype, else f16)", "--cache-type-v", "-ctv",
+                   panel=LLAMACPP)
+FlashAttn = _flag(str | None, "flash attention: on, off or auto (default auto; llama-cpp-python off)",
+                  "--flash-attn", "-fa", panel=LLAMACPP)
 SpeculativeTokens = _flag(int | None, "draft tokens per step of speculative decoding (vLLM num_speculative_tokens, "
                           "SGLang --speculative-num-draft-tokens; llama.cpp: recurrent states kept for rollback, or "
-                          "with --draft-model --spec-draft-n-max)", "--speculative-tokens")
+                          "with --draft-model --spec-draft-n-max)", "--speculative-tokens", panel=SPECULATIVE)
 # Speculative decoding and LoRA (vLLM, SGLang), docs/engines.md
 DraftModel = _flag(str | None, "draft model of speculative decoding, read as --model is, or an EAGLE head's config "
-                   "(vllm, sglang; llama.cpp -md)", "--draft-model")
+                   "(vllm, sglang; llama.cpp -md)", "--draft-model", panel=SPECULATIVE)
 SpeculativeMethod = _flag(str | None, "draft_model (with --draft-model), eagle or eagle3 (--draft-model: the EAGLE "
-                          "head), mtp (the checkpoint's MTP layers) or ngram (vllm, sglang)", "--speculative-method")
-EnableLora = _flag(bool | None, "vLLM: preallocate LoRA adapter slots", "--enable-lora")
-MaxLoras = _flag(int | None, "vLLM: LoRA adapters on each GPU at once (default 1)", "--max-loras")
-MaxLoraRank = _flag(int | None, "vLLM: largest LoRA rank (default 16)", "--max-lora-rank")
-MaxCpuLoras = _flag(int | None, "vLLM: LoRA adapters cached in host memory (default --max-loras)", "--max-cpu-loras")
-Lora = Annotated[list[str] | None, typer.Option("--lora", metavar="<file>", help="llama.cpp: a LoRA adapter GGUF it "
-                                                "loads at start-up (repeat for more)")]
-Frontend = _flag(str | None, "llama.cpp front end: server (llama-server, default) or python (llama-cpp-python "
-                 "Llama())")
+                          "head), mtp (the checkpoint's MTP layers) or ngram (vllm, sglang)", "--speculative-method",
+                          panel=SPECULATIVE)
+EnableLora = _flag(bool | None, "preallocate LoRA adapter slots", "--enable-lora", panel=VLLM)
+MaxLoras = _flag(int | None, "LoRA adapters on each GPU at once (default 1)", "--max-loras", panel=VLLM)
+MaxLoraRank = _flag(int | None, "largest LoRA rank (default 16)", "--max-lora-rank", panel=VLLM)
+MaxCpuLoras = _flag(int | None, "LoRA adapters cached in host memory (default --max-loras)", "--max-cpu-loras",
+                    panel=VLLM)
+Lora = Annotated[list[str] | None, typer.Option("--lora", metavar="<file>", help="a LoRA adapter GGUF it loads at "
+                                                "start-up (repeat for more)", rich_help_panel=LLAMACPP)]
+Frontend = _flag(str | None, "front end: server (llama-server, default) or python (llama-cpp-python Llama())",
+                 panel=LLAMACPP)
 # vLLM's multimodal and offloading flags (docs/engines.md)
-LimitMm = _flag(str | None, "vLLM: items per prompt, '{\"image\": 0}' or image=0,video=0 (0 for every modality: "
-                "text-only)", "--limit-mm-per-prompt")
-LanguageModelOnly = _flag(bool, "vLLM: serve a multimodal model as text only (no vision tower, no encoder cache)",
-                          "--language-model-only")
-KvOffloadSize = _flag(str | None, "vLLM: host memory for offloaded KV, GiB (64) or a size (64GiB)",
-                      "--kv-offloading-size")
-KvOffloadBackend = _flag(str | None, "vLLM: native (default) or lmcache", "--kv-offloading-backend")
-CpuOffload = _flag(str | None, "vLLM: GiB of each GPU's weights kept in host memory (10) or a size",
-                   "--cpu-offload-gb")
-GdnPrefill = _flag(str | None, "vLLM: Gated DeltaNet prefill kernel, flashinfer, triton or cutedsl (default: "
-                   "FlashInfer on Hopper and Blackwell, which adds a state page)", "--gdn-prefill-backend")
-MambaSsmDtype = _flag(str | None, "vLLM, and SGLang's --mamba-ssm-dtype: dtype of Mamba and Gated DeltaNet SSM "
-                      "states, auto, float32, float16 or bfloat16 (default auto: the engine's rule, see "
-                      "docs/engines.md)", "--mamba-ssm-cache-dtype")
-MaxMambaCache = _flag(int | None, "SGLang: Mamba state slots, split over the DP ranks, whatever the budget",
-                      "--max-mamba-cache-size")
-MambaRatio = _flag(float | None, "SGLang: Mamba pool memory over KV pool memory (default 0.9)",
-                   "--mamba-full-memory-ratio")
-MaxNumSeqs = _flag(int | None, "vLLM, SGLang: requests run at once (vLLM: each DP rank; default 1,024 on GPUs of >= "
-                   "70 GiB but A100s, else 256; SGLang: over the DP ranks, default by its pool, 48 with a draft)",
-                   "--max-num-seqs", "--max-running-requests")
-DisableRadixCache = _flag(bool, "SGLang: no radix cache: no prefix kept once, and 1 Mamba state slot a running "
-                          "request (5 with it)", "--disable-radix-cache")
+LimitMm = _flag(str | None, "items per prompt, '{\"image\": 0}' or image=0,video=0 (0 for every modality: "
+                "text-only)", "--limit-mm-per-prompt", panel=VLLM)
+LanguageModelOnly = _flag(bool, "serve a multimodal model as text only (no vision tower, no encoder cache)",
+                          "--language-model-only", panel=VLLM)
+KvOffloadSize = _flag(str | None, "host memory for offloaded KV, GiB (64) or a size (64GiB)",
+                      "--kv-offloading-size", panel=VLLM)
+KvOffloadBackend = _flag(str | None, "native (default) or lmcache", "--kv-offloading-backend", panel=VLLM)
+CpuOffload = _flag(str | None, "GiB of each GPU's weights kept in host memory (10) or a size",
+                   "--cpu-offload-gb", panel=VLLM)
+GdnPrefill = _flag(str | None, "Gated DeltaNet prefill kernel, flashinfer, triton or cutedsl (default: "
+                   "FlashInfer on Hopper and Blackwell, which adds a state page)", "--gdn-prefill-backend",
+                   panel=VLLM)
+MambaSsmDtype = _flag(str | None, "dtype of Mamba and Gated DeltaNet SSM states (SGLang's --mamba-ssm-dtype): "
+                      "auto, float32, float16 or bfloat16 (default auto: the engine's rule, see docs/engines.md)",
+                      "--mamba-ssm-cache-dtype", panel=VLLM_SGLANG)
+MaxMambaCache = _flag(int | None, "Mamba state slots, split over the DP ranks, whatever the budget",
+                      "--max-mamba-cache-size", panel=SGLANG)
+MambaRatio = _flag(float | None, "Mamba pool memory over KV pool memory (default 0.9)",
+                   "--mamba-full-memory-ratio", panel=SGLANG)
+MaxNumSeqs = _flag(int | None, "requests run at once (vLLM: each DP rank; default 1,024 on GPUs of >= 70 GiB but "
+                   "A100s, else 256; SGLang: over the DP ranks, default by its pool, 48 with a draft)",
+                   "--max-num-seqs", "--max-running-requests", panel=VLLM_SGLANG)
+DisableRadixCache = _flag(bool, "no radix cache: no prefix kept once, and 1 Mamba state slot a running request "
+                          "(5 with it)", "--disable-radix-cache", panel=SGLANG)
 
 
-@app.command()
+@app.command(cls=Panels)
 def estimate(
     model: Model,
     ctx: Ctx,
     revision: Revision = None,
     token: Token = None,
     gguf_file: GgufFile = None,
-    batch: Annotated[int, typer.Option(help="concurrent sequences")] = 1,
-    kv_dtype: Annotated[str | None, typer.Option(help="KV cache dtype (default: the model's)")] = None,
-    weights_dtype: Annotated[str | None, typer.Option(help="weights dtype (default: the checkpoint's)")] = None,
+    batch: Annotated[int, typer.Option(help="concurrent sequences", rich_help_panel=WORKLOAD)] = 1,
+    kv_dtype: KvDtype = None,
+    weights_dtype: WeightsDtype = None,
     gpu: Gpu = None, vram: Vram = None, gpus: Gpus = None, tp: Tp = None, pp: Pp = None, dp: Dp = None,
     ep: Ep = None, enable_expert_parallel: ExpertParallel = False,
     engine: Engine = None, engine_version: EngineVersion = None, gpu_memory_utilization: Fraction = None,
@@ -385,11 +419,11 @@ def _counts(**flags: int | None) -> None:
             raise KvplanError(f"{flag} must be between 1 and {MAX_COUNT:,}, got {shown}")
 
 
-@app.command()
+@app.command(cls=Panels)
 def plan(
     model: Model,
     ctx: Ctx,
-    users: Annotated[int, typer.Option(help="concurrent users to serve")],
+    users: Annotated[int, typer.Option(help="concurrent users to serve", rich_help_panel=WORKLOAD)],
     revision: Revision = None,
     token: Token = None,
     gguf_file: GgufFile = None,
@@ -407,7 +441,7 @@ def plan(
     mamba_ssm_cache_dtype: MambaSsmDtype = None, lora: Lora = None,
     max_mamba_cache_size: MaxMambaCache = None, mamba_full_memory_ratio: MambaRatio = None,
     max_num_seqs: MaxNumSeqs = None, disable_radix_cache: DisableRadixCache = False,
-    max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider")] = 64,
+    max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider", rich_help_panel=HARDWARE)] = 64,
     as_json: Json = False,
 ) -> None:
     """The configurations that serve USERS at CTX on a GPU type: GPU count, TP, KV and weights dtypes,
@@ -508,14 +542,14 @@ def models(
 
 # `table` and `plot`: several models x contexts x GPUs (kvplan/table.py, kvplan/plot.py, docs/tables.md).
 Models = _flag(str | None, "models: a comma list (library names, Hub ids, config.json, YAML specs), or @FILE "
-               "or FILE.txt with one per line (# comments)", "--models", "-m")
-Filter = _flag(str | None, "add the library models whose id or alias contains this text", "--filter")
-Ctxs = _flag(str, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024)", "--ctx")
+               "or FILE.txt with one per line (# comments)", "--models", "-m", panel=MODEL)
+Filter = _flag(str | None, "add the library models whose id or alias contains this text", "--filter", panel=MODEL)
+Ctxs = _flag(str, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024)", "--ctx", panel=WORKLOAD)
 Gpus_ = _flag(str | None, "GPUs from the catalogue, a comma list (h100,l40s,4xh100): adds max users on each GPU "
-              "set")
-Vrams = _flag(str | None, "memory of GPUs not in the catalogue, a comma list: 24GiB,48GB")
+              "set", panel=HARDWARE)
+Vrams = _flag(str | None, "memory of GPUs not in the catalogue, a comma list: 24GiB,48GB", panel=HARDWARE)
 TableEngine = _flag(str | None, "engine whose rules and dtypes apply: vllm (default with a GPU; llama.cpp on Apple "
-                    "silicon), sglang, llama.cpp, transformers, tensorrt-llm or ideal")
+                    "silicon), sglang, llama.cpp, transformers, tensorrt-llm or ideal", panel=HARDWARE)
 KeepGoing = _flag(bool, "leave out models that fail (still named on stderr, exit 2) instead of stopping",
                   "--keep-going")
 TableFormat = _flag(str | None, "rich, markdown, csv or json (default: from --out's extension, else rich)",
@@ -526,8 +560,7 @@ Force = _flag(bool, "--out: write through a symbolic link to the file it points 
 Pivot = _flag(bool, "contexts as columns, one value a cell (--metric)", "--pivot")
 Metric = _flag(str | None, "the --pivot value: kv (KV per sequence), total, or users (default: users with a "
                "GPU, else kv)")
-KvDtypes = _flag(str | None, "KV cache dtype (default: the model's, or the engine's)")
-WeightsDtypes = _flag(str | None, "weights dtype (default: the checkpoint's)")
+KvDtypes = _flag(str | None, "KV cache dtype (default: the model's, or the engine's)", panel=MODEL)
 
 
 def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version, fraction,
@@ -546,17 +579,17 @@ def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engi
                           revision=revision, token=token, tp=tp, pp=pp)
 
 
-@app.command(name="table")
+@app.command(name="table", cls=Panels)
 def table_command(
     ctx: Ctxs,
     models: Models = None,
     filter: Filter = None,
     revision: Revision = None,
     token: Token = None,
-    batch: Annotated[int, typer.Option(help="sequences per model in the total column")] = 1,
+    batch: Annotated[int, typer.Option(help="sequences per model in the total column", rich_help_panel=WORKLOAD)] = 1,
     gpu: Gpus_ = None, vram: Vrams = None, engine: TableEngine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
-    kv_dtype: KvDtypes = None, weights_dtype: WeightsDtypes = None,
+    kv_dtype: KvDtypes = None, weights_dtype: WeightsDtype = None,
     fmt: TableFormat = None, out: TableOut = None, pivot: Pivot = False, metric: Metric = None,
     keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
@@ -603,26 +636,27 @@ PlotKind = _flag(str, "kv: KV cache vs context, with GPU memory lines; users: ma
                  "context")
 
 
-@app.command(name="plot")
+@app.command(name="plot", cls=Panels)
 def plot_command(
     out: Annotated[str, typer.Option("--out", "-o", help="the chart: a .png or .svg file")],
     models: Models = None,
     filter: Filter = None,
     revision: Revision = None,
     token: Token = None,
-    ctx: Annotated[str, typer.Option(help="contexts, a comma list (k = 1,024)")] = PLOT_CTX,
+    ctx: Annotated[str, typer.Option(help="contexts, a comma list (k = 1,024)", rich_help_panel=WORKLOAD)] = PLOT_CTX,
     kind: PlotKind = "kv",
-    batch: Annotated[int, typer.Option(help="sequences whose KV cache the kv chart shows")] = 1,
+    batch: Annotated[int, typer.Option(help="sequences whose KV cache the kv chart shows",
+                                       rich_help_panel=WORKLOAD)] = 1,
     with_weights: Annotated[bool, typer.Option("--with-weights", help="kv chart: plot weights + KV")] = False,
     gpu: Gpus_ = None, vram: Vrams = None, engine: TableEngine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
-    kv_dtype: KvDtypes = None, weights_dtype: WeightsDtypes = None,
+    kv_dtype: KvDtypes = None, weights_dtype: WeightsDtype = None,
     y_scale: Annotated[str, typer.Option(help="log or linear")] = "log",
     title: Annotated[str | None, typer.Option(help="chart title (default: says what is plotted)")] = None,
     keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
     """Chart KV memory or max users against context for several models, as PNG or SVG (needs matplotlib:
-    pip install 'kvplan[plot]')."""
+    pip install '.[plot]' in kvplan's source directory)."""
     from kvplan import plot
     from kvplan import table as planning
 
@@ -660,7 +694,7 @@ def profile(
 ) -> None:
     """Build the model with random weights on the device (transformers' own classes), prefill ctx - S tokens,
     decode S, and measure the cache, the allocator and the driver beside kvplan's transformers prediction.
-    Needs `pip install 'kvplan[profile]'`."""
+    Needs `pip install '.[profile]'` in kvplan's source directory."""
     import gc
 
     gc.enable()  # `kvplan.main` runs the planning commands without it; torch's objects do form cycles

@@ -76,7 +76,8 @@ def require_matplotlib():
     try:
         import matplotlib
     except ImportError:
-        raise KvplanError("kvplan plot needs matplotlib: pip install 'kvplan[plot]'") from None
+        raise KvplanError("kvplan plot needs matplotlib: pip install '.[plot]' in kvplan's source directory (or "
+                          "pip install matplotlib)") from None
     return matplotlib
 
 

@@ -7,7 +7,6 @@ styles are given as Text styles, and such text passes through `kvplan.text.plain
 import sys
 from itertools import groupby
 
-from rich import box
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
@@ -45,15 +44,31 @@ def print_table(console: Console, table: Table, whole: tuple[int, ...] = (0,)) -
     """Print a table without breaking what must stay whole: numbers (right-justified columns) and the columns in
     `whole` (model ids, GPU names) keep their widest line on one line, while headers wrap between words and prose
     labels wrap. A terminal too narrow even for that gets the table at the width it needs (the terminal wraps the
-    lines) rather than a cut id or number. In a table of labels and values, a label that wraps gets a blank line
-    before the next row, so that its second line does not read as a row of its own."""
+    lines) rather than a cut id or number. In a table of labels and values, rows stay single-spaced: a label that
+    wraps continues indented under itself (`_hang`), so that its second line does not read as a row of its own."""
     needed = _measure(console, table, whole)
     if needed.maximum > console.width and not table.show_header:
-        table.box, table.show_edge, table.leading = box.SIMPLE, False, 1
+        table = _hang(console, table, needed.maximum - console.width)
         needed = table.__rich_measure__(console, console.options)
     if needed.minimum <= console.width < needed.maximum:
         _narrow(table, needed.maximum - console.width)
     console.print(table, width=max(console.width, needed.minimum), crop=False)
+
+
+def _hang(console: Console, table: Table, excess: int) -> Table:
+    """A table of labels and values `excess` cells too wide, as a copy whose labels (the first column) are wrapped
+    `excess` cells narrower, each further line indented two cells past the label's own indent."""
+    labels, *others = table.columns
+    width = max(max((cell_len(str(c)) for c in labels.cells), default=0) - excess, 12)
+    hung = Table(show_header=False, box=table.box, padding=table.padding)
+    for column in table.columns:
+        hung.add_column(justify=column.justify)
+    for label, *values in zip(labels.cells, *(column.cells for column in others), strict=True):
+        text = label if isinstance(label, Text) else Text(str(label))
+        indent = " " * (len(text.plain) - len(text.plain.lstrip(" ")) + 2)
+        lines = text.wrap(console, width)
+        hung.add_row(Text("\n").join([lines[0], *(Text(indent) + line for line in lines[1:])]), *values)
+    return hung
 
 
 def _measure(console: Console, table: Table, whole: tuple[int, ...]):
@@ -295,36 +310,34 @@ def print_capacity(console: Console, cap) -> None:
     decode = cap.engine_kv_bytes_per_sequence_decode
     two_figures = cap.max_users_at_startup != cap.max_concurrent_users
     if decode == cap.engine_kv_bytes_per_sequence:
-        table.add_row(f"KV the engine needs per user at {cap.ctx:,} tokens ({cap.kv_dtype})", both_units(decode))
+        table.add_row(f"KV per user ({cap.kv_dtype})", both_units(decode))
     else:
-        table.add_row(f"KV per user at {cap.ctx:,} tokens ({cap.kv_dtype}), steady decode", both_units(decode))
+        table.add_row(f"KV per user ({cap.kv_dtype}), steady decode", both_units(decode))
         if cap.engine_kv_bytes_in_flight:
-            table.add_row("  + in-flight tokens, once for the engine", both_units(cap.engine_kv_bytes_in_flight))
+            table.add_row("  + in-flight tokens, once", both_units(cap.engine_kv_bytes_in_flight))
         table.add_row("KV per user reserved at start-up", both_units(cap.engine_kv_bytes_per_sequence))
     if cap.engine_kv_bytes_per_sequence_draft:
         table.add_row("  of which the draft", both_units(cap.engine_kv_bytes_per_sequence_draft))
     if cap.engine_activation_bytes_for_users:
-        grows = "grow with batch x prompt" if cap.engine == "transformers" else "grows with the context"
-        table.add_row(f"{engine.activations_label} for {_users(cap.users)} ({grows})",
+        table.add_row(f"{engine.activations_label} for {_users(cap.users)}",
                       both_units(cap.engine_activation_bytes_for_users))
     label = engine.label
-    headline = f"max users at {cap.ctx:,} tokens" + (", steady decode" if two_figures else "")
     if dp > 1:
-        table.add_row("max users of one DP rank", f"{cap.max_users_per_rank:,}")
-        headline += f" ({cap.max_users_per_rank:,} x {dp:,} DP ranks)"
+        table.add_row(f"max users of one DP rank (x {dp:,})", f"{cap.max_users_per_rank:,}")
+    headline = f"max users at {cap.ctx:,} tokens" + (", steady decode" if two_figures else "")
     table.add_row(styled(headline, "bold"), styled(f"{cap.max_concurrent_users:,}", "bold"))
     if two_figures:
         table.add_row(f"max users {label}'s start-up check admits", f"{cap.max_users_at_startup:,}")
     if cap.max_users_at_avg_ctx is not None:
-        table.add_row(f"max concurrent users at the mean {cap.avg_ctx:,} tokens",
-                      f"{cap.max_users_at_avg_ctx:,}")
+        table.add_row(f"max users at the mean {cap.avg_ctx:,} tokens", f"{cap.max_users_at_avg_ctx:,}")
     if cap.shared_prefix:
         table.add_row("shared prefix cached once", f"{cap.shared_prefix:,} tokens")
     if cap.max_ctx_for_users:
-        table.add_row(f"longest context for {_users(cap.users)}", f"{cap.max_ctx_for_users:,} tokens")
+        capped = CTX_CAPS.get(cap.max_ctx_for_users_bound, "")
+        table.add_row(f"longest context for {_users(cap.users)}{capped}", f"{cap.max_ctx_for_users:,} tokens")
     if cap.vllm_kv_offload_blocks is not None:
         held = f" ({cap.vllm_kv_offload_tokens:,} tokens)" if cap.vllm_kv_offload_tokens is not None else ""
-        table.add_row("KV blocks offloaded to host memory, for prefix hits", f"{cap.vllm_kv_offload_blocks:,}{held}")
+        table.add_row("KV blocks in host memory (prefix hits)", f"{cap.vllm_kv_offload_blocks:,}{held}")
     if cap.host_memory_bytes:
         table.add_row("host memory pinned, all GPUs", both_units(cap.host_memory_bytes))
     print_table(console, table, whole=())
@@ -344,6 +357,10 @@ def print_capacity(console: Console, cap) -> None:
     console.print(line(("does not fit", "red bold"), f": {'; '.join(cap.reasons)}"))
     for suggestion in cap.suggestions:
         console.print(line(f"  - {suggestion}"))
+
+
+# what the longest context for N users stops at, where memory would hold more (Capacity.max_ctx_for_users_bound)
+CTX_CAPS = {"max_context": " (model's max)", "search_limit": " (search limit)"}
 
 
 def _weights_split(cap) -> list[tuple[str, int]]:

@@ -41,16 +41,19 @@ ESTIMATE_FIELDS = ("model", "ctx", "batch", "kv_dtype", "weights_dtype", "kv_byt
                    "kv_bytes_per_sequence", "weights_bytes", "total_bytes")  # of kvplan.memory.Estimate
 FIELDS = (*ESTIMATE_FIELDS, "max_context", "beyond_max_context")
 GPU_FIELDS = ("engine", "engine_version", "gpu", "gpu_memory_bytes", "kv_budget_bytes",
-              "engine_kv_bytes_per_user", "max_users")
+              "engine_kv_bytes_per_user", "max_users", "max_users_bound", "not_planned")
 
 
 class Gpu(NamedTuple):
-    """The GPUs to plan on: `count` of a catalogue entry (`name`) or of a --vram size (`name` None)."""
+    """The GPUs to plan on: `count` of a catalogue entry (`name`) or of a --vram size (`name` None); `short`: its
+    first alias or its size, with the count (`h100`, `4xh100`, `24.00GiB`), for headers a Markdown table keeps
+    narrow."""
 
     label: str
     name: str | None
     memory_bytes: int  # one GPU's
     count: int = 1
+    short: str = ""
 
 
 class Row(NamedTuple):
@@ -158,12 +161,13 @@ def parse_gpus(gpu: str | None, vram: str | None) -> list[Gpu]:
             count = count or 1
             if flag == "--gpu":
                 found = find(name)
-                label, memory = found.name, found.usable_bytes
+                label, memory, short = found.name, found.usable_bytes, (found.aliases or [found.name])[0]
             else:
                 memory = parse_bytes(name, "--vram")
-                label = f"{_gib(memory)} GiB GPU"
+                label, short = f"{_gib(memory)} GiB GPU", f"{_gib(memory)}GiB"
             out.append(Gpu(label=label if count == 1 else f"{count} x {label}", name=found.name if flag == "--gpu"
-                           else None, memory_bytes=memory, count=count))
+                           else None, memory_bytes=memory, count=count,
+                           short=short if count == 1 else f"{count}x{short}"))
     return list(dict.fromkeys(out))
 
 
@@ -298,14 +302,25 @@ def total_header(batch: int) -> str:
 # The users figure tables and plots show: what `capacity` reports as max_concurrent_users, the users served in
 # steady decode without preemption (the start-up reservation admits fewer where sliding windows are freed).
 USERS_FIGURE = "max users in steady decode"
+AT_LIMIT = "\N{DAGGER}"  # marks a users cell at the engine's limit on running requests
+NOT_PLANNED = "n/a"  # a users cell the engine cannot plan (the reason is in a note under the table)
 
 
 def users_header(gpu: Gpu) -> str:
     return f"{USERS_FIGURE}, {gpu.label}"
 
 
-def text_columns(table: Table, mark: str = "*") -> list[Column]:
-    """The long-form columns of the text formats: one row per model x ctx, one max-users column per GPU."""
+def users_cell(users: UsersAt) -> str:
+    """`56`; `256†` at the engine's limit on running requests; `n/a` where the engine cannot plan it; `-`
+    for a model that keeps no per-sequence cache."""
+    if users.not_planned is not None:
+        return NOT_PLANNED
+    return _count(users.max_users) + (AT_LIMIT if users.sequence_limit is not None else "")
+
+
+def text_columns(table: Table, mark: str = "*", short: bool = False) -> list[Column]:
+    """The long-form columns of the text formats: one row per model x ctx, one max-users column per GPU (headed
+    `users, h100` where `short`: the figure and the GPU's name are in `legend`)."""
     columns = [
         Column("model", False, lambda r: r.estimate.model),
         Column("ctx", True, lambda r: ctx_label(r.estimate.ctx) + (mark if r.beyond_max_context else "")),
@@ -316,7 +331,8 @@ def text_columns(table: Table, mark: str = "*") -> list[Column]:
         Column(total_header(table.batch), True, lambda r: _gib(r.estimate.total_bytes)),
     ]
     for i, gpu in enumerate(table.gpus):
-        columns.append(Column(users_header(gpu), True, lambda r, i=i: _count(r.users[i].max_users)))
+        header = f"users, {gpu.short}" if short else users_header(gpu)
+        columns.append(Column(header, True, lambda r, i=i: users_cell(r.users[i])))
     return columns
 
 
@@ -328,7 +344,8 @@ def pivot_grid(table: Table, metric: str | None, mark: str = "*") -> tuple[list[
     """ctx as columns: headers, which are numeric, and rows of (text cells, raw values).
 
     kv: KV per sequence; total: weights + KV for --batch users; users: max users, one row per model x GPU
-    (raw values: model, GPU, then one per ctx; the text cells name the GPU only when there are several).
+    (raw values: model, GPU, then one per ctx; the text cells name the GPU only when there are several, and the
+    figure in `legend`).
     """
     metric = metric or default_metric(table)
     if metric not in METRICS:
@@ -338,10 +355,9 @@ def pivot_grid(table: Table, metric: str | None, mark: str = "*") -> tuple[list[
     by_model: dict[str, list[Row]] = {}
     for row in table.rows:
         by_model.setdefault(row.estimate.model, []).append(row)
-    what = {"kv": "KV / seq", "total": total_header(table.batch).rsplit(" (", 1)[0],
-            "users": USERS_FIGURE}[metric]
+    what = {"kv": "KV / seq", "total": total_header(table.batch).rsplit(" (", 1)[0], "users": "users"}[metric]
     if metric == "users" and len(table.gpus) == 1:
-        what += f", {table.gpus[0].label}"
+        what += f", {table.gpus[0].short}"
     unit = "" if metric == "users" else " (GiB)"
     headers = [f"model ({what})"]
     numeric = [False]
@@ -355,7 +371,7 @@ def pivot_grid(table: Table, metric: str | None, mark: str = "*") -> tuple[list[
         if metric == "users":
             for i, gpu in enumerate(table.gpus):
                 values = [r.users[i].max_users for r in rows]
-                cells = [_count(r.users[i].max_users) + (mark if r.beyond_max_context else "") for r in rows]
+                cells = [users_cell(r.users[i]) + (mark if r.beyond_max_context else "") for r in rows]
                 lead = [model, gpu.label] if len(table.gpus) > 1 else [model]
                 grid.append((lead + cells, [model, gpu.label, *values]))
         else:
@@ -375,6 +391,49 @@ def footnote(table: Table) -> str | None:
     return f"beyond the model's max context ({listed})"
 
 
+def below(table: Table, *, pivot: bool = False, metric: str | None = None, short: bool = False) -> list[str]:
+    """The lines under a text table: the starred contexts, what a `users, h100` header holds where the headers
+    are short (`short`, and every users pivot), and the notes of the marked cells."""
+    note = footnote(table)
+    out = [f"* {note}"] if note else []
+    users = (metric or default_metric(table)) == "users" if pivot else short and bool(table.gpus)
+    return out + ([legend(table)] if users else []) + notes(table)
+
+
+def legend(table: Table) -> str:
+    """What a `users, h100` header holds: the figure, the engine, and each GPU set's full name."""
+    names = "; ".join(f"{gpu.short}: {gpu.label}" for gpu in table.gpus)
+    return f"users: {USERS_FIGURE} with {table.engine} {table.engine_version} ({names})"
+
+
+def notes(table: Table) -> list[str]:
+    """The notes under a text table, each for its mark: cells at the engine's limit on running requests (the KV
+    cache would hold as many or more), and cells the engine cannot plan, with why."""
+    from kvplan import engines
+
+    out = []
+    limits = {}  # GPU set -> the limits its cells reach
+    not_planned: dict[tuple[str, str], list[str]] = {}  # (model, why) -> the GPU sets
+    for row in table.rows:
+        for gpu, users in zip(table.gpus, row.users, strict=True):
+            if users.sequence_limit is not None:
+                limits.setdefault(gpu.label, set()).add(users.sequence_limit)
+            if users.not_planned is not None:
+                gpus = not_planned.setdefault((row.estimate.model, users.not_planned), [])
+                gpus += [gpu.label] if gpu.label not in gpus else []
+    if limits:
+        engine = engines.engine_class(table.engine)
+        each = ", ".join(f"{engine.sequence_limit_reason.format(limit=limit)} on {gpu}"
+                         for gpu, found in limits.items() for limit in sorted(found))
+        out.append(f"{AT_LIMIT} as many users as one {engine.label} instance runs at once ({each}), not as many "
+                   "as memory holds")
+    if not_planned:
+        why = "; ".join(f"{model}{'' if len(gpus) == len(table.gpus) else ' on ' + ', '.join(gpus)}: {reason}"
+                        for (model, reason), gpus in not_planned.items())
+        out.append(f"{NOT_PLANNED}: not planned: {why}")
+    return out
+
+
 # ------------------------------------------------------------------------------------------------- formats
 
 
@@ -392,20 +451,23 @@ def render(table: Table, fmt: str, *, pivot: bool = False, metric: str | None = 
     return boxed(table, pivot=pivot, metric=metric)
 
 
+_SPECIAL = frozenset(MARKDOWN_SPECIAL)
+
+
+def escape_markdown(cell: str) -> str:
+    """Text in Markdown as text: no line breaks, pipes, emphasis, links or HTML."""
+    text = plain(cell)
+    if _SPECIAL.isdisjoint(text):  # most cells: numbers and names
+        return text
+    for char in MARKDOWN_SPECIAL:
+        text = text.replace(char, "\\" + char)
+    return text
+
+
 def markdown_table(headers: Sequence[str], numeric: Sequence[bool], rows: Iterable[Sequence[str]]) -> str:
     """A GitHub-flavoured table: cells padded to the column's width, numbers right-aligned (`---:`)."""
-    special = frozenset(MARKDOWN_SPECIAL)
-
-    def escape(cell: str) -> str:  # a cell is text: no line breaks, pipes, emphasis, links or HTML
-        text = plain(cell)
-        if special.isdisjoint(text):  # most cells: numbers and names
-            return text
-        for char in MARKDOWN_SPECIAL:
-            text = text.replace(char, "\\" + char)
-        return text
-
-    body = [[escape(c) for c in row] for row in rows]
-    head = [escape(h) for h in headers]
+    body = [[escape_markdown(c) for c in row] for row in rows]
+    head = [escape_markdown(h) for h in headers]
     widths = [max(3, len(h), *(len(r[i]) for r in body)) for i, h in enumerate(head)]
 
     def line(cells: Sequence[str]) -> str:
@@ -418,15 +480,17 @@ def markdown_table(headers: Sequence[str], numeric: Sequence[bool], rows: Iterab
 
 
 def to_markdown(table: Table, *, pivot: bool = False, metric: str | None = None) -> str:
+    """GitHub Markdown, headers kept short (`users, h100`) with their long form under the table (`legend`), so
+    that a terminal showing the text does not wrap every row."""
     if pivot:
         headers, numeric, grid = pivot_grid(table, metric)
         text = markdown_table(headers, numeric, [cells for cells, _ in grid])
     else:
-        columns = text_columns(table)
+        columns = text_columns(table, short=True)
         text = markdown_table([c.header for c in columns], [c.numeric for c in columns],
                               [[c.cell(r) for c in columns] for r in table.rows])
-    note = footnote(table)
-    return text + (f"\n\\* {note}\n" if note else "")
+    return text + "".join(f"\n{escape_markdown(line)}\n" for line in below(table, pivot=pivot, metric=metric,
+                                                                           short=True))
 
 
 def records(table: Table) -> list[dict]:
@@ -442,8 +506,17 @@ def records(table: Table) -> list[dict]:
                                "gpu": gpu.label, "gpu_memory_bytes": gpu.memory_bytes,
                                "kv_budget_bytes": users.kv_budget_bytes,
                                "engine_kv_bytes_per_user": users.engine_kv_bytes_per_sequence,
-                               "max_users": users.max_users})
+                               "max_users": users.max_users, "max_users_bound": _bound(users),
+                               "not_planned": users.not_planned})
     return out
+
+
+def _bound(users: UsersAt) -> str | None:
+    """What bounds a cell's users: memory, or sequence_limit (the engine's limit on running requests); None where
+    nothing was counted."""
+    if users.max_users is None:
+        return None
+    return "memory" if users.sequence_limit is None else "sequence_limit"
 
 
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")  # what makes a spreadsheet read a cell as a formula
@@ -542,9 +615,8 @@ def boxed(table: Table, *, pivot: bool = False, metric: str | None = None, width
         if end and i < len(rows) - 1:
             out.append(rule(SECTION))
     out.append(rule(BOTTOM))
-    note = footnote(table)
-    if note:
-        out += wrap(plain(f"* {note}"), width) if width is not None else [plain(f"* {note}")]
+    for line in below(table, pivot=pivot, metric=metric):
+        out += wrap(plain(line), width) if width is not None else [plain(line)]
     return "\n".join(out) + "\n"
 
 

@@ -282,7 +282,7 @@ def test_missing_torch_says_how_to_install(monkeypatch, capsys, tmp_path):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
     path = test_copy(tmp_path, "Qwen__Qwen3-8B.json")
     code, out, err = run_main(monkeypatch, capsys, "profile", "--model", path, "--ctx", "64", "--device", "cpu")
-    assert code == 2 and "pip install 'kvplan[profile]'" in err
+    assert code == 2 and "pip install '.[profile]'" in err
 
 
 def test_model_type_transformers_lacks(monkeypatch, capsys, write_json):

@@ -61,7 +61,13 @@ class Capacity(BaseModel):
                                        "max_num_seqs; SGLang: max_running_requests)")
     max_users_per_rank: int = Field(0, description="max_concurrent_users of one data-parallel rank (one replica "
                                                    "without data-parallel attention)")
+    max_concurrent_users_bound: str = Field("memory", description="what bounds max_concurrent_users: memory, or "
+                                            "sequence_limit (as many users as the engine runs at once)")
     max_ctx_for_users: int | None
+    max_ctx_for_users_bound: str | None = Field(None, description="what bounds max_ctx_for_users: memory, "
+                                                "max_context (the model's; memory would hold more), search_limit "
+                                                "(a model stating no maximum), or sequence_limit (more users than "
+                                                "the engine runs at once: 0)")
     avg_ctx: int | None
     max_users_at_avg_ctx: int | None
     shared_prefix: int
@@ -119,11 +125,13 @@ class Capacity(BaseModel):
 
 class UsersServed(NamedTuple):
     """Users at ctx on every stage, times the ranks (DP ranks x replicas): in steady decode (the headline) and as
-    the start-up reservation admits them; `binding` is the stage that binds the headline."""
+    the start-up reservation admits them; `binding` is the stage that binds the headline, and `at_limit` whether
+    its users are as many as its engine runs at once (its sequence limit), however much memory is left."""
 
     steady: int
     at_startup: int
     binding: KVPool
+    at_limit: bool = False
 
 
 def _check_users_cost(model: ModelSpec, pools: list[KVPool], ctx: int) -> None:
@@ -146,7 +154,8 @@ def _users_at(pools: list[KVPool], budget: int, ctx: int, prefix: int, ranks: in
             steady, binding = held, pool
     if not at_startup:
         return UsersServed(0, 0, pools[0])
-    return UsersServed(max(steady, at_startup) * ranks, at_startup * ranks, binding)
+    return UsersServed(max(steady, at_startup) * ranks, at_startup * ranks, binding,
+                       steady == binding.sequence_limit(budget))
 
 
 def _stage_users(pool: KVPool, budget: int, ctx: int, prefix: int) -> tuple[int, int]:
@@ -185,7 +194,11 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     keys, values = engine.cache_types(d.kv)
     need = math.ceil(workload.target / parallel.ranks)
     limit = model.max_context or SEARCH_LIMIT
-    longest = min(max_ctx(p, budget, need, limit, prefix) for p in pools) if workload.users else None
+    longest = longest_bound = None
+    if workload.users:
+        longest = min(max_ctx(p, budget, need, limit, prefix) for p in pools)
+        longest_bound = _ctx_bound(longest, limit, model.max_context,
+                                   any(capped(p, need, budget) < need for p in pools))
     at_avg = None
     if workload.avg_ctx:
         at_avg = min(capped(p, max_users(p, budget, workload.avg_ctx, prefix, steady=True), budget)
@@ -210,7 +223,8 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),
         engine_activation_bytes_per_sequence=binding.activation_bytes(1, ctx),
         max_concurrent_users=users, max_users_at_startup=served.at_startup, sequence_limit=running,
-        max_users_per_rank=users // parallel.ranks, max_ctx_for_users=longest,
+        max_users_per_rank=users // parallel.ranks, max_ctx_for_users=longest, max_ctx_for_users_bound=longest_bound,
+        max_concurrent_users_bound="sequence_limit" if served.at_limit else "memory",
         avg_ctx=workload.avg_ctx, max_users_at_avg_ctx=at_avg, shared_prefix=prefix, fits=users >= workload.target,
         reasons=[], suggestions=[], notes=notes,
         **(_vllm_numbers(binding, budget, ctx) if isinstance(binding, VllmPool) else {}),
@@ -219,14 +233,27 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     )
 
 
+def _ctx_bound(longest: int, limit: int, max_context: int | None, over_sequence_limit: bool) -> str:
+    """What bounds the longest context for N users (`max_ctx` searched up to `limit`)."""
+    if longest == 0 and over_sequence_limit:
+        return "sequence_limit"
+    if longest == limit:
+        return "max_context" if max_context else "search_limit"
+    return "memory"
+
+
 class UsersAt(NamedTuple):
     """One cell of a planning table: what `capacity` reports as max_concurrent_users and
     engine_kv_bytes_per_sequence at ctx, with the KV budget per GPU (None, in a table, for a model that keeps no
-    per-sequence cache: `users_sweep` does not plan one)."""
+    per-sequence cache: `users_sweep` does not plan one); `sequence_limit`: the engine's limit on running requests
+    where the users reach it (an instance's, as `Capacity.sequence_limit`); `not_planned`: why the deployment
+    cannot be planned (the engine does not run the model on that GPU or release), where it cannot."""
 
     max_users: int | None
     engine_kv_bytes_per_sequence: int | None
     kv_budget_bytes: int | None
+    sequence_limit: int | None = None
+    not_planned: str | None = None
 
 
 def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple[Hardware, Parallelism]], *,
@@ -236,16 +263,21 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
     """For each GPU set x ctx, the users `capacity` finds (the same budget, pools and search), without the rest of
     its report: `kvplan table`'s sweep. The model's split (`LayoutSplit`) is built and checked once for each
     parallel layout; each deployment is sized for the longest context; users fall as the context grows, so past
-    the shortest context at which none fits, none is counted."""
+    the shortest context at which none fits, none is counted. A GPU set the deployment cannot be planned on gets
+    cells that say why (`UsersAt.not_planned`), and the others are still counted."""
     options = options or EngineOptions()
     longest = [Workload(ctx=max(ctxs))]  # the workloads differ in ctx alone: a deployment is sized for the longest
     splits: dict[Parallelism, LayoutSplit] = {}
     out = []
     for hardware, parallel in hardwares:
-        d = deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
-                    weights_dtype_name, None, overhead, splits.get(parallel))
+        try:
+            d = deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
+                       weights_dtype_name, None, overhead, splits.get(parallel))
+            _check_users_cost(model, d.pools, min(ctxs))
+        except KvplanError as err:
+            out.append([UsersAt(None, None, None, not_planned=str(err))] * len(ctxs))
+            continue
         splits[parallel] = d.split
-        _check_users_cost(model, d.pools, min(ctxs))
         none_from = None  # the shortest ctx at which not one user fits: none fits at any longer one either
         row = []
         for ctx in ctxs:
@@ -255,7 +287,8 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
                 served = _users_at(d.pools, d.budget, ctx, 0, parallel.ranks)
                 if not served.steady:
                     none_from = ctx
-            row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget))
+            limit = served.binding.sequence_limit(d.budget) if served.at_limit else None
+            row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget, limit))
         out.append(row)
     return out
 
