@@ -15,7 +15,8 @@ The headline `max_concurrent_users` is the steady-decode figure (0 where the sta
 refuses to start); `max_users_at_startup` the other.
 Tensor parallelism splits KV heads, max(1, kv_heads // tp) per GPU (replicated when tp > kv_heads), and
 recurrent state, never the MLA latent; pipeline parallelism splits layers into stages (vLLM's
-`get_pp_indices`) and the fullest stage binds; GPUs beyond tp x pp are data-parallel replicas.
+`get_pp_indices`) and the fullest stage binds (a stage whose layers keep no cache binds nothing); GPUs beyond
+tp x pp are data-parallel replicas.
 Weights per GPU = (what every TP rank holds whole + the rest / tp) / pp: MLA's down-projections, DSA indexers, norms
 and routers are whole on every rank (the `_replicated` parameter groups, `Engine.weight_shares`).
 Data-parallel attention (vLLM --data-parallel-size, SGLang --enable-dp-attention --dp) runs dp ranks of attention
@@ -749,16 +750,20 @@ class UsersServed(NamedTuple):
     binding: KVPool
 
 
-def _check_users_cost(model: ModelSpec, pools: list[KVPool], ctx: int) -> None:
-    """Refuses a model whose users cost no memory at ctx: nothing would bound their number. A user's cost grows
-    with ctx, so a pool that passes at one ctx passes at every longer one."""
-    if all(p.peak_bytes(1, ctx) == p.peak_bytes(0, ctx) for p in pools):
+def _bounding_pools(model: ModelSpec, pools: list[KVPool], ctx: int) -> list[KVPool]:
+    """The stages whose users cost memory at ctx, which alone bound their number: a pipeline stage whose layers keep
+    no cache of their own (no-op attention, KV-shared layers) holds any number of users. Refuses a model none of
+    whose stages does: nothing would bound its users. A user's cost grows with ctx, so a stage that costs at one
+    ctx costs at every longer one."""
+    bounding = [p for p in pools if p.peak_bytes(1, ctx) != p.peak_bytes(0, ctx)]
+    if not bounding:
         raise KvplanError(f"{model.name} keeps no per-sequence cache: memory does not bound its concurrency")
+    return bounding
 
 
 def _users_at(pools: list[KVPool], budget: int, ctx: int, prefix: int, ranks: int) -> UsersServed:
     """A user costs its cache and, where the engine's activations grow with the batch (transformers), its share
-    of them (`_check_users_cost` has refused pools where a user costs nothing). Over the stages, the fewest users;
+    of them (`pools`: the stages where a user costs something, `_bounding_pools`). Over the stages, the fewest users;
     the binding stage is the first with the fewest in steady decode. The steady figure is 0 where not one request
     passes the start-up check, and never below the start-up figure (what the engine admits it holds)."""
     at_startup, steady, binding = None, None, pools[0]
@@ -801,8 +806,8 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     engine, pools, budget = d.engine, d.pools, d.budget
     notes = list(dict.fromkeys([*d.notes, *(note for p in pools for note in p.notes)]))
     ctx, prefix = workload.ctx, workload.shared_prefix
-    _check_users_cost(model, pools, ctx)
-    served = _users_at(pools, budget, ctx, prefix, parallel.ranks)
+    bounding = _bounding_pools(model, pools, ctx)
+    served = _users_at(bounding, budget, ctx, prefix, parallel.ranks)
     users, binding = served.steady, served.binding
     notes += [note for note in binding.budget_notes(budget, ctx) if note not in notes]
     running = binding.sequence_limit(budget)
@@ -813,11 +818,11 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     keys, values = engine.cache_types(d.kv)
     need = math.ceil(workload.target / parallel.ranks)
     limit = model.max_context or SEARCH_LIMIT
-    longest = min(max_ctx(p, budget, need, limit, prefix) for p in pools) if workload.users else None
+    longest = min(max_ctx(p, budget, need, limit, prefix) for p in bounding) if workload.users else None
     at_avg = None
     if workload.avg_ctx:
         at_avg = min(_capped(p, max_users(p, budget, workload.avg_ctx, prefix, steady=True), budget)
-                     for p in pools) * parallel.ranks
+                     for p in bounding) * parallel.ranks
     result = Capacity(
         engine=engine.name, engine_version=engine.version, engine_version_given=engine.version_given,
         engine_assumptions=engine.assumptions(), gpu=hardware.name, gpu_memory_bytes=hardware.memory_bytes,
@@ -882,14 +887,14 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
         d = _deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
                     weights_dtype_name, None, overhead, splits.get(parallel))
         splits[parallel] = d.split
-        _check_users_cost(model, d.pools, min(ctxs))
+        bounding = _bounding_pools(model, d.pools, min(ctxs))
         none_from = None  # the shortest ctx at which not one user fits: none fits at any longer one either
         row = []
         for ctx in ctxs:
             if none_from is not None and ctx >= none_from:
-                served = UsersServed(0, 0, d.pools[0])  # as `_users_at` gives it
+                served = UsersServed(0, 0, bounding[0])  # as `_users_at` gives it
             else:
-                served = _users_at(d.pools, d.budget, ctx, 0, parallel.ranks)
+                served = _users_at(bounding, d.budget, ctx, 0, parallel.ranks)
                 if not served.steady:
                     none_from = ctx
             row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget))
@@ -1071,13 +1076,22 @@ def best_layout(model: ModelSpec, workload: Workload, gpus: int, engine: type[En
                 weights_name: str | None, settings: dict) -> Capacity | None:
     """Of the layouts of `gpus` GPUs that fit, the one with the fewest pipeline stages (TP keeps a node's GPUs
     in step; PP adds a stage of latency), then the most users, then the fewest DP ranks. A speculative decoder is
-    sized on one stage."""
+    sized on one stage. A layout the engine refuses (a stage it cannot build, a default memory fraction below
+    zero at that many DP ranks: `capacity` raises) serves no one and is passed over; `plan` has checked that the
+    engine runs the model at all."""
     options = settings.get("options")
     one_stage = settings.get("draft") is not None or (options is not None and options.speculative_method)
-    fitting = [capacity(model, workload, parallel=layout, kv_dtype_name=kv_name,
-                        weights_dtype_name=weights_name, suggest=False, **settings)
-               for layout in layouts(model, gpus, engine) if layout.pp == 1 or not one_stage]
-    fitting = [cap for cap in fitting if cap.fits]
+    fitting = []
+    for layout in layouts(model, gpus, engine):
+        if layout.pp > 1 and one_stage:
+            continue
+        try:
+            cap = capacity(model, workload, parallel=layout, kv_dtype_name=kv_name, weights_dtype_name=weights_name,
+                           suggest=False, **settings)
+        except KvplanError:
+            continue
+        if cap.fits:
+            fitting.append(cap)
     return min(fitting, key=lambda cap: (cap.pipeline_parallel_size, -cap.max_concurrent_users,
                                          cap.data_parallel_size), default=None)
 
@@ -1138,6 +1152,7 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_nam
     options = options or EngineOptions()
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes)
     settings = dict(engine_name=engine_name, options=options, hardware=hardware, overhead=overhead, draft=draft)
+    capacity(model, workload, suggest=False, **settings)  # one GPU: what the engine refuses for the model, said once
     checkpoint = weights_bytes(model)[0]
     weights = [None, *(w for w in ("fp8", "int4") if weights_bytes(model, w)[0] < checkpoint)]
     rows = []

@@ -24,7 +24,7 @@ from kvplan.engines.base import (
 )
 from kvplan.engines.speculative import eagle1_fields, eagle_reads, eagle_shape
 from kvplan.errors import KvplanError
-from kvplan.model import REPLICATED_GROUPS, LayerCache, ModelSpec, RecurrentState
+from kvplan.model import EMPTY_KINDS, REPLICATED_GROUPS, LayerCache, ModelSpec, RecurrentState, SharedKV
 
 # Models SGLang gives separate full and sliding-window pools (`is_hybrid_swa_model`), by config model_type.
 SGLANG_HYBRID_SWA = frozenset({"llama4", "llama4_text", "gpt_oss", "gemma4", "gemma4_text", "mimo_v2_flash",
@@ -53,6 +53,11 @@ SGLANG_NO_MODEL = frozenset({"jamba", "bamba", "zamba", "zamba2", "minimax", "rw
                              "plamo2"})
 # Attention-free families SGLang runs (models/mamba.py, mamba2.py, falcon_mamba.py) whose pools kvplan does not model.
 SGLANG_ATTENTION_FREE = frozenset({"mamba", "mamba2", "falcon_mamba"})
+# Model types whose SGLang 0.5.23 model class builds every layer on every rank (`make_layers` without the pipeline
+# split, no start_layer / end_layer): no pipeline parallelism.
+SGLANG_NO_PIPELINE = {"nemotron-nas": "DeciLMForCausalLM (srt/models/nemotron_nas.py)",
+                      "gemma3n": "Gemma3nTextModel (srt/models/gemma3n_causal.py)",
+                      "gemma3n_text": "Gemma3nTextModel (srt/models/gemma3n_causal.py)"}
 SGLANG_MAX_RUNNING_REQUESTS = (2048, 4096)  # resolve_max_num_reqs' clamp of its estimate
 # --max-running-requests under speculative decoding when not given (`arg_groups/speculative_hook.py`
 # _handle_eagle_family, _handle_ngram: "Max running requests is reset to 48 for speculative decoding").
@@ -277,8 +282,10 @@ class Sglang(Engine):
 
     @classmethod
     def splits_into_stages(cls, model: ModelSpec) -> bool:
-        """Not a model with a recurrent state: its Mamba pool under PP is not modelled (`mamba_pool` refuses it)."""
-        return not any(cache.kind == "recurrent" for cache in model.caches)
+        """Not a model with a recurrent state (its Mamba pool under PP is not modelled: `mamba_pool` refuses it), nor
+        one whose model class has no pipeline split (SGLANG_NO_PIPELINE: `pool` refuses it)."""
+        return (model.architecture not in SGLANG_NO_PIPELINE
+                and not any(cache.kind == "recurrent" for cache in model.caches))
 
     def stage_sizes(self, num_layers: int) -> list[int]:
         """num_layers // pp layers a stage, the remainder one apiece to the last stages (SGLang 0.5.23
@@ -368,8 +375,11 @@ class Sglang(Engine):
         which mamba2_state_dtype reads last, the default cache params' dtype included."""
         reads = model.architecture in SGLANG_READS_SSM_DTYPE
         flag = DTYPE_ALIASES.get(self.options.mamba_ssm_cache_dtype)  # "auto": none
+        slot_of = self.kv_slots(model)
 
         def as_stored(cache: LayerCache) -> LayerCache:
+            if cache.kind in EMPTY_KINDS:
+                return slot_of(cache)
             if not isinstance(cache, RecurrentState):
                 return cache
             ssm = flag or (cache.ssm_dtype if reads and cache.ssm_dtype_stated and cache.ssm_dtype else "fp32")
@@ -377,12 +387,42 @@ class Sglang(Engine):
 
         return tuple(as_stored(c) for c in model.caches)
 
+    @staticmethod
+    def kv_slots(model: ModelSpec):
+        """What SGLang 0.5.23's pools hold for a layer that keeps no K and V of its own. They count the layers of a
+        stage, not what each layer's attention does: the token pool holds K and V for every one
+        (`DefaultPoolConfigurator`, model_executor/pool_configurator.py: num_effective_layers = end_layer -
+        start_layer), the sliding-window pools every layer of each type (`get_hybrid_layer_ids`: layer_types). So
+        a KV-shared layer (Gemma 3n, Gemma 4: its RadixAttention reads the source layer's slot and saves nothing)
+        is sized as the layer whose K and V it reads, the same type; and a Nemotron-NAS layer whose attention is a
+        no-op as its attention layers, one size for all (`get_total_num_kv_heads` takes one KV head count and
+        refuses variable GQA). Other layers with no cache keep none."""
+        sources = {c.layer: c for c in reversed(model.caches) if c.kind not in EMPTY_KINDS}
+        attention = {c.model_copy(update={"layer": 0}) for c in model.caches if c.kind == "full"}
+        nas = model.architecture == "nemotron-nas"
+        if nas and len(attention) > 1:
+            raise KvplanError(f"SGLang 0.5.23 refuses {model.name}: its attention layers have different KV head "
+                              "counts (\"Variable GQA (VGQA) is not yet supported for nemotron-nas in sglang\", "
+                              "configs/model_config.py)")
+
+        def slot(cache: LayerCache) -> LayerCache:
+            if isinstance(cache, SharedKV) and cache.source in sources:
+                return sources[cache.source].model_copy(update={"layer": cache.layer})
+            if nas and attention:
+                return next(iter(attention)).model_copy(update={"layer": cache.layer})
+            return cache
+
+        return slot
+
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> SglangPool:
         """Models with a recurrent state get SGLang's Mamba pool beside the KV pool (`SglangMambaPool`), for the
         families SGLang 0.5.23 keeps so (SGLANG_MAMBA_SLOTS); others with a recurrent state are refused in one line:
         those SGLang has no model class for, attention-free ones (their pool of context_len tokens is not modelled)
         and pipeline-parallel splits (SGLang charges every stage the fullest stage's state)."""
         self.refuse_compressed_attention(model)
+        if self.pp > 1 and model.architecture in SGLANG_NO_PIPELINE:
+            raise KvplanError(f"SGLang 0.5.23 has no pipeline parallelism for {model.name}: its "
+                              f"{SGLANG_NO_PIPELINE[model.architecture]} builds every layer on every GPU; use --tp")
         if any(cache.kind == "recurrent" for cache in model.caches):
             return self.mamba_pool(layers, model, kv, self.given_requests())
         hybrid = model.architecture in SGLANG_HYBRID_SWA
@@ -394,6 +434,10 @@ class Sglang(Engine):
                          "tokens")
         elif any(is_windowed(cache) for cache, _ in layers):
             notes.append(f"{model.architecture} is not on SGLang's hybrid-SWA list: every layer sized full")
+        if not table and self.pp > 1 and any(c.kind not in EMPTY_KINDS for c in model.caches):
+            raise KvplanError(f"kvplan does not model SGLang with a pipeline stage whose layers keep no KV cache "
+                              f"({model.name} at --pp {self.pp}): SGLang sizes that stage's token pool by the "
+                              "context length, not its memory (DefaultPoolConfigurator); choose another --pp")
         return SglangPool(full_cell=sum(r.count * r.bytes_per_token for r in table if r.kind == "full"),
                           swa_cell=sum(r.count * r.bytes_per_token for r in windowed),
                           window=max((r.window for r in windowed), default=0), notes=notes,

@@ -28,6 +28,7 @@ from kvplan.engines.base import (
 from kvplan.engines.speculative import eagle1_fields, eagle_reads, eagle_shape
 from kvplan.errors import KvplanError
 from kvplan.model import (
+    EMPTY_KINDS,
     CompressedKV,
     EagleHead,
     FullAttention,
@@ -782,6 +783,11 @@ class Vllm(Engine):
         # Recurrent states are kept in the dtype the model runs in (mamba_cache_dtype "auto"): bf16 for an fp32
         # checkpoint vLLM loads in bf16.
         table = rows(layers, kv, kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype))
+        if not table and self.pp > 1 and any(c.kind not in EMPTY_KINDS for c in model.caches):
+            raise KvplanError(f"vLLM cannot start {model.name} at --pp {self.pp}: a pipeline stage's layers keep no "
+                              "KV cache of their own (no-op attention or KV-shared layers), and vLLM's KV cache "
+                              "planning asserts that every stage's block holds some bytes "
+                              "(`_get_kv_cache_bytes_per_block`, v1/core/kv_cache_planning.py); choose another --pp")
         if not table:
             raise KvplanError(f"{model.name} keeps no per-sequence cache: vLLM allocates no KV blocks for it")
         mla = any(cache.kind == "mla" for cache, _ in layers)
