@@ -4,6 +4,7 @@ configs' own fields and the engines' source (cited in each test), never from kvp
 
 import json
 import math
+from fractions import Fraction
 
 import pytest
 from conftest import SPECS, assert_one_line_error, run_main
@@ -153,3 +154,45 @@ def test_a_stage_with_no_kv_binds_nothing(monkeypatch, capsys, engine):
                        "--users", "8", "--gpu", "8xh100", "--pp", "8", "--tp", "1", "--engine", engine)
     per_user = fullest * nas_kv_bytes_per_layer(c) * 2**20
     assert data["max_concurrent_users"] == data["kv_budget_bytes"] // per_user
+
+
+# ---------------------------------------------------------------- SGLang's Mamba pool at extreme ratios
+
+
+def first_range_that_serves(pool, users: int, ctx: int) -> int:
+    """The least budget serving `users`, slot count by slot count (as `bytes_for` once searched, in steps that grew
+    with the ratio): the first K whose range of budgets holds max(its start, its fixed bytes + the users' KV)."""
+    kv = pool.tokens_needed(users, ctx) * pool.full_cell
+    slots = users * pool.slots_per_request
+    while True:
+        least = max(pool.least_budget_for(slots), pool.fixed_bytes(slots) + kv)
+        if pool.slots_in(least) == slots:
+            return least
+        slots += 1
+
+
+@pytest.mark.parametrize("drafts", [0, 3])
+@pytest.mark.parametrize("ratio", [1000, Fraction(1, 1000)], ids=["1000", "1/1000"])
+def test_mamba_budget_search_at_extreme_ratios(ratio, drafts):
+    """`bytes_for` bisects over runs of slots; it gives the first range that serves the users, as stepping does
+    (`first_range_that_serves`; at moderate ratios both equal a byte-by-byte scan, test_sglang_mamba.py)."""
+    from kvplan.engines.sglang import SglangMambaPool
+
+    share = Fraction(ratio) / (1 + Fraction(ratio))
+    for slot, cell in ((40, 3), (97, 11)):
+        pool = SglangMambaPool(full_cell=cell, slot_bytes=slot, slots_per_request=5, context_len=64, notes=[],
+                               draft_tokens=drafts, requests=48 if drafts else None, share=share)
+        for users in (1, 2, 7):
+            for ctx in (5, 400):
+                assert pool.bytes_for(users, ctx) == first_range_that_serves(pool, users, ctx)
+
+
+def test_mamba_full_memory_ratio_of_a_million_answers_at_once():
+    """Stepping slot by slot took 28 s at --mamba-full-memory-ratio 1e4 and grew with the ratio."""
+    from conftest import run_cli
+
+    result = run_cli("estimate", "--model", "Qwen/Qwen3-Next-80B-A3B-Thinking", "--ctx", "8k", "--gpu", "8xh100",
+                     "--engine", "sglang", "--mamba-full-memory-ratio", "1e6", "--users", "4096", "--json",
+                     timeout=60)
+    assert result.returncode in (0, 1), result.stderr
+    assert json.loads(result.stdout)["engine_kv_bytes_for_users"] > 0

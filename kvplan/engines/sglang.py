@@ -218,24 +218,40 @@ class SglangMambaPool(SglangPool):
 
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
         """The least budget whose split serves `users` (as `users_within` counts them). The users need K >= s x
-        users slots and T >= tokens_needed; the budgets that give K slots form a range, within which T grows
-        with the budget. So for each K from s x users up, the least candidate is the larger of the range's start
-        and fixed_bytes(K) + T x cell, and the first K whose range holds its candidate gives the answer (both
-        grow with K). A candidate past its range skips to the K that candidate gives: the ranges between hold
-        budgets below it only."""
+        users slots and T >= tokens_needed; the budgets that give K slots form a range, within which T grows with the
+        budget, so range K's least budget that serves them is the larger of its start and fixed_bytes(K) + T x cell
+        (`least_in_range`), if the range holds it; the first K whose range does gives the answer (both grow with
+        K). Along K a range's end gains on fixed_bytes(K) but where a speculating pool reserves one more request's
+        draft states, every s slots: so within each run of s slots (of one slot, not speculating) the first K that
+        serves is found by stepping, and the run by bisecting over the runs' last slots. (Stepping K by K took
+        steps in proportion to --mamba-full-memory-ratio: the share's gain per slot over a slot's price is
+        1 / ratio of it.)"""
         fixed = self.fixed_slots
         if users == 0:
             return 0 if fixed is None else self.fixed_bytes(fixed)
         kv = self.tokens_needed(users, ctx, shared_prefix) * self.full_cell
         if fixed is not None:
             return self.fixed_bytes(fixed) + kv
-        slots = max(1, users * self.slots_per_request)
-        while True:
-            least = max(self.least_budget_for(slots), self.fixed_bytes(slots) + kv)
-            given = self.slots_in(least)
-            if given == slots:
+        run = self.slots_per_request if self.draft_tokens else 1
+        first = max(1, users * self.slots_per_request)
+        last_of_run = first // run * run + run - 1
+        for slots in range(first, last_of_run + 1):  # the rest of the first run
+            if (least := self.least_in_range(slots, kv)) is not None:
                 return least
-            slots = max(slots + 1, given)
+        low, step = first // run, 1  # runs are numbered by slots // run; run `low` holds none
+        while self.least_in_range((low + step) * run + run - 1, kv) is None:
+            low, step = low + step, step * 2
+        high = low + step
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if self.least_in_range(middle * run + run - 1, kv) is not None else (middle, high)
+        return next(least for slots in range(high * run, high * run + run)
+                    if (least := self.least_in_range(slots, kv)) is not None)
+
+    def least_in_range(self, slots: int, kv: int) -> int | None:
+        """The least budget of those giving `slots` slots whose KV pool holds `kv` bytes, or None where none does."""
+        least = max(self.least_budget_for(slots), self.fixed_bytes(slots) + kv)
+        return least if self.slots_in(least) == slots else None
 
     def budget_notes(self, budget: int, ctx: int) -> list[str]:
         split = self.split(budget)
