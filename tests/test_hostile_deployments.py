@@ -196,3 +196,23 @@ def test_mamba_full_memory_ratio_of_a_million_answers_at_once():
                      timeout=60)
     assert result.returncode in (0, 1), result.stderr
     assert json.loads(result.stdout)["engine_kv_bytes_for_users"] > 0
+
+
+# ---------------------------------------------------------------- vLLM --cpu-offload-gb past what it can offload
+
+
+@pytest.mark.parametrize(("gpu", "tp"), [("h100", 1), ("2xh100", 2)])
+def test_cpu_offload_leaves_embeddings_lm_head_and_final_norm_on_the_gpu(monkeypatch, capsys, gpu, tp):
+    """vLLM's UVA offloader wraps the modules `make_layers` builds (model_executor/models/utils.py): embed_tokens,
+    lm_head and the final norm stay on the GPU. Llama-3-8B, bf16: 2 x vocab x hidden x 2 B split by TP, plus the
+    norm's hidden x 2 B on every GPU; --cpu-offload-gb past the weights left 0 B on the GPU."""
+    c = config("meta-llama__Meta-Llama-3-8B.json")
+    assert not c["tie_word_embeddings"]
+    kept = 2 * c["vocab_size"] * c["hidden_size"] * 2 // tp + c["hidden_size"] * 2
+    assert kept == {1: 2_101_354_496, 2: 1_050_681_344}[tp]
+    _, data = estimate(monkeypatch, capsys, "--model", "llama-3-8b", "--ctx", "8k", "--gpu", gpu,
+                       "--cpu-offload-gb", "1000")
+    _, full = estimate(monkeypatch, capsys, "--model", "llama-3-8b", "--ctx", "8k", "--gpu", gpu)
+    assert data["weights_bytes_per_gpu"] == kept
+    assert data["weights_offloaded_bytes_per_gpu"] == full["weights_bytes_per_gpu"] - kept
+    assert data["kv_budget_bytes"] - full["kv_budget_bytes"] == data["weights_offloaded_bytes_per_gpu"]

@@ -412,9 +412,11 @@ class Engine(ABC):
         """What the engine keeps for a multimodal model's inputs and in host memory: nothing by default."""
         return ServingExtras()
 
-    def weights_offloaded(self, weights_per_gpu: int) -> int:
-        """Bytes of each GPU's weights the engine keeps in host memory instead (0: none)."""
+    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None) -> int:
+        """Bytes of each GPU's `weights_per_gpu` (of `model` in `dtype_name`) the engine keeps in host memory
+        instead (0: none)."""
         return 0
+
     def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,
                          kv: DType) -> KVPool:
         """One GPU's pool when the engine also runs a draft (`draft`: the draft model, MTP layers or EAGLE head, None

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from kvplan.dtypes import ALIASES as DTYPE_ALIASES
-from kvplan.dtypes import DType, kv_dtype
+from kvplan.dtypes import FLOAT_DTYPES, DType, kv_dtype, weight_dtype
 from kvplan.engines.base import (
     FLAG_NAMES,
     WINDOWED,
@@ -996,11 +996,24 @@ class Vllm(Engine):
                      "activations are not modelled; --language-model-only drops it")
         return size
 
-    def weights_offloaded(self, weights_per_gpu: int) -> int:
+    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None) -> int:
         """--cpu-offload-gb (UVA offloading, `model_executor/offloader/uva.py`): parameters move to pinned host
         memory, whole ones, until that many GiB per GPU are offloaded (the last may overshoot by less than one
-        parameter); at most all of the GPU's weights."""
-        return min(self.options.cpu_offload_bytes or 0, weights_per_gpu)
+        parameter). The offloader wraps only the modules `make_layers` builds (`model_executor/models/utils.py`:
+        the decoder layers, and the towers'): the embeddings, lm_head and the final norm stay on the GPU, so at
+        most the rest is offloaded (Llama-3-8B keeps 2 x 128,256 x 4,096 x 2 + 4,096 x 2 = 2,101,354,496 B)."""
+        given = self.options.cpu_offload_bytes or 0
+        if not given:
+            return 0
+        from kvplan.memory import weights_by_group
+
+        groups, _ = weights_by_group(model, dtype_name)
+        shares = self.weight_shares(model)
+        norm_dtype = weight_dtype(dtype_name if dtype_name in FLOAT_DTYPES else model.dtype)
+        final_norm = norm_dtype.bytes_for(model.widths.hidden) * shares["other_replicated"]
+        kept = math.ceil(groups["embedding"] * shares["embedding"] + groups["lm_head"] * shares["lm_head"]
+                         + final_norm)
+        return min(given, max(0, weights_per_gpu - kept))
 
     def offload_blocks(self, block_bytes: int) -> int:
         """Blocks the native CPU offloading connector holds (`v1/kv_offload/cpu/spec.py`): kv_offloading_size bytes,
