@@ -211,6 +211,36 @@ def test_out_never_overwrites_an_input_named_another_way(monkeypatch, capsys, tm
     assert code == 0 and err.strip() == "kvplan: wrote ckpt/table.md"
 
 
+def test_out_never_overwrites_another_part_of_a_split_gguf(monkeypatch, capsys, tmp_path):
+    """Naming one part of a split GGUF reads all of them (tests/test_gguf.py): each is an input, not only the one
+    named."""
+    from test_gguf import write_split
+
+    parts = write_split(tmp_path)
+    before = [part.read_bytes() for part in parts]
+    for named, out in ((parts[0], parts[2]), (parts[1], parts[0]), (parts[2], parts[1])):
+        code, _, err = table_to(monkeypatch, capsys, str(out), "-f", "csv", models=str(named))
+        assert_one_line_error(code, err, "one of this command's inputs")
+    assert [part.read_bytes() for part in parts] == before
+
+
+def test_out_takes_any_name_the_file_system_does(monkeypatch, capsys, tmp_path):
+    """A file name may have 255 bytes; the temporary file written beside it had 14 more, so a name of 242 to 255
+    bytes could not be written at all."""
+    target = tmp_path / ("t" * 252 + ".md")
+    code, _, err = table_to(monkeypatch, capsys, str(target))
+    assert code == 0, err
+    assert "| model" in target.read_text() and os.listdir(tmp_path) == [target.name]
+
+
+@pytest.mark.parametrize("name", ["t" * 253 + ".md", "d/" * 2100 + "t.md"], ids=["256-byte name", "4200-byte path"])
+def test_out_past_the_file_systems_limits_is_one_line(monkeypatch, capsys, tmp_path, name):
+    """Past 255 bytes a name, or PATH_MAX a path, every look at the file failed (ENAMETOOLONG, exit 70)."""
+    code, _, err = table_to(monkeypatch, capsys, str(tmp_path / name))
+    assert_one_line_error(code, err, "cannot write", "too long")
+    assert os.listdir(tmp_path) == []
+
+
 def test_out_does_not_follow_a_symlink_without_force(monkeypatch, capsys, tmp_path):
     precious = tmp_path / "precious.txt"
     precious.write_text("keep me", encoding="utf-8")
