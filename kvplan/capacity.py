@@ -825,7 +825,8 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
                      for p in bounding) * parallel.ranks
     result = Capacity(
         engine=engine.name, engine_version=engine.version, engine_version_given=engine.version_given,
-        engine_assumptions=engine.assumptions(), gpu=hardware.name, gpu_memory_bytes=hardware.memory_bytes,
+        engine_assumptions=engine.assumptions(uses_fraction=d.fraction is not None), gpu=hardware.name,
+        gpu_memory_bytes=hardware.memory_bytes,
         gpus=parallel.gpus, tensor_parallel_size=parallel.tp, pipeline_parallel_size=parallel.pp,
         data_parallel_size=parallel.dp, expert_parallel_size=parallel.ep,
         data_parallel_replicas=parallel.replicas, ctx=ctx, kv_dtype=keys.name,

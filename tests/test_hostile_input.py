@@ -333,6 +333,59 @@ def test_misleading_messages_name_what_was_given(monkeypatch, capsys):
     assert_one_line_error(code, err, "SGLang's default --mem-fraction-static", "set the fraction yourself")
 
 
+def test_kv_budget_prints_no_memory_fraction(monkeypatch, capsys):
+    """--kv-budget is the KV memory itself: no gpu_memory_utilization applies, and the report said one did."""
+    for extra in ((), ("--engine", "sglang"), ("--engine", "llama.cpp")):
+        code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k",
+                                  "--kv-budget", "20GiB", *extra)
+        assert code == 0, err
+        assert "gpu_memory_utilization" not in out and "mem_fraction" not in out
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", "--gpu", "h100")
+    assert code == 0 and "note: gpu_memory_utilization 0.92" in out  # where it does apply, it is said
+
+
+@pytest.mark.parametrize("value", ["image=0,image=5", '{"image": 0, "image": 5}', "image=5, image=0"])
+def test_a_modality_given_twice_is_refused(monkeypatch, capsys, value):
+    """The second count silently replaced the first (a dict keeps the last); vLLM's JSON form is read by Python's
+    json, which does the same."""
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "google/gemma-3-27b-it", "--ctx", "8k",
+                            "--gpu", "h100", "--limit-mm-per-prompt", value)
+    assert_one_line_error(code, err, "'image' more than once")
+
+
+@pytest.mark.parametrize("value_of", ["--model", "--ctx", "--out"])
+def test_debug_is_never_an_options_value(monkeypatch, capsys, tmp_path, value_of):
+    """`--debug` was taken out of the arguments wherever it stood, so `--model --debug` left --model without its
+    value and turned debugging on; an option's value is now its value."""
+    monkeypatch.delenv("KVPLAN_DEBUG")
+    monkeypatch.chdir(tmp_path)
+    args = {"--model": ("estimate", "--model", "--debug", "--ctx", "8k"),
+            "--ctx": ("estimate", "--model", "llama-3-8b", "--ctx", "--debug"),
+            "--out": ("table", "--models", "llama-3-8b", "--ctx", "8k", "-f", "md", "--out", "--debug")}[value_of]
+    code, _, err = run_main(monkeypatch, capsys, *args)
+    if value_of == "--out":
+        assert code == 0 and err.strip() == "kvplan: wrote --debug" and (tmp_path / "--debug").is_file()
+    else:
+        assert_one_line_error(code, err, "'--debug'")
+
+
+def test_debug_is_still_a_flag_before_or_after_the_command(monkeypatch, capsys):
+    from kvplan import memory
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(memory, "estimate", broken)
+    monkeypatch.delenv("KVPLAN_DEBUG")
+    for args in (("--debug", "estimate", "--model", "llama-3-8b", "--ctx", "8k"),
+                 ("estimate", "--model", "llama-3-8b", "--debug", "--ctx", "8k"),
+                 ("estimate", "--json", "--debug", "--model", "llama-3-8b", "--ctx", "8k")):
+        with pytest.raises(RuntimeError):
+            run_main(monkeypatch, capsys, *args)
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k")
+    assert code == 70 and "bug in kvplan" in err
+
+
 # config file, decoder fields: top-k above the expert count. Mixtral (MoE.read), Nemotron-H's MoE blocks and Gemma 4's
 # MoE block each read it; Gemma 4 26B-A4B's published shape (128 experts of 704) on the 31B's config.
 TOP_K = [("mistralai__Mixtral-8x7B-v0.1.json", {"num_experts_per_tok": 16}, "num_experts_per_tok"),

@@ -404,8 +404,9 @@ class Engine(ABC):
     @abstractmethod
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> KVPool: ...
 
-    def assumptions(self) -> list[str]:
-        """One line per default this engine applied, with its basis."""
+    def assumptions(self, uses_fraction: bool = True) -> list[str]:
+        """One line per default this engine applied, with its basis; `uses_fraction` False where the budget was given
+        (--kv-budget), so that no memory fraction applied."""
         return []
 
     def serving_extras(self, model: ModelSpec, tower_bytes: int, max_len: int) -> ServingExtras:

@@ -1022,13 +1022,13 @@ class Vllm(Engine):
         chunk = pad(block_bytes * self.tp * self.pp, 4096)
         return (self.options.kv_offloading_size or 0) // chunk
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, uses_fraction: bool = True) -> list[str]:
         batches = self.in_flight_batches()
         why = "async scheduling" if self.async_scheduling() and batches > self.pp else \
             "pipeline stages" if batches > 1 else "one batch"
         lines = [f"in-flight tokens I = {self.in_flight_tokens():,} ({batches} batch{'es' if batches > 1 else ''}, "
                  f"{why}, x max_num_batched_tokens {self.max_num_batched_tokens():,})"]
-        if self.options.memory_fraction is None:
+        if self.options.memory_fraction is None and uses_fraction:
             lines.append(f"gpu_memory_utilization {self.default_fraction()} (vLLM default "
                          f"{'from' if self.modern else 'before'} 0.21.0)")
         return lines
