@@ -750,12 +750,13 @@ class UsersServed(NamedTuple):
     binding: KVPool
 
 
-def _bounding_pools(model: ModelSpec, pools: list[KVPool], ctx: int) -> list[KVPool]:
-    """The stages whose users cost memory at ctx, which alone bound their number: a pipeline stage whose layers keep
-    no cache of their own (no-op attention, KV-shared layers) holds any number of users. Refuses a model none of
-    whose stages does: nothing would bound its users. A user's cost grows with ctx, so a stage that costs at one
-    ctx costs at every longer one."""
-    bounding = [p for p in pools if p.peak_bytes(1, ctx) != p.peak_bytes(0, ctx)]
+def _bounding_pools(model: ModelSpec, pools: list[KVPool], ctx: int, budget: int) -> list[KVPool]:
+    """The stages where enough users at ctx need more than the budget, which alone bound their number: a pipeline
+    stage whose layers keep no cache of their own (no-op attention, KV-shared layers) holds any number of users in
+    its fixed buffers (llama.cpp's compute buffer is as large for 8 users as for 2**40). Refuses a model none of
+    whose stages does: nothing would bound its users. A user's cost grows with ctx, so a stage that bounds at one
+    ctx bounds at every longer one."""
+    bounding = [p for p in pools if p.peak_bytes(UNBOUNDED_USERS, ctx) > budget]
     if not bounding:
         raise KvplanError(f"{model.name} keeps no per-sequence cache: memory does not bound its concurrency")
     return bounding
@@ -806,7 +807,7 @@ def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     engine, pools, budget = d.engine, d.pools, d.budget
     notes = list(dict.fromkeys([*d.notes, *(note for p in pools for note in p.notes)]))
     ctx, prefix = workload.ctx, workload.shared_prefix
-    bounding = _bounding_pools(model, pools, ctx)
+    bounding = _bounding_pools(model, pools, ctx, budget)
     served = _users_at(bounding, budget, ctx, prefix, parallel.ranks)
     users, binding = served.steady, served.binding
     notes += [note for note in binding.budget_notes(budget, ctx) if note not in notes]
@@ -888,7 +889,7 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
         d = _deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
                     weights_dtype_name, None, overhead, splits.get(parallel))
         splits[parallel] = d.split
-        bounding = _bounding_pools(model, d.pools, min(ctxs))
+        bounding = _bounding_pools(model, d.pools, min(ctxs), d.budget)
         none_from = None  # the shortest ctx at which not one user fits: none fits at any longer one either
         row = []
         for ctx in ctxs:

@@ -216,3 +216,27 @@ def test_cpu_offload_leaves_embeddings_lm_head_and_final_norm_on_the_gpu(monkeyp
     assert data["weights_bytes_per_gpu"] == kept
     assert data["weights_offloaded_bytes_per_gpu"] == full["weights_bytes_per_gpu"] - kept
     assert data["kv_budget_bytes"] - full["kv_budget_bytes"] == data["weights_offloaded_bytes_per_gpu"]
+
+
+# ---------------------------------------------------------------- the whole library, every engine, every layout
+
+
+def test_a_sample_of_the_library_sweep():
+    """benchmarks/library_sweep.py runs every bundled model under every engine at 128k and 1M, for 1 and 8 users, on
+    one H100 and eight (one TP group, 2 and 8 pipeline stages): 7,744 runs, each exit 0 or 1 or a refusal by design
+    (about 400 s). Here each model under one engine, in turn, at one ctx and one user count, in every layout."""
+    from conftest import load_script
+
+    from kvplan.sources import library, load_model
+
+    sweep = load_script("benchmarks/library_sweep.py", "library_sweep")
+    failures = []
+    for i, entry in enumerate(library.entries()):
+        engine, ctx, users = sweep.ENGINES[i % 6], sweep.CTXS[i // 6 % 2], sweep.USERS[i // 12 % 2]
+        for layout in sweep.layouts(load_model(entry.id), engine):
+            args = ["estimate", "--model", entry.id, "--ctx", ctx, "--users", users, "--engine", engine, *layout,
+                    "--json"]
+            outcome, detail = sweep.run(args)
+            if outcome == "failed":
+                failures.append(f"kvplan {' '.join(args)}: {detail}")
+    assert not failures, "\n".join(failures)

@@ -1010,7 +1010,8 @@ class Vllm(Engine):
         groups, _ = weights_by_group(model, dtype_name)
         shares = self.weight_shares(model)
         norm_dtype = weight_dtype(dtype_name if dtype_name in FLOAT_DTYPES else model.dtype)
-        final_norm = norm_dtype.bytes_for(model.widths.hidden) * shares["other_replicated"]
+        hidden = model.widths.hidden if model.widths else 0  # (a source that gives no widths: the norm uncounted)
+        final_norm = norm_dtype.bytes_for(hidden) * shares["other_replicated"]
         kept = math.ceil(groups["embedding"] * shares["embedding"] + groups["lm_head"] * shares["lm_head"]
                          + final_norm)
         return min(given, max(0, weights_per_gpu - kept))
