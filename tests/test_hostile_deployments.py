@@ -102,6 +102,25 @@ def test_sglang_sizes_kv_shared_layers_by_their_type_in_each_stage(monkeypatch, 
     assert data["engine_kv_bytes_per_sequence"] == 8192 * full + math.ceil(8192 * 0.8) * sliding
 
 
+def test_sglang_refuses_a_stage_that_still_keeps_no_kv(monkeypatch, capsys, write_json):
+    """A text request's Llama 3.2 Vision layers that cross-attend to the image cache nothing (kvplan counts text
+    requests); with both of a stage's layers such, SGLang's pool for it has no cell and SGLang sizes it by the
+    context length (DefaultPoolConfigurator), which kvplan does not model: one line, not a division by zero. Its
+    attention layers of different KV head counts are refused as SGLang refuses Nemotron-NAS's (VGQA)."""
+    config = write_json({"model_type": "mllama_text_model", "num_hidden_layers": 4, "hidden_size": 256,
+                         "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 512,
+                         "vocab_size": 1000, "torch_dtype": "bfloat16", "cross_attention_layers": [2, 3]})
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(config), "--ctx", "8k", "--gpu",
+                            "2xh100", "--pp", "2", "--tp", "1", "--engine", "sglang")
+    assert_one_line_error(code, err, "pipeline stage whose layers keep no KV", "--pp")
+    estimate(monkeypatch, capsys, "--model", str(config), "--ctx", "8k", "--gpu", "h100", "--engine", "sglang")
+    nas = json.loads((SPECS / NEMOTRON_SUPER).read_text(encoding="utf-8"))
+    nas["block_configs"][0]["attention"]["n_heads_in_group"] = 4
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(write_json(nas)), "--ctx", "8k",
+                            "--gpu", "h200", "--engine", "sglang")
+    assert_one_line_error(code, err, "Variable GQA")
+
+
 # ---------------------------------------------------------------- other engines: a stage with no KV
 
 
