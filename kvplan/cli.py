@@ -290,17 +290,28 @@ def _limit_mm(text: str | None) -> tuple[tuple[str, int], ...] | None:
     image=0,video=2."""
     if text is None:
         return None
-    counts: dict = {}
+
+    def once(pairs: list) -> dict:
+        """The counts, each modality named once (a dict would keep the last of two silently)."""
+        counts: dict = {}
+        for name, count in pairs:
+            if not name:
+                raise KvplanError(f"--limit-mm-per-prompt {brief(text)} gives a count without a modality's name")
+            if name in counts:
+                raise KvplanError(f"--limit-mm-per-prompt gives {brief(name)} more than once: give each modality once")
+            counts[name] = count
+        return counts
+
     if text.strip().startswith("{"):
         try:
-            counts = json.loads(text)
+            counts = json.loads(text, object_pairs_hook=once)
         except ValueError:
             raise KvplanError(f"--limit-mm-per-prompt {brief(text)} is not a JSON object like "
                               '\'{"image": 0}\'') from None
     else:
-        for item in filter(None, (part.strip() for part in text.split(","))):
-            name, sep, count = item.partition("=")
-            counts[name.strip()] = int(count) if sep and count.strip().isdigit() and count.isascii() else count
+        counts = once((name.strip(), int(count) if sep and count.strip().isdigit() and count.isascii() else count)
+                      for name, sep, count in (item.partition("=") for item in
+                                               filter(None, (part.strip() for part in text.split(",")))))
     if not counts or not isinstance(counts, dict):
         raise KvplanError(f"--limit-mm-per-prompt {brief(text)}: give counts like image=0,video=0 or "
                           '\'{"image": 0}\'')
@@ -734,6 +745,27 @@ def _app_for(args: list[str]) -> typer.Typer:
     return alone
 
 
+def _without_debug(command, args: list[str]) -> tuple[bool, list[str]]:
+    """(whether --debug was given, the arguments without it). --debug is kvplan's own flag, not the command's: it is
+    taken where an option may stand, never as the value of an option that takes one (`--model --debug` names the
+    model "--debug", `--out --debug` the file), which the command typer built says."""
+    subcommand = getattr(command, "commands", {}).get(args[0]) if args else None
+    params = subcommand.params if subcommand is not None else []
+    takes_value = {name for param in params if param.param_type_name == "option" and not param.is_flag
+                   and not param.count for name in (*param.opts, *param.secondary_opts)}
+    kept, given, following = [], False, False
+    for index, arg in enumerate(args):
+        if following or arg != "--debug":
+            kept.append(arg)
+        else:
+            given = True
+        if arg == "--":  # what follows is arguments, --debug among them
+            kept += args[index + 1:]
+            break
+        following = not following and arg in takes_value
+    return given, kept
+
+
 DOES_NOT_FIT = 1  # exit status when the target does not fit: the plan is printed, and scripts can branch on it
 BUG_REPORT = ("this is a bug in kvplan, not a problem with your input: please report it with the command you "
               "ran and the traceback that `--debug` (or KVPLAN_DEBUG=1) prints")
@@ -745,11 +777,14 @@ def main() -> None:
     # kvplan uses no pydantic plugins; skipping their discovery spares every run an entry-point scan.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     args = sys.argv[1:]
-    debug = "--debug" in args or os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
-    args = [arg for arg in args if arg != "--debug"]
+    leading = next((i for i, arg in enumerate(args) if arg != "--debug"), len(args))  # before the command's name
+    args = args[leading:]
     app._add_completion = not args or bool(COMPLETION_ARGS & set(args)) or "_KVPLAN_COMPLETE" in os.environ
+    command = typer.main.get_command(_app_for(args))
+    given, args = _without_debug(command, args)
+    debug = bool(leading) or given or os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
     try:
-        status = _app_for(args)(args=args or ["--help"], prog_name="kvplan", standalone_mode=False)
+        status = command(args=args or ["--help"], prog_name="kvplan", standalone_mode=False)
         if isinstance(status, int) and status:  # typer.Exit(code) returns it when not standalone
             sys.exit(status)
     except KvplanError as err:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -112,6 +113,20 @@ def parse_models(models: str | None, filter_text: str | None = None) -> list[str
     if not names:
         raise KvplanError("no models given: --models a,b,c, --models @models.txt, or --filter TEXT")
     return names
+
+
+def _split_parts(path: Path) -> list[str]:
+    """Every part of the split GGUF `path` is one of (`<prefix>-00002-of-00003.gguf`): kvplan reads them all, from
+    the one named (`kvplan.sources.gguf_model.part_names`, the names llama.cpp finds the parts by)."""
+    if not path.name.endswith(".gguf"):
+        return []
+    from kvplan.sources.gguf_model import SPLIT_NAME, part_names
+
+    match = SPLIT_NAME.match(path.name)
+    if match is None or not 0 < int(match["no"]) <= int(match["count"]):
+        return []
+    return [str(path.with_name(part)) for part in
+            part_names(path.name, int(match["no"]) - 1, int(match["count"]), str(path))]
 
 
 def _list_file(models: str) -> str | None:
@@ -635,22 +650,23 @@ def write(out: str, text: str, inputs: Sequence[str] = (), force: bool = False) 
 
 def input_files(models: str | None, names: Sequence[str]) -> list[str]:
     """The files a table is made from, which --out must not overwrite: a model list file, local configs and
-    specs, what a checkpoint directory holds that kvplan reads (config.json, the safetensors index and shards),
-    and bundled configs."""
+    specs, every part of a split GGUF, what a checkpoint directory holds that kvplan reads (config.json, the
+    safetensors index and shards), and bundled configs. (os.path's tests answer False for a name the file system
+    cannot examine, too long a name: no file kvplan read.)"""
     from kvplan.sources import library
     from kvplan.sources import safetensors as st
 
     files = []
     for name in names:
         path = Path(name).expanduser()
-        if path.is_dir():
+        if os.path.isdir(path):
             try:
                 shards = st.shard_names(path) or []
             except st.HeaderError:
                 shards = []
             files += [str(path / f) for f in ("config.json", st.INDEX_FILE, *shards)]
-        elif path.exists():
-            files.append(name)
+        elif os.path.exists(path):
+            files += [name, *_split_parts(path)]
         elif (entry := library.find(name)) is not None:
             files.append(str(library.config_path(entry)))
     list_file = _list_file(models) if models is not None else None

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import ggufkit
 from conftest import SPECS, run_main
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 EXAMPLES = int(os.environ.get("KVPLAN_FUZZ_EXAMPLES", "40"))
@@ -73,6 +73,7 @@ def sane(value, key: str = "") -> bool:
 def run(monkeypatch, capsys, *args: str) -> None:
     with alarm(SECONDS):
         code, out, err = run_main(monkeypatch, capsys, *args)
+    event(f"exit {code}")  # --hypothesis-show-statistics: how many runs got past the checks
     if code in (0, 1):  # 1: the plan is printed and does not fit
         assert sane(json.loads(out)) if "--json" in args else out and "\x1b" not in out, out
     else:
@@ -96,6 +97,81 @@ def test_estimate_flags(monkeypatch, capsys, model, flags, ctx, output):
 @given(st.sampled_from(MODELS), hostile, hostile, st.sampled_from(["h100", "l40s", "rtx-4090", "b200"]))
 def test_plan_flags(monkeypatch, capsys, model, users, ctx, gpu):
     run(monkeypatch, capsys, "plan", "--model", model, "--users", users, "--ctx", ctx, "--gpu", gpu, "--json")
+
+
+# Deployment flags: layouts, engines and their own flags, dtypes, drafts, LoRA and offloading, each with values that
+# are right for some model and engine, wrong for others, or past their limits. A run draws an engine, then flags
+# mostly from those every engine takes and its own (a flag another engine takes is refused at once).
+COUNTS = ["1", "2", "3", "4", "8", "16", "64", "0", "-1", "1000"]
+VALUES = {
+    "--gpu": ["h100", "8xh100", "4xa100-80gb", "rtx-4090", "2xl40s", "b200", "64xh100", "mi300x", "m4-max"],
+    "--vram": ["24GiB", "80GB", "1GiB", "2TiB"], "--gpus": COUNTS, "--tp": COUNTS, "--pp": COUNTS,
+    "--dp": COUNTS, "--ep": COUNTS, "--users": ["1", "8", "64", "4096", "0"], "--batch": ["1", "4", "0"],
+    "--kv-dtype": ["fp8", "bf16", "fp16", "fp32", "fp8_e5m2", "q8_0", "q4_0", "int4", "nf4"],
+    "--weights-dtype": ["fp8", "int4", "bf16", "fp32", "q4_k_m", "int8", "mxfp4"],
+    "--gpu-memory-utilization": ["0.5", "0.92", "1", "0.01", "1.5"], "--kv-budget": ["20GiB", "1MiB", "0"],
+    "--overhead": ["0", "2GiB", "100GiB"], "--avg-ctx": ["1k", "100k"], "--shared-prefix": ["512", "1M"],
+    "--draft-model": ["llama-3.2-1b-instruct", "qwen3-0.6b", "gemma-3-1b-it"],
+    "--speculative-method": ["draft_model", "eagle", "eagle3", "mtp", "ngram"],
+    "--speculative-tokens": ["0", "1", "4", "64"],
+    "--engine-version": ["0.33.0", "0.21.0", "0.10.1", "5.23.0", "4.57.0", "99.0", "1"],
+    "--block-size": ["1", "16", "32", "256", "100"], "--max-num-batched-tokens": ["1", "8192", "1000000"],
+    "--max-num-seqs": ["1", "48", "1024", "100000"], "--max-loras": ["1", "4", "0"],
+    "--max-lora-rank": ["8", "16", "512"], "--max-cpu-loras": ["1", "8"],
+    "--limit-mm-per-prompt": ["image=0", "image=0,video=0", '{"image": 2}', "audio=1"],
+    "--kv-offloading-size": ["64", "0", "1TiB"], "--kv-offloading-backend": ["native", "lmcache"],
+    "--cpu-offload-gb": ["1", "10", "1000", "1e6", "0"], "--gdn-prefill-backend": ["flashinfer", "triton"],
+    "--mamba-ssm-cache-dtype": ["auto", "float32", "bfloat16"], "--max-mamba-cache-size": ["1", "48", "100000"],
+    "--mamba-full-memory-ratio": ["0.9", "1e6", "1e-9", "3"], "--cache-implementation": ["dynamic", "static"],
+    "--ubatch-size": ["1", "512", "4096"], "--batch-size": ["1", "2048"],
+    "--cache-type-k": ["f16", "q8_0", "q4_0", "bf16"], "--cache-type-v": ["f16", "q8_0", "q4_0"],
+    "--flash-attn": ["on", "off", "auto"], "--frontend": ["server", "python"],
+}
+EVERY_ENGINE = ["--gpu", "--vram", "--gpus", "--tp", "--pp", "--users", "--batch", "--kv-dtype", "--weights-dtype",
+                "--gpu-memory-utilization", "--kv-budget", "--overhead", "--avg-ctx", "--shared-prefix"]
+ENGINE_FLAGS = {  # (flags with a value, switches) each engine reads besides EVERY_ENGINE's
+    "vllm": (["--dp", "--ep", "--draft-model", "--speculative-method", "--speculative-tokens", "--engine-version",
+              "--block-size", "--max-num-batched-tokens", "--max-num-seqs", "--max-loras", "--max-lora-rank",
+              "--max-cpu-loras", "--limit-mm-per-prompt", "--kv-offloading-size", "--kv-offloading-backend",
+              "--cpu-offload-gb", "--gdn-prefill-backend", "--mamba-ssm-cache-dtype"],
+             ["--enable-expert-parallel", "--enable-lora", "--language-model-only", "--no-async-scheduling"]),
+    "sglang": (["--dp", "--ep", "--draft-model", "--speculative-method", "--speculative-tokens", "--max-num-seqs",
+                "--mamba-ssm-cache-dtype", "--max-mamba-cache-size", "--mamba-full-memory-ratio"],
+               ["--enable-expert-parallel", "--disable-radix-cache"]),
+    "llama.cpp": (["--draft-model", "--speculative-tokens", "--ubatch-size", "--batch-size", "--cache-type-k",
+                   "--cache-type-v", "--flash-attn", "--frontend"], ["--kv-unified", "--no-kv-unified", "--swa-full"]),
+    "transformers": (["--engine-version", "--cache-implementation"], []),
+    "tensorrt-llm": (["--block-size"], []),
+    "ideal": ([], []),
+}
+DEPLOYED_MODELS = ["llama-3-8b", "llama-3.1-70b", "deepseek-v2-lite", "deepseek-v3", "mixtral-8x7b", "qwen3-30b-a3b",
+                   "gpt-oss-20b", "gemma-3-27b-it", "gemma-4-e2b-it", "gemma-3n-e2b", "nemotron-super-49b",
+                   "qwen3-next-80b-a3b-thinking", "qwen3.5-27b", "nemotron-3-nano-30b-a3b", "jamba-v0.1",
+                   "falcon-h1-0.5b", "llama-4-scout", "t5-base", "mamba2-2.7b", "deepseek-v4-flash", "glm-5"]
+
+
+@FUZZ
+@given(st.sampled_from(DEPLOYED_MODELS), st.sampled_from(sorted(ENGINE_FLAGS)),
+       st.sampled_from(["8k", "128k", "1M", "300"]), st.sampled_from([["--json"], []]), st.data())
+def test_deployment_flags(monkeypatch, capsys, model, engine, ctx, output, data):
+    """Layouts (--gpus, --tp, --pp, --dp, --ep), engines and their flags, dtypes, drafts, LoRA and offloading, in
+    any combination: a flag's value mostly one some model and engine take, now and then a hostile one; now and
+    then a flag or a switch of another engine."""
+    own, switches = ENGINE_FLAGS[engine]
+    every_flag, every_switch = sorted(VALUES), sorted({s for _, engine_switches in ENGINE_FLAGS.values()
+                                                       for s in engine_switches})
+    names = data.draw(st.lists(st.sampled_from(EVERY_ENGINE + own), max_size=4, unique=True))
+    if not {"--gpu", "--vram", "--kv-budget"} & set(names) and data.draw(st.integers(0, 9)):
+        names.append("--gpu")  # capacity needs a GPU
+    if data.draw(st.integers(0, 9)) == 0:
+        names.append(data.draw(st.sampled_from(every_flag)))
+    args = ["estimate", "--model", model, "--ctx", ctx, "--engine", engine, *output]
+    args += data.draw(st.lists(st.sampled_from(switches if switches and data.draw(st.integers(0, 9)) else
+                                               every_switch), max_size=2, unique=True))
+    for flag in dict.fromkeys(names):
+        value = data.draw(st.sampled_from(VALUES[flag]) if data.draw(st.integers(0, 9)) else hostile)
+        args += [flag, value]
+    run(monkeypatch, capsys, *args)
 
 
 CONFIGS = ["meta-llama__Meta-Llama-3-8B.json", "google__gemma-3-27b-it.json", "deepseek-ai__DeepSeek-V3.json",

@@ -55,13 +55,22 @@ def best_layout(model: ModelSpec, workload: Workload, gpus: int, engine: type[En
                 weights_name: str | None, settings: dict) -> Capacity | None:
     """Of the layouts of `gpus` GPUs that fit, the one with the fewest pipeline stages (TP keeps a node's GPUs
     in step; PP adds a stage of latency), then the most users, then the fewest DP ranks. A speculative decoder is
-    sized on one stage."""
+    sized on one stage. A layout the engine refuses (a stage it cannot build, a default memory fraction below
+    zero at that many DP ranks: `count` raises) serves no one and is passed over; `plan` has checked that the
+    engine runs the model at all."""
     options = settings.get("options")
     one_stage = settings.get("draft") is not None or (options is not None and options.speculative_method)
-    fitting = [count(model, workload, parallel=layout, kv_dtype_name=kv_name, weights_dtype_name=weights_name,
-                     **settings)
-               for layout in layouts(model, gpus, engine) if layout.pp == 1 or not one_stage]
-    fitting = [cap for cap in fitting if cap.fits]
+    fitting = []
+    for layout in layouts(model, gpus, engine):
+        if layout.pp > 1 and one_stage:
+            continue
+        try:
+            cap = count(model, workload, parallel=layout, kv_dtype_name=kv_name, weights_dtype_name=weights_name,
+                        **settings)
+        except KvplanError:
+            continue
+        if cap.fits:
+            fitting.append(cap)
     return min(fitting, key=lambda cap: (cap.pipeline_parallel_size, -cap.max_concurrent_users,
                                          cap.data_parallel_size), default=None)
 
@@ -122,6 +131,7 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_nam
     options = options or EngineOptions()
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes)
     settings = dict(engine_name=engine_name, options=options, hardware=hardware, overhead=overhead, draft=draft)
+    count(model, workload, **settings)  # one GPU: what the engine refuses for the model, said once
     checkpoint = weights_bytes(model)[0]
     weights = [None, *(w for w in ("fp8", "int4") if weights_bytes(model, w)[0] < checkpoint)]
     rows = []

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.capacity.deployment import Deployment, LayoutSplit, deploy
-from kvplan.capacity.search import SEARCH_LIMIT, capped, max_ctx, max_users
+from kvplan.capacity.search import SEARCH_LIMIT, UNBOUNDED_USERS, capped, max_ctx, max_users
 from kvplan.engines import EngineOptions, KVPool, VllmPool
 from kvplan.errors import KvplanError
 from kvplan.model import Hardware, ModelSpec, Parallelism, Workload
@@ -134,16 +134,21 @@ class UsersServed(NamedTuple):
     at_limit: bool = False
 
 
-def _check_users_cost(model: ModelSpec, pools: list[KVPool], ctx: int) -> None:
-    """Refuses a model whose users cost no memory at ctx: nothing would bound their number. A user's cost grows
-    with ctx, so a pool that passes at one ctx passes at every longer one."""
-    if all(p.peak_bytes(1, ctx) == p.peak_bytes(0, ctx) for p in pools):
+def _bounding_pools(model: ModelSpec, pools: list[KVPool], ctx: int, budget: int) -> list[KVPool]:
+    """The stages where enough users at ctx need more than the budget, which alone bound their number: a pipeline
+    stage whose layers keep no cache of their own (no-op attention, KV-shared layers) holds any number of users in
+    its fixed buffers (llama.cpp's compute buffer is as large for 8 users as for 2**40). Refuses a model none of
+    whose stages does: nothing would bound its users. A user's cost grows with ctx, so a stage that bounds at one
+    ctx bounds at every longer one."""
+    bounding = [p for p in pools if p.peak_bytes(UNBOUNDED_USERS, ctx) > budget]
+    if not bounding:
         raise KvplanError(f"{model.name} keeps no per-sequence cache: memory does not bound its concurrency")
+    return bounding
 
 
 def _users_at(pools: list[KVPool], budget: int, ctx: int, prefix: int, ranks: int) -> UsersServed:
     """A user costs its cache and, where the engine's activations grow with the batch (transformers), its share
-    of them (`_check_users_cost` has refused pools where a user costs nothing). Over the stages, the fewest users;
+    of them (`pools`: the stages where a user costs something, `_bounding_pools`). Over the stages, the fewest users;
     the binding stage is the first with the fewest in steady decode. The steady figure is 0 where not one request
     passes the start-up check, and never below the start-up figure (what the engine admits it holds)."""
     at_startup, steady, binding = None, None, pools[0]
@@ -182,8 +187,8 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     engine, pools, budget = d.engine, d.pools, d.budget
     notes = list(dict.fromkeys([*d.notes, *(note for p in pools for note in p.notes)]))
     ctx, prefix = workload.ctx, workload.shared_prefix
-    _check_users_cost(model, pools, ctx)
-    served = _users_at(pools, budget, ctx, prefix, parallel.ranks)
+    bounding = _bounding_pools(model, pools, ctx, budget)
+    served = _users_at(bounding, budget, ctx, prefix, parallel.ranks)
     users, binding = served.steady, served.binding
     notes += [note for note in binding.budget_notes(budget, ctx) if note not in notes]
     running = binding.sequence_limit(budget)
@@ -196,16 +201,17 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     limit = model.max_context or SEARCH_LIMIT
     longest = longest_bound = None
     if workload.users:
-        longest = min(max_ctx(p, budget, need, limit, prefix) for p in pools)
+        longest = min(max_ctx(p, budget, need, limit, prefix) for p in bounding)
         longest_bound = _ctx_bound(longest, limit, model.max_context,
-                                   any(capped(p, need, budget) < need for p in pools))
+                                   any(capped(p, need, budget) < need for p in bounding))
     at_avg = None
     if workload.avg_ctx:
         at_avg = min(capped(p, max_users(p, budget, workload.avg_ctx, prefix, steady=True), budget)
-                     for p in pools) * parallel.ranks
+                     for p in bounding) * parallel.ranks
     return Capacity(
         engine=engine.name, engine_version=engine.version, engine_version_given=engine.version_given,
-        engine_assumptions=engine.assumptions(), gpu=hardware.name, gpu_memory_bytes=hardware.memory_bytes,
+        engine_assumptions=engine.assumptions(uses_fraction=d.fraction is not None), gpu=hardware.name,
+        gpu_memory_bytes=hardware.memory_bytes,
         gpus=parallel.gpus, tensor_parallel_size=parallel.tp, pipeline_parallel_size=parallel.pp,
         data_parallel_size=parallel.dp, expert_parallel_size=parallel.ep,
         data_parallel_replicas=parallel.replicas, ctx=ctx, kv_dtype=keys.name,
@@ -273,7 +279,7 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
         try:
             d = deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
                        weights_dtype_name, None, overhead, splits.get(parallel))
-            _check_users_cost(model, d.pools, min(ctxs))
+            bounding = _bounding_pools(model, d.pools, min(ctxs), d.budget)
         except KvplanError as err:
             out.append([UsersAt(None, None, None, not_planned=str(err))] * len(ctxs))
             continue
@@ -282,9 +288,9 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
         row = []
         for ctx in ctxs:
             if none_from is not None and ctx >= none_from:
-                served = UsersServed(0, 0, d.pools[0])  # as `_users_at` gives it
+                served = UsersServed(0, 0, bounding[0])  # as `_users_at` gives it
             else:
-                served = _users_at(d.pools, d.budget, ctx, 0, parallel.ranks)
+                served = _users_at(bounding, d.budget, ctx, 0, parallel.ranks)
                 if not served.steady:
                     none_from = ctx
             limit = served.binding.sequence_limit(d.budget) if served.at_limit else None

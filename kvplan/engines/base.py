@@ -404,17 +404,20 @@ class Engine(ABC):
     @abstractmethod
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> KVPool: ...
 
-    def assumptions(self) -> list[str]:
-        """One line per default this engine applied, with its basis."""
+    def assumptions(self, uses_fraction: bool = True) -> list[str]:
+        """One line per default this engine applied, with its basis; `uses_fraction` False where the budget was given
+        (--kv-budget), so that no memory fraction applied."""
         return []
 
     def serving_extras(self, model: ModelSpec, tower_bytes: int, max_len: int) -> ServingExtras:
         """What the engine keeps for a multimodal model's inputs and in host memory: nothing by default."""
         return ServingExtras()
 
-    def weights_offloaded(self, weights_per_gpu: int) -> int:
-        """Bytes of each GPU's weights the engine keeps in host memory instead (0: none)."""
+    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None) -> int:
+        """Bytes of each GPU's `weights_per_gpu` (of `model` in `dtype_name`) the engine keeps in host memory
+        instead (0: none)."""
         return 0
+
     def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,
                          kv: DType) -> KVPool:
         """One GPU's pool when the engine also runs a draft (`draft`: the draft model, MTP layers or EAGLE head, None

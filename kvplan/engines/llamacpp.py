@@ -471,7 +471,7 @@ class LlamaCpp(Engine):
                          gpu_bytes=cdiv(sum(a.device_bytes for a in adapters), self.pp),
                          host_bytes=sum(a.host_bytes for a in adapters))
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, uses_fraction: bool = True) -> list[str]:
         if self.frontend.max_sequences == 1:
             lines = [f"front end {self.frontend.label}: one sequence per instance (n_seq_max 1)"]
         else:
