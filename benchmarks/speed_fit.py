@@ -9,11 +9,12 @@ of its decode step and prefill) and the efficiencies are fitted by least squares
 measured TPOT and TTFT (TTFT at half weight, its measurements being the noisier; a soft-L1 loss, so a few runs far
 off do not pull the rest), utilisations bounded to (0, 1]. The estimate's formulas are `kvplan.speed.calibrated`'s
 own functions, run over numpy arrays. What is fitted by what:
-    per engine and GPU family   weights_bandwidth, kv_bandwidth, compute
-    per engine                  prefill_compute, moe_compute, per_layer_us, per_moe_layer_us, per_sequence_us,
-                                per_collective_us, request_ms, steps_to_first_token, burst
-    for all                     scale_out
-An engine with no rows on a family takes its other family's utilisations, as `kvplan.speed.calibrated` does.
+    per engine    weights_bandwidth, kv_bandwidth, compute, prefill_compute, moe_compute, per_layer_us,
+                  per_moe_layer_us, per_sequence_us, per_collective_us, request_ms
+    for all       scale_out, steps_to_first_token, burst (the links beyond an NVLink domain, and what a first
+                  token waits for, which is the benchmark's more than the engine's)
+The GPUs differ by their peak rates alone: utilisations fitted per engine and GPU family (Hopper, Blackwell)
+generalised worse to a GPU left out of the fit (B200: TPOT median |error| 31% against 17%).
 """
 
 import datetime
@@ -32,11 +33,11 @@ from speed_rows import CALIBRATION, Row, read_rows  # noqa: E402
 from kvplan import gpus  # noqa: E402
 from kvplan.sources import load_model  # noqa: E402
 from kvplan.speed import Deployment, Efficiencies, Layout  # noqa: E402
-from kvplan.speed.calibrated import TABLE, Terms, family, tpot_ms, ttft_ms  # noqa: E402
+from kvplan.speed.calibrated import TABLE, Terms, tpot_ms, ttft_ms  # noqa: E402
 
-BY_FAMILY = ("weights_bandwidth", "kv_bandwidth", "compute")
-BY_ENGINE = ("prefill_compute", "moe_compute", "per_layer_us", "per_moe_layer_us", "per_sequence_us",
-             "per_collective_us", "request_ms", "steps_to_first_token", "burst")
+BY_ENGINE = ("weights_bandwidth", "kv_bandwidth", "compute", "prefill_compute", "moe_compute", "per_layer_us",
+             "per_moe_layer_us", "per_sequence_us", "per_collective_us", "request_ms")
+FOR_ALL = ("scale_out", "steps_to_first_token", "burst")
 UTILISATIONS = ("weights_bandwidth", "kv_bandwidth", "compute", "prefill_compute", "moe_compute")
 TTFT_WEIGHT = 0.5
 
@@ -57,7 +58,6 @@ class Points:
         self.rows = rows
         self.terms = Terms(*(np.array(column, float) for column in zip(*terms, strict=True)))
         self.engine = np.array([row.engine for row in rows])
-        self.family = np.array([family(gpus.find(row.gpu)) for row in rows])
         self.model = np.array([row.model for row in rows])
         self.gpu = np.array([row.gpu for row in rows])
         self.tpot = np.array([row.tpot_ms for row in rows])
@@ -65,14 +65,12 @@ class Points:
 
 
 class Parameters:
-    """The fitted values' names for the rows of `mask`: (engine, family, name), (engine, name), name."""
+    """The fitted values' names for the rows of `mask`: (engine, name) for each engine they hold, and name."""
 
     def __init__(self, points: Points, mask: np.ndarray):
         self.points = points
-        engines = sorted(set(points.engine[mask]))
-        self.families = {e: sorted(set(points.family[mask & (points.engine == e)])) for e in engines}
-        self.names = [(e, f, n) for e in engines for f in self.families[e] for n in BY_FAMILY]
-        self.names += [(e, n) for e in engines for n in BY_ENGINE] + ["scale_out"]
+        self.engines = sorted(set(points.engine[mask]))
+        self.names = [(e, n) for e in self.engines for n in BY_ENGINE] + list(FOR_ALL)
         self.lower = np.array([0.0 if _name(n) in UTILISATIONS else -np.inf for n in self.names])
 
     def values(self, theta: np.ndarray) -> dict:
@@ -81,18 +79,14 @@ class Parameters:
                 for n, t in zip(self.names, theta, strict=True)}
 
     def per_row(self, values: dict) -> SimpleNamespace:
-        """Each row's efficiencies as arrays: its engine's, on its family (or the engine's other family)."""
+        """Each row's efficiencies as arrays: its engine's, and those fitted for all."""
         p = self.points
         out = {n: np.zeros(len(p.rows)) for n in Efficiencies.model_fields}
-        for engine, families in self.families.items():
-            rows = p.engine == engine
-            for f in sorted(set(p.family[rows])):
-                fitted = f if f in families else families[0]
-                for n in BY_FAMILY:
-                    out[n][rows & (p.family == f)] = values[(engine, fitted, n)]
+        for engine in self.engines:
             for n in BY_ENGINE:
-                out[n][rows] = values[(engine, n)]
-        out["scale_out"][:] = values["scale_out"]
+                out[n][p.engine == engine] = values[(engine, n)]
+        for n in FOR_ALL:
+            out[n][:] = values[n]
         return SimpleNamespace(**out)
 
 
@@ -130,13 +124,9 @@ def table(points: Points, parameters: Parameters, values: dict) -> dict:
     def rounded(x: float) -> float:
         return float(f"{x:.4g}")
 
-    engines = {}
-    for engine, families in parameters.families.items():
-        engines[engine] = {
-            "rows": int((points.engine == engine).sum()),
-            "rows_by_family": {f: int(((points.engine == engine) & (points.family == f)).sum()) for f in families},
-            "shared": {n: rounded(values[(engine, n)]) for n in BY_ENGINE},
-            "families": {f: {n: rounded(values[(engine, f, n)]) for n in BY_FAMILY} for f in families}}
+    engines = {engine: {"rows": int((points.engine == engine).sum()),
+                        "efficiencies": {n: rounded(values[(engine, n)]) for n in BY_ENGINE}}
+               for engine in parameters.engines}
     tpot, ttft = errors(points, parameters, values)
     return {
         "about": "the speed model's efficiencies (kvplan.speed.calibrated), fitted by benchmarks/speed_fit.py",
@@ -151,7 +141,7 @@ def table(points: Points, parameters: Parameters, values: dict) -> dict:
                           "ttft_median": rounded(np.median(abs(ttft))),
                           "ttft_p90": rounded(np.percentile(abs(ttft), 90))}},
         "gpus": sorted({gpus.find(g).name for g in points.gpu}),
-        "scale_out": rounded(values["scale_out"]),
+        "for_all": {n: rounded(values[n]) for n in FOR_ALL},
         "engines": engines}
 
 

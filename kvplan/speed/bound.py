@@ -31,7 +31,8 @@ class StepTimes(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    weights_ms: float = Field(description="dense weights and the experts touched, over HBM bandwidth")
+    weights_ms: float = Field(description="every weight but the routed experts, over HBM bandwidth")
+    expert_weights_ms: float = Field(description="the routed experts touched, over HBM bandwidth")
     kv_ms: float = Field(description="the KV cache and recurrent states read, over HBM bandwidth")
     dense_ms: float = Field(description="FLOPs of every linear layer but the routed experts, at the weights' rate")
     expert_ms: float = Field(description="routed experts' FLOPs, at the weights' rate")
@@ -40,7 +41,7 @@ class StepTimes(BaseModel):
 
     @property
     def hbm_ms(self) -> float:
-        return self.weights_ms + self.kv_ms
+        return self.weights_ms + self.expert_weights_ms + self.kv_ms
 
     @property
     def compute_ms(self) -> float:
@@ -76,6 +77,7 @@ def step_times(work: StepWork, gpu: Gpu, weights_dtype: str, kv_dtype: str) -> S
     attention = tensor_tflops(gpu, kv_dtype if kv_dtype in FP8 else "bf16") * 1e9
     hbm = gpu.bandwidth_gbs * 1e6  # bytes per millisecond
     link = work.link_bytes / (gpu.nvlink_gbs / 2 * 1e6) if gpu.nvlink_gbs else 0.0
-    return StepTimes(weights_ms=(work.weights_bytes + work.expert_bytes) / hbm, kv_ms=work.kv_bytes / hbm,
+    return StepTimes(weights_ms=work.weights_bytes / hbm, expert_weights_ms=work.expert_bytes / hbm,
+                     kv_ms=work.kv_bytes / hbm,
                      dense_ms=work.dense_flops / linear, expert_ms=work.expert_flops / linear,
                      attention_ms=work.attention_flops / attention, link_ms=link)

@@ -5,12 +5,14 @@ An instance holds C requests per rank (closed loop: a finished request is replac
 output tokens. At most N of them run (the engine's limit: its KV pool and its request cap, `kvplan.capacity`):
 
     running b         = min(C, N) requests decoding each step
-    TPOT              = max(weights at peak / u_weights, (dense + expert / u_moe) FLOPs at peak / u_compute)
-                      + max(KV at peak / u_kv, attention FLOPs at peak / u_compute)        the GEMMs and attention
+    TPOT              = GEMMs(u_compute) + max(KV at peak / u_kv, attention FLOPs at peak / u_compute)
                       + s x (link bytes at NVLink peak + collectives x t_collective)          the all-reduces
                       + layers x t_layer + MoE layers x t_moe_layer + b x t_sequence          fixed costs
-                      + b / (O - 1) x prefill FLOPs of a prompt at peak / u_prefill           the prompts mixed in
-    prefill           = max(weights / u_weights, prompt FLOPs / u_prefill) + its link time + the fixed costs
+                      + b / (O - 1) x prompt                                                  the prompts mixed in
+    GEMMs(u)          = max(dense weights / u_weights, dense FLOPs / u)                        each at the slower of
+                      + max(experts touched / u_weights, expert FLOPs / (u x u_moe))          its reads and FLOPs
+    prompt            = GEMMs(u_prefill) of a prompt + its attention FLOPs / u_prefill
+    prefill           = prompt + its link time + the fixed costs
     TTFT              = t_request + prefill + k x TPOT + w x C x prefill + queue
     queue             = (C - N) / N x (prefill + (O - 1) x TPOT) where C exceeds N (Little's law: the requests
                         beyond the running ones wait a whole request's time for a slot)
@@ -18,7 +20,7 @@ with s = 1 for an instance within one NVLink domain and 1 + scale_out beyond it.
 decoding request was a prompt once, so b / (O - 1) prompts enter per step in steady state. w x C x prefill is the
 requests that arrive together (a benchmark starts all C at once): what the data show of TTFT growing with C at
 loads far from saturation. The times at peak are the bound's (`kvplan.speed.bound`); u are utilisations (0 to 1],
-t fixed times, all per engine and, for the three utilisations of memory and compute, per GPU family.
+t fixed times, fitted per engine (k, w and s for all engines): GPUs differ by their peak rates alone.
 
 The arithmetic takes numbers or numpy arrays alike (`_max`), so the fit runs these same functions over every row.
 """
@@ -31,14 +33,13 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.errors import KvplanError
-from kvplan.gpus import Gpu, compute_capability
+from kvplan.gpus import Gpu
 
 TABLE = Path(__file__).resolve().parent.parent / "data" / "speed_efficiencies.json"
-FAMILIES = {9: "hopper", 10: "blackwell"}  # CUDA compute capability major -> the family the table is fitted by
 
 
 class Efficiencies(BaseModel):
-    """The named efficiencies of one engine on one GPU family: what the peak rates are met at, and what each step,
+    """The named efficiencies of one engine: what share of the GPU's peak rates it reaches, and what each step,
     layer, request and collective costs beyond them. Any can be overridden by name."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -64,6 +65,7 @@ class Terms(NamedTuple):
     workload. Fields may be numpy arrays, one entry per calibration row."""
 
     weights_ms: float
+    expert_weights_ms: float
     kv_ms: float
     dense_ms: float
     expert_ms: float
@@ -74,6 +76,7 @@ class Terms(NamedTuple):
     moe_layers: float
     running: float
     prefill_weights_ms: float
+    prefill_expert_weights_ms: float
     prefill_dense_ms: float
     prefill_expert_ms: float
     prefill_attention_ms: float
@@ -94,24 +97,32 @@ def _fixed_ms(t: Terms, e: Efficiencies) -> float:
     return (t.layers * e.per_layer_us + t.moe_layers * e.per_moe_layer_us) / 1000
 
 
-def prompt_compute_ms(t: Terms, e: Efficiencies) -> float:
-    """One prompt's FLOPs at the rate prefills achieve."""
-    return (t.prefill_dense_ms + t.prefill_expert_ms / e.moe_compute + t.prefill_attention_ms) / e.prefill_compute
+def _gemms_ms(weights_ms, expert_weights_ms, dense_ms, expert_ms, e: Efficiencies, compute: float) -> float:
+    """The dense GEMMs, then the experts' grouped GEMMs, each at the slower of its weights' reads and its FLOPs."""
+    return (_max(weights_ms / e.weights_bandwidth, dense_ms / compute)
+            + _max(expert_weights_ms / e.weights_bandwidth, expert_ms / (compute * e.moe_compute)))
+
+
+def prompt_ms(t: Terms, e: Efficiencies) -> float:
+    """One prompt's GEMMs and attention at the rates prefills reach."""
+    return (_gemms_ms(t.prefill_weights_ms, t.prefill_expert_weights_ms, t.prefill_dense_ms, t.prefill_expert_ms, e,
+                      e.prefill_compute)
+            + t.prefill_attention_ms / e.prefill_compute)
 
 
 def tpot_ms(t: Terms, e: Efficiencies) -> float:
     """The time per output token: one decode step of the running requests, with the prompts mixed in."""
-    gemms = _max(t.weights_ms / e.weights_bandwidth, (t.dense_ms + t.expert_ms / e.moe_compute) / e.compute)
+    gemms = _gemms_ms(t.weights_ms, t.expert_weights_ms, t.dense_ms, t.expert_ms, e, e.compute)
     attention = _max(t.kv_ms / e.kv_bandwidth, t.attention_ms / e.compute)
     links = (1 + t.scale_out * e.scale_out) * (t.link_ms + t.collectives * e.per_collective_us / 1000)
-    prompts = t.running / (t.osl - 1) * prompt_compute_ms(t, e)
+    prompts = t.running / (t.osl - 1) * prompt_ms(t, e)
     return gemms + attention + links + _fixed_ms(t, e) + t.running * e.per_sequence_us / 1000 + prompts
 
 
 def prefill_ms(t: Terms, e: Efficiencies) -> float:
-    """One prompt's prefill: its weights read once or its FLOPs, the slower, with its links and fixed costs."""
+    """One prompt's prefill: its GEMMs and attention, links and fixed costs."""
     links = (1 + t.scale_out * e.scale_out) * (t.prefill_link_ms + t.prefill_collectives * e.per_collective_us / 1000)
-    return _max(t.prefill_weights_ms / e.weights_bandwidth, prompt_compute_ms(t, e)) + links + _fixed_ms(t, e)
+    return prompt_ms(t, e) + links + _fixed_ms(t, e)
 
 
 def ttft_ms(t: Terms, e: Efficiencies, tpot: float) -> float:
@@ -132,33 +143,22 @@ def table() -> dict:
         raise KvplanError(f"{TABLE}: the speed model's efficiencies are unreadable: {err}") from None
 
 
-def family(gpu: Gpu) -> str | None:
-    """The GPU family the efficiencies are fitted by (Hopper, Blackwell), None for any other GPU."""
-    capability = compute_capability(gpu.name)
-    return FAMILIES.get(capability[0]) if capability else None
-
-
 def efficiencies(engine: str, gpu: Gpu, overrides: dict[str, float] | None = None) -> tuple[Efficiencies, list[str]]:
-    """The engine's fitted efficiencies on the GPU's family, any `overrides` by name, and flags saying where no
-    calibration row stands behind them. A family the engine has no rows on takes the engine's other family's."""
-    fitted = table()["engines"]
-    if engine not in fitted:
-        raise KvplanError(f"the speed model is calibrated for {', '.join(fitted)}, not {engine}")
-    entry = fitted[engine]
+    """The engine's fitted efficiencies, any `overrides` by name, and a flag where no calibration row was measured
+    on the GPU (its peak rates then carry the estimate alone)."""
+    fitted = table()
+    if engine not in fitted["engines"]:
+        raise KvplanError(f"the speed model is calibrated for {', '.join(fitted['engines'])}, not {engine}")
     flags = []
-    name = family(gpu)
-    if name not in entry["families"]:
-        name = next(iter(entry["families"]))
-        flags.append(f"no calibration rows for {engine} on {gpu.name}'s GPU family: its efficiencies are "
-                     f"{engine}'s on {name.capitalize()}")
-    elif gpu.name not in table()["gpus"]:
-        flags.append(f"no calibration rows on {gpu.name}: its efficiencies are the {name.capitalize()} family's")
-    values = entry["shared"] | entry["families"][name] | {"scale_out": table()["scale_out"]}
+    if gpu.name not in fitted["gpus"]:
+        flags.append(f"no calibration rows on {gpu.name}: the efficiencies fitted on {', '.join(fitted['gpus'])} "
+                     "are carried to it by its peak rates alone")
     unknown = sorted(set(overrides or {}) - set(Efficiencies.model_fields))
     if unknown:
         raise KvplanError(f"unknown efficiency {', '.join(unknown)}: the speed model's are "
                           f"{', '.join(Efficiencies.model_fields)}")
+    values = fitted["engines"][engine]["efficiencies"] | fitted["for_all"] | (overrides or {})
     try:
-        return Efficiencies(**(values | (overrides or {}))), flags
+        return Efficiencies(**values), flags
     except ValueError as err:
         raise KvplanError(f"efficiency override: {str(err).splitlines()[-1].strip()}") from None

@@ -12,7 +12,7 @@ from kvplan.errors import KvplanError
 from kvplan.gpus import Gpu
 from kvplan.model import ModelSpec
 from kvplan.speed.bound import StepTimes, step_times
-from kvplan.speed.calibrated import Efficiencies, Terms, efficiencies, prompt_compute_ms, tpot_ms, ttft_ms
+from kvplan.speed.calibrated import Efficiencies, Terms, efficiencies, prompt_ms, tpot_ms, ttft_ms
 from kvplan.speed.work import Layout, ServingShape, StepWork
 
 # Regimes the calibration rows show the estimate to be poor in (docs/accuracy.md), flagged where they apply.
@@ -70,12 +70,14 @@ def serving(model: ModelSpec, gpu: Gpu, *, engine: str = "vllm", tp: int = 1, dp
 
 
 class SpeedFit(BaseModel):
-    """The most requests an instance holds within the targets, and its estimate there (None where even one
-    request misses them)."""
+    """The most requests an instance holds within the targets, what stops it there, and its estimate there (None
+    where even one request misses them)."""
 
     model_config = ConfigDict(frozen=True)
 
     users: int
+    limited_by: str = Field(description="a target (TPOT, TTFT, tokens/s per user), the requests the instance "
+                                        "runs at once (memory), or the search limit")
     estimate: SpeedEstimate | None
 
 
@@ -84,39 +86,54 @@ def max_concurrency(model: ModelSpec, gpu: Gpu, *, engine: str = "vllm", tp: int
                     min_tokens_per_s_per_user: float | None = None, weights_dtype: str | None = None,
                     kv_dtype: str | None = None, speculative: bool = False,
                     overrides: dict[str, float] | None = None, limit: int = 1 << 16) -> SpeedFit:
-    """The largest concurrency (up to `limit`) whose estimate meets every target given: TPOT at most
-    `max_tpot_ms`, TTFT at most `max_ttft_ms`, at least `min_tokens_per_s_per_user`. The estimate grows with the
-    concurrency, so the search doubles, then bisects. Users = min(this, what memory fits) is the planner's answer."""
+    """The largest concurrency whose estimate meets every target given: TPOT at most `max_tpot_ms`, TTFT at most
+    `max_ttft_ms`, at least `min_tokens_per_s_per_user`; never more than the instance runs at once (its KV pool and
+    request cap: beyond them requests queue, however fast the steps) nor `limit`. The estimate grows with the
+    concurrency, so the search doubles, then bisects. The users a deployment serves are the fewer of this and what
+    its memory holds at the planned context."""
     if max_tpot_ms is None and max_ttft_ms is None and min_tokens_per_s_per_user is None:
         raise KvplanError("give a target: a maximum TPOT or TTFT, or a minimum of tokens/s per user")
     deployment = Deployment(model, gpu, engine, Layout(tp=tp, dp=dp, ep=ep), isl, osl, weights_dtype, kv_dtype)
     eff, flags = efficiencies(deployment.engine, gpu, overrides)
+    ceiling, ceiling_reason = limit, "the search limit"
+    if deployment.limit and deployment.limit * dp <= limit:
+        ceiling, ceiling_reason = deployment.limit * dp, "the requests it runs at once (memory)"
 
-    def meets(estimate: SpeedEstimate) -> bool:
-        return ((max_tpot_ms is None or estimate.decode_step_ms <= max_tpot_ms)
-                and (max_ttft_ms is None or estimate.ttft_ms <= max_ttft_ms)
-                and (min_tokens_per_s_per_user is None
-                     or estimate.tokens_per_s_per_user >= min_tokens_per_s_per_user))
+    def missed(estimate: SpeedEstimate) -> str | None:
+        """The first target the estimate misses, or None."""
+        if max_tpot_ms is not None and estimate.decode_step_ms > max_tpot_ms:
+            return "TPOT"
+        if max_ttft_ms is not None and estimate.ttft_ms > max_ttft_ms:
+            return "TTFT"
+        if min_tokens_per_s_per_user is not None and estimate.tokens_per_s_per_user < min_tokens_per_s_per_user:
+            return "tokens/s per user"
+        return None
 
-    return _largest(lambda users: deployment.estimate(users, eff, flags, speculative), meets, limit)
+    return _largest(lambda users: deployment.estimate(users, eff, flags, speculative), missed, ceiling,
+                    ceiling_reason)
 
 
-def _largest(point: Callable[[int], SpeedEstimate], meets: Callable[[SpeedEstimate], bool], limit: int) -> SpeedFit:
+def _largest(point: Callable[[int], SpeedEstimate], missed: Callable[[SpeedEstimate], str | None], ceiling: int,
+             ceiling_reason: str) -> SpeedFit:
     best = point(1)
-    if not meets(best):
-        return SpeedFit(users=0, estimate=None)
-    low, high = 1, 2
-    while high <= limit and meets(estimate := point(high)):
+    if reason := missed(best):
+        return SpeedFit(users=0, limited_by=reason, estimate=None)
+    low, high, reason = 1, 2, ceiling_reason
+    while high <= ceiling:
+        estimate = point(high)
+        if stop := missed(estimate):
+            reason = stop
+            break
         low, best, high = high, estimate, high * 2
-    high = min(high, limit + 1)
+    high = min(high, ceiling + 1)
     while high - low > 1:
         middle = (low + high) // 2
         estimate = point(middle)
-        if meets(estimate):
-            low, best = middle, estimate
+        if stop := missed(estimate):
+            high, reason = middle, stop
         else:
-            high = middle
-    return SpeedFit(users=low, estimate=best)
+            low, best = middle, estimate
+    return SpeedFit(users=low, limited_by=reason, estimate=best)
 
 
 class Point(NamedTuple):
@@ -154,10 +171,12 @@ class Deployment:
         peak = step_times(work, self.gpu, self.shape.weights_dtype_name, self.shape.kv.name)
         prefill = self.prefill_peak
         terms = Terms(
-            weights_ms=peak.weights_ms, kv_ms=peak.kv_ms, dense_ms=peak.dense_ms, expert_ms=peak.expert_ms,
+            weights_ms=peak.weights_ms, expert_weights_ms=peak.expert_weights_ms, kv_ms=peak.kv_ms,
+            dense_ms=peak.dense_ms, expert_ms=peak.expert_ms,
             attention_ms=peak.attention_ms, link_ms=peak.link_ms, collectives=work.collectives,
             layers=self.model.num_layers, moe_layers=self.shape.moe_layers, running=running,
-            prefill_weights_ms=prefill.weights_ms, prefill_dense_ms=prefill.dense_ms,
+            prefill_weights_ms=prefill.weights_ms, prefill_expert_weights_ms=prefill.expert_weights_ms,
+            prefill_dense_ms=prefill.dense_ms,
             prefill_expert_ms=prefill.expert_ms, prefill_attention_ms=prefill.attention_ms,
             prefill_link_ms=prefill.link_ms, prefill_collectives=self.prefill.collectives, concurrency=per_rank,
             running_limit=self.limit or per_rank, osl=self.osl, scale_out=float(self.scale_out))
@@ -198,7 +217,7 @@ class Deployment:
         if self.shape.experts and touched < SMALL_MOE_BATCH:
             flags.append(f"MoE at a small batch: a step's tokens touch {touched:.0%} of the experts, whose reads and "
                          "kernels the estimate fits loosely")
-        prompts = terms.running / (self.osl - 1) * prompt_compute_ms(terms, eff)
+        prompts = terms.running / (self.osl - 1) * prompt_ms(terms, eff)
         if prompts > PREFILL_HEAVY * tpot:
             flags.append(f"prefill-heavy: the prompts mixed into each step take {prompts / tpot:.0%} of the TPOT")
         if self.limit and terms.concurrency > self.limit:
