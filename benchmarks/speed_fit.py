@@ -56,6 +56,8 @@ class Points:
                                               row.weights_dtype)
             terms.append(deployments[key].point(row.concurrency).terms)
         self.rows = rows
+        self.deployments = [deployments[(row.model, row.engine, row.gpu, row.tp, row.dp, row.ep, row.weights_dtype,
+                                         row.isl, row.osl)] for row in rows]
         self.terms = Terms(*(np.array(column, float) for column in zip(*terms, strict=True)))
         self.engine = np.array([row.engine for row in rows])
         self.model = np.array([row.model for row in rows])
@@ -92,6 +94,11 @@ class Parameters:
 
 def _name(name) -> str:
     return name if isinstance(name, str) else name[-1]
+
+
+def engine_efficiencies(values: dict, engine: str) -> Efficiencies:
+    """One engine's fitted efficiencies as the package takes them."""
+    return Efficiencies(**{n: values[(engine, n)] for n in BY_ENGINE}, **{n: values[n] for n in FOR_ALL})
 
 
 def predict(points: Points, efficiencies: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:

@@ -24,7 +24,7 @@ ROWS = rows_module.read_rows()
 # GPUs against 9.6 ms at peak bandwidth). A run whose requests queue that long is not in the steady state the
 # TPOT-TTFT pair describes (the benchmark's waves fill and drain the batch), so its mean TPOT and TTFT describe no
 # one batch. No run beats the bound with speculative decoding: TensorRT-LLM's DeepSeek runs of release 1.2.0rc6.post3,
-# whose TPOT is half that of rc6.post2 on the same layout (MTP), come within 12% of it.
+# whose TPOT is half that of rc6.post2 on the same layout (MTP), come within 13% of it.
 UNSTEADY = {
     "2026_04_06_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c512_tp2_ep1_1135",
     "2026_04_06_gpt_oss_120b_h100_sxm_vllm_fp4_agg_1024x1024_c512_tp4_ep1_1133",

@@ -15,7 +15,7 @@ from kvplan.speed.bound import StepTimes, step_times
 from kvplan.speed.calibrated import Efficiencies, Terms, efficiencies, prompt_ms, tpot_ms, ttft_ms
 from kvplan.speed.work import Layout, ServingShape, StepWork
 
-# Regimes the calibration rows show the estimate to be poor in (docs/accuracy.md), flagged where they apply.
+# Regimes flagged where they apply (docs/speed.md); docs/accuracy.md gives the estimate's error in each.
 WIDE_TP, LITTLE_WORK_MS = 4, 2.0  # TP of 4 or more whose decode step reads under 2 ms at peak per GPU
 SMALL_MOE_BATCH = 0.5  # an MoE model whose step's tokens touch under half its experts
 PREFILL_HEAVY = 0.3  # prompts mixed into the decode steps take over 30% of the TPOT
@@ -199,7 +199,7 @@ class Deployment:
             prefill=self.prefill, prefill_peak=self.prefill_peak)
 
     def _flags(self, terms: Terms, peak: StepTimes, tpot: float, eff: Efficiencies, speculative: bool) -> list[str]:
-        """The regimes the calibration rows show the estimate to be poor in (docs/accuracy.md), where they apply."""
+        """The regimes known to be hard for a speed model, where they apply (docs/accuracy.md: the error in each)."""
         layout, flags = self.layout, []
         if self.scale_out:
             flags.append(f"{layout.gpus} GPUs are more than one NVLink domain of {self.gpu.nvlink_gpus or 1}: the "
@@ -212,11 +212,11 @@ class Deployment:
                          "which drafted tokens can beat")
         if layout.tp >= WIDE_TP and peak.hbm_ms < LITTLE_WORK_MS:
             flags.append(f"TP {layout.tp} with little work per GPU ({peak.hbm_ms:.2f} ms of HBM reads a step at "
-                         "peak): fixed costs and links dominate, which the calibration fits loosely")
+                         "peak): fixed costs and links make most of the step")
         touched = self.shape.touched(terms.running * layout.dp)
         if self.shape.experts and touched < SMALL_MOE_BATCH:
-            flags.append(f"MoE at a small batch: a step's tokens touch {touched:.0%} of the experts, whose reads and "
-                         "kernels the estimate fits loosely")
+            flags.append(f"MoE at a small batch: a step's tokens touch {touched:.0%} of the experts, a share that "
+                         "uneven routing moves")
         prompts = terms.running / (self.osl - 1) * prompt_ms(terms, eff)
         if prompts > PREFILL_HEAVY * tpot:
             flags.append(f"prefill-heavy: the prompts mixed into each step take {prompts / tpot:.0%} of the TPOT")
