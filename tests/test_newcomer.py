@@ -190,6 +190,15 @@ def test_models_lists_every_id_and_alias_whole(monkeypatch, capsys):
         assert entry.id in out and all(alias in out for alias in entry.aliases)
 
 
+def test_the_readme_counts_the_library_as_it_is():
+    from conftest import ROOT
+
+    from kvplan.sources import library
+
+    assert f"the bundled library of {len(library.entries())} popular models" in " ".join(
+        (ROOT / "README.md").read_text().split())
+
+
 def test_piped_output_has_no_trailing_spaces(monkeypatch, capsys):
     for args in (["estimate", "--model", "google/gemma-3-27b-it", "--ctx", "32k", "--gpu", "h100"], ["gpus"],
                  ["show", "--model", "llama-3-8b"], ["models"]):

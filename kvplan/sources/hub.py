@@ -8,7 +8,8 @@ imports huggingface_hub only when it runs, so the other paths never pay for it. 
    token come from it;
 2. `hf_hub_download(config.json)` fetches the config into the Hugging Face cache as huggingface_hub always
    does (HF_HOME / HF_HUB_CACHE, refs/<revision>, snapshots/<commit>/), or finds it there when HF_HUB_OFFLINE
-   is set; the commit kvplan reports is the snapshot the file sits in;
+   is set; the commit kvplan reports is the snapshot the file sits in; a TensorRT Model Optimizer checkpoint's
+   hf_quant_config.json too, where the repo lists one and config.json states no quantization_config;
 3. the weights: the safetensors headers of that commit (`get_safetensors_metadata`: model.safetensors, or each
    shard of model.safetensors.index.json, by HTTP range requests, never the tensor data), or the same files if
    they are already in the snapshot; the element counts by dtype are kept in huggingface_hub's assets cache
@@ -43,6 +44,7 @@ from kvplan.model import CheckpointTensors, ModelSpec
 from kvplan.sources import safetensors as st
 from kvplan.sources.hf_config import model_from_config, parse_json, read_text
 from kvplan.sources.hf_config.fields import MAX_TEXT_FILE
+from kvplan.sources.hf_config.reader import MODELOPT_SIDECAR, with_quant_sidecar
 from kvplan.text import brief, plain, shorten
 
 _ASSETS_FORMAT = 1
@@ -251,7 +253,11 @@ def _load(hub: _Hub, repo_id: str, revision: str | None, token: str | None) -> M
         f" (revision {revision})" if revision and revision != commit else ""
     )
     where = f"{repo_id} config.json"
-    spec = model_from_config(parse_json(read_text(config_path), where), repo_id, source, where=where)
+    config = parse_json(read_text(config_path), where)
+    sidecar = config_path.parent / MODELOPT_SIDECAR  # in the snapshot where it was downloaded before
+    if online and files is not None and MODELOPT_SIDECAR in files and not config.get("quantization_config"):
+        sidecar = hub.download(repo_id, MODELOPT_SIDECAR, commit, token)
+    spec = model_from_config(with_quant_sidecar(config, sidecar), repo_id, source, where=where)
     checkpoint, note = _checkpoint(hub, repo_id, commit, token, config_path.parent, files, online)
     if note:
         notes.append(note)
