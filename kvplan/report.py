@@ -307,6 +307,9 @@ def print_capacity(console: Console, cap) -> None:
         grows = "grow with batch x prompt" if cap.engine == "transformers" else "grows with the context"
         table.add_row(f"{engine.activations_label} for {_users(cap.users)} ({grows})",
                       both_units(cap.engine_activation_bytes_for_users))
+    if cap.engine_gpu_bytes_for_users is not None:
+        table.add_row(f"GPU memory the process holds for {_users(cap.users)} (torch's allocator and the CUDA "
+                      "context)", both_units(cap.engine_gpu_bytes_for_users))
     label = engine.label
     headline = f"max users at {cap.ctx:,} tokens" + (", steady decode" if two_figures else "")
     if dp > 1:
