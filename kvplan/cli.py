@@ -85,8 +85,8 @@ AsyncScheduling = _flag(bool | None, "vLLM async scheduling (default on; off on 
 KvUnified = _flag(bool | None, "llama.cpp unified KV cache", "--kv-unified/--no-kv-unified")
 SwaFull = _flag(bool | None, "llama.cpp: full-size cache for sliding-window layers", "--swa-full/--no-swa-full")
 CacheImpl = _flag(str | None, "transformers cache: dynamic (default) or static")
-ExpandableSegments = _flag(bool, "transformers: plan for PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (torch's "
-                           "allocator grows one segment by pages)", "--expandable-segments")
+ExpandableSegments = _flag(bool, "transformers: plan for torch's allocator with expandable segments (set in "
+                           "PYTORCH_CUDA_ALLOC_CONF)", "--expandable-segments")
 # llama.cpp's own flags (llama-server's names), docs/engines.md
 UbatchSize = _flag(int | None, "llama.cpp -ub: physical batch (default 512)", "--ubatch-size", "-ub")
 BatchSize = _flag(int | None, "llama.cpp -b: logical batch (default 2048, llama-cpp-python 512)", "--batch-size")
