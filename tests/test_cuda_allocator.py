@@ -130,6 +130,24 @@ def test_every_allocator_figure_of_the_record(name, batch, expandable):
     assert predicted[-1].reserved + NON_TORCH == data["memory"][-1]["process_used"] == data["measured_total_bytes"]
 
 
+@pytest.mark.parametrize("name, expandable", [
+    ("llama3-8b-b16-h100.json", False),
+    ("llama3-8b-b16-h100-expandable-segments.json", True),
+    ("llama3-8b-max-batch-h100.json", False),
+])
+def test_profile_predicts_the_total_nvml_counted(name, expandable):
+    """`kvplan profile`'s predicted total for the record's runs: what it predicts the allocator reserves and the
+    CUDA context, NVML's process memory to the byte (the profile's own prediction, torch not needed)."""
+    from kvplan.profiler import run as profile_run
+
+    data = record(name)
+    engine = profile_run.transformers_engine(data["transformers_version"], "dynamic", data["device_name"], expandable)
+    predicted = profile_run.predict(load_model("meta-llama/Llama-3-8B"), data["ctx"], data["batch"],
+                                    data["prompt_tokens"], "bf16", engine, data["cuda_version"])
+    assert predicted.total == data["measured_total_bytes"]
+    assert predicted.cuda_context == data["measured_non_torch_bytes"]
+
+
 def test_qwen3_8b_record():
     """Qwen3-8B, batch 1, 4,064 + 32 tokens (the table output of its record): reserved after the build and the
     prefill as the table rounds them, and NVML's process memory to the byte."""

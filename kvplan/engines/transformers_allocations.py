@@ -52,8 +52,8 @@ ATTENTION_BIAS = frozenset({"qwen2"})
 # are weighted, reordered and summed in fp32 (`MixtralTopKRouter`); their router is built before the experts.
 FP32_ROUTER = frozenset({"mixtral"})
 # Families whose model forward keeps its position ids in a dict of mask arguments (`mask_kwargs`), freed after the
-# embeddings when the forward returns.
-MASK_KWARGS = frozenset({"qwen2", "qwen2_moe", "qwen3", "gemma2", "gemma3", "gpt_oss", "cohere2", "smollm3"})
+# embeddings when the forward returns (`Qwen3Model.forward`).
+MASK_KWARGS = frozenset({"qwen2", "qwen3"})
 
 
 def workspace_bytes(vendor: str | None, compute_capability: tuple[int, int] | None) -> int:
@@ -168,13 +168,12 @@ class Run:
 
     events: list[int]
     ends: list[int]
-    weights: int  # bytes of the parameters and buffers the build keeps
 
 
 def run(shape: Shape, batch: int, prompt: int, steps: int, workspace: int) -> Run:
     """`kvplan profile`'s run (kvplan/profiler/run.py): build, `batch` x `prompt` prefilled, `steps` decoded."""
     t = Trace()
-    weights = _build(t, shape)
+    _build(t, shape)
     ends = [len(t.events)]
     t.new(batch * prompt * INT64)  # the prompts' token ids, kept
     forward = _Forward(t, shape, batch, workspace)
@@ -185,10 +184,10 @@ def run(shape: Shape, batch: int, prompt: int, steps: int, workspace: int) -> Ru
         t.free(token)
         token = following
     ends.append(len(t.events))
-    return Run(t.events, ends, weights)
+    return Run(t.events, ends)
 
 
-def _build(t: Trace, s: Shape) -> int:
+def _build(t: Trace, s: Shape) -> None:
     """The parameters in module order: the embedding, each layer's, the final norm, the rotary buffers (inv_freq
     and its copy, made from an arange: `compute_default_rope_parameters`), lm_head; a tied lm_head is made, then
     freed when tied to the embedding (`tie_weights`)."""
@@ -211,7 +210,6 @@ def _build(t: Trace, s: Shape) -> int:
     head = t.new(s.vocab * s.hidden * b)
     if s.tied:
         t.free(head)
-    return sum(sizes) + 2 * half + (0 if s.tied else s.vocab * s.hidden * b)
 
 
 class _Forward:
@@ -243,11 +241,11 @@ class _Forward:
         cos, sin = self.rotary(tokens)
         hidden = embeddings
         for index, attention in enumerate(s.layers):
-            out = self.layer(index, attention, hidden, tokens, masks.get(attention.window))
+            out = self.layer(index, attention, tokens, masks.get(attention.window))
             if hidden != embeddings:
                 t.free(hidden)
             hidden = out
-        normed = self.rms_norm(hidden, rows, s.hidden)
+        normed = self.rms_norm(rows, s.hidden)
         if hidden != embeddings:
             t.free(hidden)
         t.free(*((embeddings, positions) if s.mask_kwargs else (positions, embeddings)), *masks.values(), sin, cos)
@@ -303,8 +301,9 @@ class _Forward:
         t.free(freqs, table, cos, sin)
         return cos_b, sin_b
 
-    def rms_norm(self, x: int, rows: int, width: int) -> int:
-        """`LlamaRMSNorm.forward` over `rows` rows of `width`: the normed tensor's slot (x is the caller's)."""
+    def rms_norm(self, rows: int, width: int) -> int:
+        """`LlamaRMSNorm.forward` over `rows` rows of `width` (the input is the caller's): the normed tensor's
+        slot."""
         t, b = self.t, self.s.dtype_bytes
         upcast = t.new(rows * width * FP32)
         square = t.new(rows * width * FP32)
@@ -320,7 +319,7 @@ class _Forward:
         t.free(cast, scaled, variance)
         return out
 
-    def rope(self, x: int, size: int) -> int:
+    def rope(self, size: int) -> int:
         """`apply_rotary_pos_emb` on one of q, k (`size` bytes): x cos + rotate_half(x) sin."""
         t = self.t
         first = t.new(size)
@@ -333,41 +332,41 @@ class _Forward:
         t.free(first, second)
         return out
 
-    def layer(self, index: int, a: Attention, x: int, tokens: int, mask: int | None) -> int:
-        """`LlamaDecoderLayer.forward`: x is the layer's input, kept by the caller; returns the output's slot."""
+    def layer(self, index: int, a: Attention, tokens: int, mask: int | None) -> int:
+        """`LlamaDecoderLayer.forward` (its input is the caller's): the output's slot."""
         t, s, b = self.t, self.s, self.s.dtype_bytes
         rows = self.batch * tokens
-        normed = self.rms_norm(x, rows, s.hidden)
+        normed = self.rms_norm(rows, s.hidden)
         q_size = rows * a.heads * a.head_dim * b
         k_size = rows * a.kv_heads * a.head_dim * b
         v_size = rows * a.kv_heads * a.head_dim_v * b
         q = self.matmul(q_size)
         if s.head_norms:
-            projected, q = q, self.rms_norm(q, rows * a.heads, a.head_dim)
+            projected, q = q, self.rms_norm(rows * a.heads, a.head_dim)
             t.free(projected)
         k = self.matmul(k_size)
         if s.head_norms:
-            projected, k = k, self.rms_norm(k, rows * a.kv_heads, a.head_dim)
+            projected, k = k, self.rms_norm(rows * a.kv_heads, a.head_dim)
             t.free(projected)
         v = self.matmul(v_size)
-        q_rotated = self.rope(q, q_size)
-        k_rotated = self.rope(k, k_size)
+        q_rotated = self.rope(q_size)
+        k_rotated = self.rope(k_size)
         t.free(q, k)
-        keys, values = self.cache_update(index, a, k_rotated, v, tokens)
+        self.cache_update(index, a, tokens)
         t.free(k_rotated, v)
         out = self.attention(a, tokens, mask)
         projected = self.matmul(rows * s.hidden * b)
         t.free(out, q_rotated, normed)
         residual = t.new(rows * s.hidden * b)
         t.free(projected)
-        normed = self.rms_norm(residual, rows, s.hidden)
-        mlp = self.experts(normed, rows) if s.experts else self.mlp(rows)
+        normed = self.rms_norm(rows, s.hidden)
+        mlp = self.experts(rows) if s.experts else self.mlp(rows)
         t.free(normed)
         out = t.new(rows * s.hidden * b)
         t.free(mlp, residual)
         return out
 
-    def cache_update(self, index: int, a: Attention, k: int, v: int, tokens: int) -> tuple[int, int]:
+    def cache_update(self, index: int, a: Attention, tokens: int) -> None:
         """`DynamicLayer.update`: keys = cat(keys, k), values = cat(values, v), each old tensor freed as its name is
         rebound (nothing to free at the first step: the layer starts from empty tensors)."""
         t, b = self.t, self.s.dtype_bytes
@@ -382,7 +381,6 @@ class _Forward:
         if old is not None:
             t.free(*old[a.window is None:])  # a sliding layer rebinds both to views after both concatenations
         self.cache[index] = (keys, values)
-        return keys, values
 
     def keys_attended(self, a: Attention, tokens: int) -> int:
         """The keys a layer's attention reads at this step: all held (a sliding layer's last window - 1) and the
@@ -445,7 +443,7 @@ class _Forward:
         t.free(activated)
         return down
 
-    def experts(self, x: int, rows: int) -> int:
+    def experts(self, rows: int) -> int:
         """A sparse MoE block: the router's logits, softmax in fp32, top-k renormalised (`Qwen3MoeTopKRouter`: cast
         back to the model dtype; FP32_ROUTER: kept in fp32), then grouped_mm over the tokens sorted by expert, the
         rows weighted, put back in order and summed (`grouped_mm_experts_forward`)."""

@@ -1,6 +1,7 @@
 """transformers: what `generate()`'s caches (DynamicCache, StaticCache) hold for a batch, recurrent states and DeepSeek
-V4's compressors as transformers keeps them, and the prefill activations `kvplan profile` measures. (Named so as
-not to shadow the transformers package.)"""
+V4's compressors as transformers keeps them, the prefill activations `kvplan profile` measures, and what torch's
+CUDA caching allocator reserves for a run (`DeviceRun`: transformers_allocations.py's run replayed by
+cuda_allocator.py). (Named so as not to shadow the transformers package.)"""
 
 import functools
 import math
@@ -45,7 +46,9 @@ class TransformersPool(KVPool):
     StaticCache: max_cache_len = ctx preallocated, min(W, ctx) on sliding layers, from the first token.
     Recurrent layers: the state `Transformers.cached_layers` describes (conv of `kernel` inputs, fp32 SSM);
     `prefill_states`, one per row, what each holds right after prefill where that is less. DeepSeek V4's
-    compressors: `compressor_bytes`."""
+    compressors: `compressor_bytes`.
+    `device`: where kvplan generates the model's allocations, what torch's caching allocator reserves for them
+    (`DeviceRun`), which capacity then counts instead of the cache and the activations alone."""
 
     def __init__(self, table: list[Row], static: bool, activations: "PrefillActivations", notes: list[str],
                  prefill_states: list[int], dtype: DType, device: "DeviceRun | None" = None):
