@@ -115,9 +115,14 @@ class CachingAllocator:
         size = MIN_BLOCK if request < MIN_BLOCK else -(-request // MIN_BLOCK) * MIN_BLOCK
         small = size <= SMALL_SIZE
         pool = self.pools[small]
-        block = self._free_block(pool, size)
-        if block is None:
+        keys = pool.keys
+        index = bisect_left(keys, size * KEY)  # get_free_block: the best fit
+        if index == len(keys):
             block = self._new_block(pool, size)
+        elif self.expandable:
+            block = self._expandable_fit(pool, index)
+        else:
+            block = pool.blocks.pop(keys.pop(index))
         remaining = block.size - size
         if remaining >= MIN_BLOCK if small or self.expandable else remaining > SMALL_SIZE:
             rest = Block(block.address + size, remaining, small)
@@ -139,9 +144,14 @@ class CachingAllocator:
         pool = self.pools[block.small]
         block.allocated = False
         self.allocated -= block.size
-        self._merge(pool, block, block.prev)
-        self._merge(pool, block, block.next)
-        pool.add(block)
+        before, after = block.prev, block.next
+        if before is not None and not before.allocated:
+            self._merge(pool, block, before)
+        if after is not None and not after.allocated:
+            self._merge(pool, block, after)
+        key = block.size * KEY + block.address
+        insort(pool.keys, key)
+        pool.blocks[key] = block
 
     def release_cached(self) -> None:
         """torch.cuda.empty_cache(), and what malloc does before its last try: release_cached_blocks."""
@@ -157,18 +167,13 @@ class CachingAllocator:
 
     # ------------------------------------------------------------------------------------------ internals
 
-    def _free_block(self, pool: Pool, size: int) -> Block | None:
-        """get_free_block: best fit, and with expandable segments not a block that runs on into unmapped pages
-        while the next fit up does not."""
-        keys = pool.keys
-        index = bisect_left(keys, size * KEY)
-        if index == len(keys):
-            return None
-        if self.expandable:
-            blocks = pool.blocks
-            while index + 1 < len(keys) and (_growable(blocks[keys[index + 1]]) < _growable(blocks[keys[index]])):
-                index += 1
-        return pool.blocks.pop(keys.pop(index))
+    def _expandable_fit(self, pool: Pool, index: int) -> Block:
+        """get_free_block with expandable segments: from the best fit (`index`), not a block that runs on into
+        unmapped pages while the next fit up does not."""
+        keys, blocks = pool.keys, pool.blocks
+        while index + 1 < len(keys) and _growable(blocks[keys[index + 1]]) < _growable(blocks[keys[index]]):
+            index += 1
+        return blocks.pop(keys.pop(index))
 
     def _new_block(self, pool: Pool, size: int) -> Block:
         """alloc_block, and on failure release_cached_blocks and a second try."""
