@@ -479,8 +479,10 @@ class Transformers(Engine):
         device = self.device_run(model, kv, sum(count for _, count in layers))
         notes += activations.notes()
         if device is None:
-            notes.append("torch's caching allocator is not modelled for this model or cache: the peak of live tensors "
-                         "is counted, not what the allocator reserves")
+            where = ("with a StaticCache" if static else "on Apple GPUs (MPS allocates on its own)"
+                     if vendor(self.gpu_name or "") == "apple" else f"for {model.architecture} models")
+            notes.append(f"torch's caching allocator is not modelled {where}: the peak of live tensors is counted, not "
+                         "what the allocator reserves")
         elif self.options.expandable_segments:
             notes.append("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
         return TransformersPool(table, static, activations, notes, prefill_states, kv, device)
