@@ -113,6 +113,8 @@ AsyncScheduling = _flag(bool | None, "async scheduling (default on; off on vLLM'
 KvUnified = _flag(bool | None, "unified KV cache (-kvu)", "--kv-unified/--no-kv-unified", panel=LLAMACPP)
 SwaFull = _flag(bool | None, "full-size cache for sliding-window layers", "--swa-full/--no-swa-full", panel=LLAMACPP)
 CacheImpl = _flag(str | None, "cache class: dynamic (default) or static", panel=TRANSFORMERS)
+ExpandableSegments = _flag(bool, "plan for torch's allocator with expandable segments (set in "
+                           "PYTORCH_CUDA_ALLOC_CONF)", "--expandable-segments", panel=TRANSFORMERS)
 # llama.cpp's own flags (llama-server's names), docs/engines.md
 UbatchSize = _flag(int | None, "physical batch (default 512)", "--ubatch-size", "-ub", panel=LLAMACPP)
 BatchSize = _flag(int | None, "-b: logical batch (default 2048, llama-cpp-python 512)", "--batch-size",
@@ -185,6 +187,7 @@ def estimate(
     shared_prefix: SharedPrefix = None, block_size: BlockSize = None,
     max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, cache_implementation: CacheImpl = None,
+    expandable_segments: ExpandableSegments = False,
     ubatch_size: UbatchSize = None, batch_size: BatchSize = None, cache_type_k: CacheTypeK = None,
     cache_type_v: CacheTypeV = None, flash_attn: FlashAttn = None, speculative_tokens: SpeculativeTokens = None,
     frontend: Frontend = None,
@@ -226,8 +229,8 @@ def estimate(
                  max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras, lora=lora)
     capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
                       overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
-                      async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values(),
-                      *serving.values(), draft_model, *added.values())
+                      async_scheduling, kv_unified, swa_full, cache_implementation, expandable_segments or None,
+                      *llama_cpp.values(), *serving.values(), draft_model, *added.values())
     spec = load_model(model, revision, token, gguf_file)
     cap = None
     if any(flag is not None for flag in capacity_flags) or enable_expert_parallel:
@@ -235,8 +238,8 @@ def estimate(
 
         options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
                                   batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                                  kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation, **llama_cpp,
-                                  **serving, **added)
+                                  kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation,
+                                  expandable_segments=expandable_segments or None, **llama_cpp, **serving, **added)
         workload = capacity.Workload(
             ctx=tokens, users=users if users is not None else batch,
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
@@ -323,13 +326,13 @@ def _limit_mm(text: str | None) -> tuple[tuple[str, int], ...] | None:
 
 
 def _engine_options(*, version=None, fraction=None, block_size=None, batched_tokens=None, async_scheduling=None,
-                    kv_unified=None, swa_full=None, cache=None, ubatch_size=None, batch_size=None,
-                    cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None,
-                    limit_mm=None, language_model_only=None, kv_offloading_size=None, kv_offloading_backend=None,
-                    cpu_offload_gb=None, speculative_method=None, enable_lora=None, max_loras=None,
-                    max_lora_rank=None, max_cpu_loras=None, gdn_prefill_backend=None, mamba_ssm_cache_dtype=None,
-                    lora=None, max_mamba_cache_size=None, mamba_full_memory_ratio=None, max_num_seqs=None,
-                    disable_radix_cache=None):
+                    kv_unified=None, swa_full=None, cache=None, expandable_segments=None, ubatch_size=None,
+                    batch_size=None, cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None,
+                    frontend=None, limit_mm=None, language_model_only=None, kv_offloading_size=None,
+                    kv_offloading_backend=None, cpu_offload_gb=None, speculative_method=None, enable_lora=None,
+                    max_loras=None, max_lora_rank=None, max_cpu_loras=None, gdn_prefill_backend=None,
+                    mamba_ssm_cache_dtype=None, lora=None, max_mamba_cache_size=None, mamba_full_memory_ratio=None,
+                    max_num_seqs=None, disable_radix_cache=None):
     from kvplan.engines import EngineOptions
     from kvplan.units import parse_gib
 
@@ -356,10 +359,10 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
     return EngineOptions(version=version, memory_fraction=fraction, block_size=block_size,
                          max_num_batched_tokens=batched_tokens, async_scheduling=async_scheduling,
                          kv_unified=kv_unified, swa_full=swa_full, cache_implementation=cache,
-                         ubatch_size=ubatch_size, batch_size=batch_size, cache_type_k=cache_type_k,
-                         cache_type_v=cache_type_v, flash_attn=flash_attn, speculative_tokens=speculative_tokens,
-                         frontend=frontend, limit_mm_per_prompt=_limit_mm(limit_mm),
-                         language_model_only=language_model_only,
+                         expandable_segments=expandable_segments, ubatch_size=ubatch_size, batch_size=batch_size,
+                         cache_type_k=cache_type_k, cache_type_v=cache_type_v, flash_attn=flash_attn,
+                         speculative_tokens=speculative_tokens, frontend=frontend,
+                         limit_mm_per_prompt=_limit_mm(limit_mm), language_model_only=language_model_only,
                          kv_offloading_size=parse_gib(kv_offloading_size, "--kv-offloading-size")
                          if kv_offloading_size is not None else None,
                          kv_offloading_backend=kv_offloading_backend,
@@ -442,6 +445,7 @@ def plan(
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None, block_size: BlockSize = None,
     max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, cache_implementation: CacheImpl = None,
+    expandable_segments: ExpandableSegments = False,
     ubatch_size: UbatchSize = None, batch_size: BatchSize = None, flash_attn: FlashAttn = None,
     speculative_tokens: SpeculativeTokens = None, frontend: Frontend = None,
     limit_mm_per_prompt: LimitMm = None, language_model_only: LanguageModelOnly = False,
@@ -472,6 +476,7 @@ def plan(
     options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
                               batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                               kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation,
+                              expandable_segments=expandable_segments or None,
                               ubatch_size=ubatch_size, batch_size=batch_size, flash_attn=flash_attn,
                               speculative_tokens=speculative_tokens, frontend=frontend, limit_mm=limit_mm_per_prompt,
                               language_model_only=language_model_only or None, kv_offloading_size=kv_offloading_size,

@@ -321,6 +321,8 @@ def print_capacity(console: Console, cap) -> None:
     if cap.engine_activation_bytes_for_users:
         table.add_row(f"{engine.activations_label} for {_users(cap.users)}",
                       both_units(cap.engine_activation_bytes_for_users))
+    if cap.engine_gpu_bytes_for_users is not None:
+        table.add_row(f"process GPU memory, {_users(cap.users)}", both_units(cap.engine_gpu_bytes_for_users))
     label = engine.label
     if dp > 1:
         table.add_row(f"max users of one DP rank (x {dp:,})", f"{cap.max_users_per_rank:,}")
