@@ -52,7 +52,7 @@ RICH_TARGET_S = 1.0
 def library_models() -> tuple[list[str], list[str]]:
     """The library's ids that kvplan plans under vLLM on every one of these GPUs, and why the others are left out
     (the failures, and the cells not planned)."""
-    from kvplan import table
+    from kvplan import tables as table
     from kvplan.sources import library
 
     names = [entry.id for entry in library.entries()]

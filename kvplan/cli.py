@@ -258,13 +258,9 @@ def estimate(
     v_dtype = cap.v_dtype if cap is not None else None
     result = run_estimate(spec, tokens, batch, kv_dtype, weights_dtype, v_dtype)
     if as_json:
-        data = result.model_dump(exclude=set() if v_dtype else {"v_dtype"})
-        if cap is not None:
-            unset = {"sequence_limit", "v_dtype"} - {k for k in ("sequence_limit", "v_dtype") if getattr(cap, k)}
-            unset |= cap.unused_extras()
-            data |= cap.model_dump(exclude=unset | (set() if cap.engine == "vllm" else
-                                                    {k for k in type(cap).model_fields if k.startswith("vllm_")}))
-        print(json.dumps(data, indent=2))
+        from kvplan.results import EstimateResult
+
+        print(json.dumps(EstimateResult(spec, result, cap).model_dump(), indent=2))
         for warning in result.warnings:
             print(f"warning: {plain(warning)}", file=sys.stderr)
     else:
@@ -505,6 +501,14 @@ def plan(
         raise typer.Exit(DOES_NOT_FIT)
 
 
+@app.command()
+def schema(name: Annotated[str, typer.Argument(help="the output: estimate, table or plan")]) -> None:
+    """The JSON Schema of a command's --json output (its "schema_version" says which; docs/api.md)."""
+    from kvplan import schemas
+
+    sys.stdout.write(schemas.text(name))
+
+
 @app.command(name="gpus")
 def list_gpus(as_json: Json = False) -> None:
     """List the GPU catalogue: memory as the driver reports it, bandwidth, dense BF16 throughput."""
@@ -556,7 +560,7 @@ def models(
     print_models(_console(), chosen)
 
 
-# `table` and `plot`: several models x contexts x GPUs (kvplan/table.py, kvplan/plot.py, docs/tables.md).
+# `table` and `plot`: several models x contexts x GPUs (kvplan/tables.py, kvplan/plot.py, docs/tables.md).
 Models = _flag(str | None, "models: a comma list (library names, Hub ids, config.json, YAML specs), or @FILE "
                "or FILE.txt with one per line (# comments)", "--models", "-m", panel=MODEL)
 Filter = _flag(str | None, "add the library models whose id or alias contains this text", "--filter", panel=MODEL)
@@ -581,7 +585,7 @@ KvDtypes = _flag(str | None, "KV cache dtype (default: the model's, or the engin
 
 def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version, fraction,
                     overhead, kv_dtype, weights_dtype, keep_going, names_out: list, tp=None, pp=None):
-    from kvplan import table as planning
+    from kvplan import tables as planning
 
     _counts(batch=batch, tp=tp, pp=pp)
     names = planning.parse_models(models, filter)
@@ -611,7 +615,7 @@ def table_command(
 ) -> None:
     """A planning table: KV per token and per sequence, weights, total and max users on each GPU, for every
     model x context, as rich, GitHub Markdown, CSV or JSON (docs/tables.md)."""
-    from kvplan import table as planning
+    from kvplan import tables as planning
 
     fmt = planning.parse_format(fmt, out)
     if metric is not None and not pivot:
@@ -640,7 +644,7 @@ def table_command(
 
 def _report_written(written: str, result, asked: int) -> None:
     """Where --out went, on stderr; with models left out (--keep-going), in the one error line."""
-    from kvplan import table as planning
+    from kvplan import tables as planning
 
     if result.failures:
         raise KvplanError(f"{planning.failure_line(result, asked)} ({written} with the others)")
@@ -674,7 +678,7 @@ def plot_command(
     """Chart KV memory or max users against context for several models, as PNG or SVG (needs matplotlib:
     pip install '.[plot]' in kvplan's source directory)."""
     from kvplan import plot
-    from kvplan import table as planning
+    from kvplan import tables as planning
 
     plot.output_format(out)
     plot.check_kind(kind, gpu is not None or vram is not None)

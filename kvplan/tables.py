@@ -1,4 +1,5 @@
-"""`kvplan table`: planning tables of models x contexts (x GPUs), as rich, Markdown, CSV or JSON.
+"""`kvplan table`: planning tables of models x contexts (x GPUs), as rich, Markdown, CSV or JSON. (The module is
+`kvplan.tables`: `kvplan.table` is the public function, `kvplan.api.table`, whose result renders through here.)
 
 Presentation only. Every number comes from `kvplan.memory.estimate` (KV per token, KV per sequence, weights,
 total) and `kvplan.capacity.users_sweep` (max users on a GPU under an engine, by the budget, pools and search
@@ -462,7 +463,7 @@ def render(table: Table, fmt: str, *, pivot: bool = False, metric: str | None = 
         if pivot:
             raise KvplanError("--pivot is for rich, markdown and csv: json is always one object per model x "
                               "ctx (x GPU)")
-        return json.dumps(records(table), indent=2) + "\n"
+        return json.dumps(document(table), indent=2) + "\n"
     return boxed(table, pivot=pivot, metric=metric)
 
 
@@ -506,6 +507,14 @@ def to_markdown(table: Table, *, pivot: bool = False, metric: str | None = None)
                               [[c.cell(r) for c in columns] for r in table.rows])
     return text + "".join(f"\n{escape_markdown(line)}\n" for line in below(table, pivot=pivot, metric=metric,
                                                                            short=True))
+
+
+def document(table: Table) -> dict:
+    """The JSON output (`kvplan.results.TableResult`): the schema's version, the records, and the models left
+    out (--keep-going), one message each."""
+    from kvplan.schemas import SCHEMA_VERSION
+
+    return {"schema_version": SCHEMA_VERSION, "rows": records(table), "failures": table.failures}
 
 
 def records(table: Table) -> list[dict]:

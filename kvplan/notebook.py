@@ -1,0 +1,36 @@
+"""How results show in a notebook (Jupyter's `_repr_markdown_` and `_repr_html_`): a report as the command
+prints it, kept preformatted, and a planning table as a real table. Text from a config is data: HTML is escaped,
+and Markdown keeps it in a code fence longer than any run of backticks it holds, or escapes it cell by cell."""
+
+import html
+import re
+
+from kvplan.tables import Table, below, text_columns
+
+RIGHT = ' style="text-align: right"'
+
+
+def preformatted_markdown(text: str) -> str:
+    """`text` as a Markdown code block, shown as it is."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    return f"{fence}text\n{text}{'' if text.endswith(chr(10)) else chr(10)}{fence}\n"
+
+
+def preformatted_html(text: str) -> str:
+    return f"<pre>{html.escape(text)}</pre>"
+
+
+def table_html(table: Table) -> str:
+    """A planning table as an HTML table, the columns and the lines under it of its Markdown form."""
+    columns = text_columns(table, short=True)
+
+    def cells(tag: str, values, numeric) -> str:
+        return "".join(f"<{tag}{RIGHT if right else ''}>{html.escape(value)}</{tag}>"
+                       for value, right in zip(values, numeric, strict=True))
+
+    numeric = [column.numeric for column in columns]
+    head = f"<tr>{cells('th', [column.header for column in columns], numeric)}</tr>"
+    body = "".join(f"<tr>{cells('td', [column.cell(row) for column in columns], numeric)}</tr>"
+                   for row in table.rows)
+    notes = "".join(f"<p>{html.escape(line)}</p>" for line in below(table, short=True))
+    return f"<table><thead>{head}</thead><tbody>{body}</tbody></table>{notes}"
