@@ -15,9 +15,10 @@ for nothing it does not run.
 """
 
 __version__ = "0.1.0"
-__all__ = ["KvplanError", "__version__", "load_model", "schema"]
+__all__ = ["KvplanError", "__version__", "estimate", "load_model", "plan", "profile", "schema", "table"]
 
-_LAZY = {"KvplanError": "kvplan.errors", "load_model": "kvplan.api", "schema": "kvplan.api"}
+_LAZY = {"KvplanError": "kvplan.errors", "estimate": "kvplan.api", "load_model": "kvplan.api",
+         "plan": "kvplan.api", "profile": "kvplan.api", "schema": "kvplan.api", "table": "kvplan.api"}
 
 
 def __getattr__(name: str):

@@ -132,36 +132,53 @@ class TableResult(BaseModel):
     schema_version: str = version_field()
     rows: list[TableGpuRow | TableRow] = Field(description="one per model x ctx, or per model x ctx x GPU set")
     failures: list[str] = Field(description="the models left out (keep_going), one message each")
-    _table: Table | None = PrivateAttr(None)
+    _grid: Table | None = PrivateAttr(None)
+    _asked: int = PrivateAttr(0)
+    _inputs: list[str] = PrivateAttr(default_factory=list)
 
     @classmethod
-    def of(cls, table: Table) -> TableResult:
+    def of(cls, grid: Table, names: list[str], inputs: list[str]) -> TableResult:
+        """The result of a table built (`kvplan.tables.build`) for the models `names`, read from `inputs` (the
+        files an --out must not replace)."""
         from kvplan.tables import document
 
-        result = cls.model_validate(document(table))
-        result._table = table
+        result = cls.model_validate(document(grid))
+        result._grid, result._asked, result._inputs = grid, len(names), inputs
         return result
 
-    def _built(self) -> Table:
-        if self._table is None:
+    @property
+    def grid(self) -> Table:
+        """The table as `kvplan.tables` renders and `kvplan.plot` draws it."""
+        if self._grid is None:
             raise KvplanError("this table was read back from JSON: only kvplan.table's own result renders")
-        return self._table
+        return self._grid
+
+    @property
+    def input_files(self) -> list[str]:
+        return self._inputs
+
+    def failure_line(self) -> str | None:
+        """The one-line error naming the models left out (keep_going), or None."""
+        from kvplan.tables import failure_line
+
+        return failure_line(self.grid, self._asked) if self.failures else None
 
     def render(self, format: str = "markdown", *, pivot: bool = False, metric: str | None = None) -> str:
         """The table as `kvplan table --format FORMAT` prints it to a file: rich (drawn without colour),
         markdown, csv or json; `pivot` and `metric` as --pivot and --metric."""
-        from kvplan import tables as table
+        from kvplan import tables
 
-        return table.render(self._built(), table.parse_format(format, None), pivot=pivot, metric=metric)
+        return tables.render(self.grid, tables.parse_format(format, None), pivot=pivot, metric=metric)
 
     def write(self, out: str, format: str | None = None, *, pivot: bool = False, metric: str | None = None,
               force: bool = False) -> str:
-        """`kvplan table --out OUT`: the format from `format`, else from OUT's extension; the file replaced whole
-        (`kvplan.output.write_output`; `force` as --force). Returns what the command says ("wrote OUT")."""
-        from kvplan import tables as table
+        """`kvplan table --out OUT`: the format from `format`, else from OUT's extension; the file replaced whole,
+        never one of the table's inputs (`kvplan.output.write_output`; `force` as --force). Returns what the
+        command says ("wrote OUT")."""
+        from kvplan import tables
 
-        text = table.render(self._built(), table.parse_format(format, out), pivot=pivot, metric=metric)
-        return table.write(out, text, force=force)
+        text = tables.render(self.grid, tables.parse_format(format, out), pivot=pivot, metric=metric)
+        return tables.write(out, text, self._inputs, force)
 
     def _repr_markdown_(self) -> str:
         return self.render("markdown")
@@ -169,4 +186,4 @@ class TableResult(BaseModel):
     def _repr_html_(self) -> str:
         from kvplan.notebook import table_html
 
-        return table_html(self._built())
+        return table_html(self.grid)

@@ -453,16 +453,23 @@ def notes(table: Table) -> list[str]:
 # ------------------------------------------------------------------------------------------------- formats
 
 
+def check_view(fmt: str, pivot: bool, metric: str | None) -> None:
+    """--pivot and --metric as the format takes them (before any model is read)."""
+    if metric is not None and not pivot:
+        raise KvplanError("--metric chooses what a --pivot table shows: add --pivot")
+    if pivot and fmt == "json":
+        raise KvplanError("--pivot is for rich, markdown and csv: json is always one object per model x ctx "
+                          "(x GPU)")
+
+
 def render(table: Table, fmt: str, *, pivot: bool = False, metric: str | None = None) -> str:
     """The table as text in one of FORMATS (rich is rendered without colour)."""
+    check_view(fmt, pivot, metric)
     if fmt == "markdown":
         return to_markdown(table, pivot=pivot, metric=metric)
     if fmt == "csv":
         return to_csv(table, pivot=pivot, metric=metric)
     if fmt == "json":
-        if pivot:
-            raise KvplanError("--pivot is for rich, markdown and csv: json is always one object per model x "
-                              "ctx (x GPU)")
         return json.dumps(document(table), indent=2) + "\n"
     return boxed(table, pivot=pivot, metric=metric)
 

@@ -537,5 +537,5 @@ def test_the_command_runs_without_the_cycle_collector_but_profiles_with_it():
     result = run_python(code, timeout=120)
     assert result.returncode == 0 and "COLLECTOR False True True" in result.stderr, result.stderr
     source = (ROOT / "kvplan" / "cli.py").read_text(encoding="utf-8")
-    profile = source[source.index("def profile("):source.index("from kvplan.profiler.run import run_profile")]
+    profile = source[source.index("def profile("):source.index("_call(api.profile")]
     assert "gc.enable()" in profile
