@@ -2,12 +2,29 @@
 prints it, kept preformatted, and a planning table as a real table. Text from a config is data: HTML is escaped,
 and Markdown keeps it in a code fence longer than any run of backticks it holds, or escapes it cell by cell."""
 
+from __future__ import annotations
+
 import html
 import re
+from typing import TYPE_CHECKING
 
-from kvplan.tables import Table, below, text_columns
+if TYPE_CHECKING:
+    from kvplan.tables import Table
 
 RIGHT = ' style="text-align: right"'
+
+
+class ShownAsReport:
+    """A result a notebook shows as the command prints it: its `report()` text, preformatted."""
+
+    def report(self, width: int = 80) -> str:
+        raise NotImplementedError
+
+    def _repr_markdown_(self) -> str:
+        return preformatted_markdown(self.report())
+
+    def _repr_html_(self) -> str:
+        return preformatted_html(self.report())
 
 
 def preformatted_markdown(text: str) -> str:
@@ -22,6 +39,8 @@ def preformatted_html(text: str) -> str:
 
 def table_html(table: Table) -> str:
     """A planning table as an HTML table, the columns and the lines under it of its Markdown form."""
+    from kvplan.tables import below, text_columns
+
     columns = text_columns(table, short=True)
 
     def cells(tag: str, values, numeric) -> str:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from kvplan.errors import KvplanError
 from kvplan.memory import Estimate
 from kvplan.model import ModelSpec
+from kvplan.notebook import ShownAsReport
 from kvplan.schemas import SCHEMA_VERSION, version_field
 
 if TYPE_CHECKING:  # a plain estimate never imports the capacity package (25 ms of imports)
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # a plain estimate never imports the capacity package (25 ms 
 
 
 @dataclass(frozen=True)
-class EstimateResult:
+class EstimateResult(ShownAsReport):
     """`kvplan.estimate`: the model read (`spec`), its memory estimate (`memory`), and, where a GPU, an engine, a
     budget or an engine's flag was given, its capacity (`capacity`, else None).
 
@@ -69,16 +70,6 @@ class EstimateResult:
         from kvplan.report import print_estimate_result, text_of
 
         return text_of(lambda console: print_estimate_result(console, self), width)
-
-    def _repr_markdown_(self) -> str:
-        from kvplan.notebook import preformatted_markdown
-
-        return preformatted_markdown(self.report())
-
-    def _repr_html_(self) -> str:
-        from kvplan.notebook import preformatted_html
-
-        return preformatted_html(self.report())
 
 
 def left_out_of_capacity(cap: Capacity) -> set[str]:

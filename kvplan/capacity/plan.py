@@ -11,6 +11,7 @@ from kvplan.engines import Engine, EngineOptions
 from kvplan.errors import KvplanError
 from kvplan.memory import weights_bytes
 from kvplan.model import Hardware, ModelSpec, Parallelism, Workload
+from kvplan.notebook import ShownAsReport
 from kvplan.schemas import version_field
 
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -108,7 +109,7 @@ class PlanRow(BaseModel):
     lora_bytes_per_gpu: int = 0
 
 
-class Plan(BaseModel):
+class Plan(ShownAsReport, BaseModel):
     """`kvplan plan`'s result; its JSON is the command's `--json` output, and it shows in a notebook as the command
     prints it."""
 
@@ -131,16 +132,6 @@ class Plan(BaseModel):
         from kvplan.report import print_plan, text_of
 
         return text_of(lambda console: print_plan(console, self), width)
-
-    def _repr_markdown_(self) -> str:
-        from kvplan.notebook import preformatted_markdown
-
-        return preformatted_markdown(self.report())
-
-    def _repr_html_(self) -> str:
-        from kvplan.notebook import preformatted_html
-
-        return preformatted_html(self.report())
 
 
 def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_name: str = "vllm",
