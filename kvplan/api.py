@@ -3,6 +3,8 @@
 (snake_case), each result's `model_dump_json()` is the command's `--json`, and each error is the `KvplanError`
 whose message the command prints on its one error line."""
 
+from __future__ import annotations
+
 from kvplan.errors import KvplanError
 from kvplan.model import ModelSpec
 
@@ -163,11 +165,11 @@ def table(models=None, ctx=None, *, filter: str | None = None, revision: str | N
     """`kvplan table`: KV per token and per sequence, weights, total and, with GPUs, max users on each GPU set, for
     every model x context. `models`: a comma list or @FILE as --models takes it, or a list of names and loaded
     ModelSpecs; `ctx`, `gpu`, `vram`: comma lists or lists. With `keep_going`, models that fail are left out and
-    named in the result's `failures`. Returns a `kvplan.results.TableResult`; raises KvplanError for bad input."""
+    named in the result's `failures`. Returns a `kvplan.table_results.TableResult`; raises KvplanError for bad input."""
     from kvplan import arguments
     from kvplan import tables as planning
-    from kvplan.results import TableResult
     from kvplan.sources import load_model as load
+    from kvplan.table_results import TableResult
 
     if ctx is None:
         raise KvplanError("give --ctx: token counts like 4k,8k,32k,128k")
@@ -187,7 +189,7 @@ def table(models=None, ctx=None, *, filter: str | None = None, revision: str | N
                             loader=lambda name: loaded.get(name) or load(name, revision=revision, token=token))
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
-    return TableResult.of(result, names, planning.input_files(models, names))
+    return TableResult(result, len(names), planning.input_files(models, names))
 
 
 def profile(model: str, ctx: int | str, *, batch: int = 1, device: str = "cuda", dtype: str | None = None,

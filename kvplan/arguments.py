@@ -3,6 +3,8 @@ public functions (`kvplan.api`) call these with the keywords they were given, wh
 that an error names the flag (`--batch must be between 1 and ...`) whether it came from the command line or from a
 script."""
 
+from __future__ import annotations
+
 import json
 from collections.abc import Mapping
 

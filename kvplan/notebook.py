@@ -4,7 +4,6 @@ and Markdown keeps it in a code fence longer than any run of backticks it holds,
 
 from __future__ import annotations
 
-import html
 import re
 from typing import TYPE_CHECKING
 
@@ -34,22 +33,26 @@ def preformatted_markdown(text: str) -> str:
 
 
 def preformatted_html(text: str) -> str:
-    return f"<pre>{html.escape(text)}</pre>"
+    from html import escape
+
+    return f"<pre>{escape(text)}</pre>"
 
 
 def table_html(table: Table) -> str:
     """A planning table as an HTML table, the columns and the lines under it of its Markdown form."""
+    from html import escape
+
     from kvplan.tables import below, text_columns
 
     columns = text_columns(table, short=True)
 
     def cells(tag: str, values, numeric) -> str:
-        return "".join(f"<{tag}{RIGHT if right else ''}>{html.escape(value)}</{tag}>"
+        return "".join(f"<{tag}{RIGHT if right else ''}>{escape(value)}</{tag}>"
                        for value, right in zip(values, numeric, strict=True))
 
     numeric = [column.numeric for column in columns]
     head = f"<tr>{cells('th', [column.header for column in columns], numeric)}</tr>"
     body = "".join(f"<tr>{cells('td', [column.cell(row) for column in columns], numeric)}</tr>"
                    for row in table.rows)
-    notes = "".join(f"<p>{html.escape(line)}</p>" for line in below(table, short=True))
+    notes = "".join(f"<p>{escape(line)}</p>" for line in below(table, short=True))
     return f"<table><thead>{head}</thead><tbody>{body}</tbody></table>{notes}"

@@ -517,7 +517,7 @@ def to_markdown(table: Table, *, pivot: bool = False, metric: str | None = None)
 
 
 def document(table: Table) -> dict:
-    """The JSON output (`kvplan.results.TableResult`): the schema's version, the records, and the models left
+    """The JSON output (`kvplan.table_results.TableResult`): the schema's version, the records, and the models left
     out (--keep-going), one message each."""
     from kvplan.schemas import SCHEMA_VERSION
 

@@ -46,9 +46,9 @@ def estimate_schema() -> dict:
 
 
 def table_schema() -> dict:
-    from kvplan.results import TableResult
+    from kvplan.table_results import TableDocument
 
-    schema = _all_required(TableResult.model_json_schema(mode="serialization"))
+    schema = _all_required(TableDocument.model_json_schema(mode="serialization"))
     return _head("table", "A planning table: one row per model x context, or per model x context x GPU set. "
                  "Sizes in bytes.") | {key: value for key, value in schema.items() if key not in ("title",
                                                                                             "description")}
