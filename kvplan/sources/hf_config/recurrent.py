@@ -72,7 +72,7 @@ def lfm_types(cfg: Fields, model_type: str, n: int) -> list[str]:
                 for i in range(n)]
     if model_type == "lfm2_moe":  # Lfm2MoeConfig has no default layout: its model needs layer_types
         raise KvplanError(f"{cfg.where}: missing field layer_types (lfm2_moe states each layer's type)")
-    attention = cfg.list("full_attn_idxs", int) if cfg.has("full_attn_idxs") else list(range(n))
+    attention = set(cfg.list("full_attn_idxs", int) if cfg.has("full_attn_idxs") else range(n))
     if any(not 0 <= i < n for i in attention):
         raise KvplanError(f"{cfg.where}: field full_attn_idxs names layers outside the {n} layers")
     return ["full_attention" if i in attention else "conv" for i in range(n)]

@@ -1,0 +1,130 @@
+"""Hostile input to the readers, second pass: config values out of range, counts that size per-layer lists, paths
+the system cannot look up, YAML aliases, safetensors headers that do not match their data, and the Hub's
+environment and servers. Each ends in sensible output or one `kvplan: error:` line with exit 2: no bug (exit 70),
+no hang, no silently wrong number, no credential printed. Inputs are made here: configs edited from the genuine
+ones in model_specs/, YAML and safetensors files written by the tests, a fake Hub on 127.0.0.1 (tests/hubkit.py),
+environment variables on a subprocess."""
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from conftest import SPECS, assert_one_line_error, load, run_main
+from hubkit import TINY_CONFIG
+
+CONFIG = json.dumps(TINY_CONFIG).encode()
+
+
+DROP = object()  # a field to leave out
+
+
+def edited(tmp_path, filename: str, *edits: tuple[tuple, object]) -> str:
+    """A genuine config with fields set or dropped (a key path and its value, or DROP), as tmp_path/config.json."""
+    data = json.loads((SPECS / filename).read_text(encoding="utf-8"))
+    for path, value in edits:
+        parent = data
+        for key in path[:-1]:
+            parent = parent[key]
+        if value is DROP:
+            parent.pop(path[-1])
+        else:
+            parent[path[-1]] = value
+    out = tmp_path / "config.json"
+    out.write_text(json.dumps(data), encoding="utf-8")
+    return str(out)
+
+
+def estimate(monkeypatch, capsys, model: str, *args: str) -> tuple[int, str, str]:
+    return run_main(monkeypatch, capsys, "estimate", "--model", model, "--ctx", "8k", *args)
+
+
+# ---------------------------------------------------------------------------------------------- config values
+
+
+SCOUT = "meta-llama__Llama-4-Scout-17B-16E-Instruct.json"
+
+
+@pytest.mark.parametrize("ratio", [1.5, 2, 100, 1e-300, 0.04])
+def test_a_pixel_shuffle_ratio_that_leaves_no_row_is_one_line(monkeypatch, capsys, tmp_path, ratio):
+    """Llama 4's image rows per tile are patches // round(1 / ratio^2) (vLLM mllama4.py): above ~1.41 the divisor
+    rounds to 0 (a ZeroDivisionError), below 1 / sqrt(576 patches) no row is left."""
+    config = edited(tmp_path, SCOUT, (("vision_config", "pixel_shuffle_ratio"), ratio))
+    code, _, err = estimate(monkeypatch, capsys, config)
+    assert_one_line_error(code, err, "pixel_shuffle_ratio", "between 0.0417")
+
+
+@pytest.mark.parametrize(("ratio", "rows"), [(0.5, 144), (1.0, 576), (0.9, 576), (1 / 24, 1)])
+def test_pixel_shuffle_ratios_in_range_count_as_vllm_counts(tmp_path, ratio, rows):
+    """Scout's 336-pixel tiles of 14-pixel patches: 24 x 24 = 576 patches, round(1 / ratio^2) of them a row
+    (0.5: 4, Scout's own; 1: none merged; 0.9: round(1.23) = 1; 1/24: all 576 in one); 16 tiles and a global one."""
+    from kvplan.sources.hf_config import read_config_file
+
+    spec = read_config_file(Path(edited(tmp_path, SCOUT, (("vision_config", "pixel_shuffle_ratio"), ratio))))
+    assert spec.multimodal.tokens_per_item == 17 * rows
+
+
+@pytest.mark.parametrize("layer", [["Mamba2"], {"name": "Mamba2"}, 2])
+def test_a_mamba_ssm_layer_that_is_not_a_name_is_one_line(monkeypatch, capsys, tmp_path, layer):
+    config = edited(tmp_path, "state-spaces__mamba2-2.7b.json", (("ssm_cfg", "layer"), layer))
+    code, _, err = estimate(monkeypatch, capsys, config)
+    assert_one_line_error(code, err, "ssm_cfg layer", "Mamba1, Mamba2")
+
+
+# An MoE model with its expert count zeroed, and the top-k field it still states (the model's experts would go
+# uncounted: Mixtral read as 7.24B params instead of 46.70B).
+ZEROED_EXPERTS = [("mistralai__Mixtral-8x7B-v0.1.json", ("num_local_experts",), "num_experts_per_tok"),
+                  ("deepseek-ai__DeepSeek-V3.json", ("n_routed_experts",), "num_experts_per_tok"),
+                  ("deepseek-ai__DeepSeek-V3.2.json", ("n_routed_experts",), "num_experts_per_tok"),
+                  ("Qwen__Qwen3-30B-A3B.json", ("num_experts",), "num_experts_per_tok"),
+                  ("MiniMaxAI__MiniMax-M2.7.json", ("num_local_experts",), "num_experts_per_tok"),
+                  ("ibm-granite__granite-4.0-h-small.json", ("num_local_experts",), "num_experts_per_tok"),
+                  (SCOUT, ("text_config", "num_local_experts"), "num_experts_per_tok"),
+                  ("moonshotai__Kimi-Linear-48B-A3B-Instruct.json", ("num_experts",), "num_experts_per_token"),
+                  ("openai__gpt-oss-20b.json", ("num_local_experts",), "num_experts_per_tok")]
+
+
+@pytest.mark.parametrize(("filename", "field", "top_k"), ZEROED_EXPERTS)
+def test_zero_experts_with_experts_per_token_is_refused(monkeypatch, capsys, tmp_path, filename, field, top_k):
+    code, _, err = estimate(monkeypatch, capsys, edited(tmp_path, filename, (field, 0)))
+    assert_one_line_error(code, err, top_k, "has 0 experts", "cannot exceed the expert count")
+
+
+def test_zero_experts_and_none_per_token_is_a_dense_model():
+    """Granite 4.0-H-1B states num_local_experts 0 and num_experts_per_tok 0: its MLPs are dense (transformers
+    GraniteMoeHybrid builds no MoE block for 0 experts)."""
+    spec = load("ibm-granite__granite-4.0-h-1b.json")
+    assert spec.params.experts == 0 and spec.params.mlp > 0
+
+
+MTP_COUNTS = [("deepseek-ai__DeepSeek-V3.json", ("num_nextn_predict_layers",)),
+              ("zai-org__GLM-5.json", ("num_nextn_predict_layers",)),
+              ("Qwen__Qwen3.5-27B.json", ("text_config", "mtp_num_hidden_layers"))]
+
+
+@pytest.mark.parametrize("count", [10**7, 2**53])
+@pytest.mark.parametrize(("filename", "field"), MTP_COUNTS)
+def test_an_mtp_layer_count_past_the_limit_is_refused_before_building(monkeypatch, capsys, tmp_path, filename,
+                                                                      field, count):
+    """10^7 MTP layers took 33 s and 7.5 GB before the refusal; 2^53 ran out of memory (exit 70)."""
+    start = time.monotonic()
+    code, _, err = estimate(monkeypatch, capsys, edited(tmp_path, filename, (field, count)))
+    assert time.monotonic() - start < 10
+    assert_one_line_error(code, err, field[-1], "more layers than any real model", "100,000")
+
+
+@pytest.mark.parametrize("edits", [
+    [(("num_hidden_layers",), 99_999), (("full_attn_idxs",), list(range(99_999)))],
+    [(("text_config", "num_hidden_layers"), 99_995), (("text_config", "num_kv_shared_layers"), 49_995),
+     (("text_config", "layer_types"), DROP), (("text_config", "activation_sparsity_pattern"), DROP),
+     (("text_config", "intermediate_size"), 8192)],
+], ids=["lfm2-attention-indices", "gemma3n-shared-layers"])
+def test_long_per_layer_lists_are_read_in_linear_time(tmp_path, edits):
+    """Near MAX_LAYERS: a membership test in a list (LFM2's full_attn_idxs) or a scan of the earlier layers for each
+    shared one (Gemma 3n's num_kv_shared_layers) made these configs take minutes; they take seconds."""
+    from conftest import run_cli
+
+    filename = "LiquidAI__LFM2-1.2B.json" if len(edits) == 2 else "google__gemma-3n-E2B.json"
+    result = run_cli("estimate", "--model", edited(tmp_path, filename, *edits), "--ctx", "8k", "--json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert sum(row["layers"] for row in json.loads(result.stdout)["breakdown"]) > 49_000
