@@ -6,6 +6,7 @@ ones in model_specs/, YAML and safetensors files written by the tests, a fake Hu
 environment variables on a subprocess."""
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -128,3 +129,30 @@ def test_long_per_layer_lists_are_read_in_linear_time(tmp_path, edits):
     result = run_cli("estimate", "--model", edited(tmp_path, filename, *edits), "--ctx", "8k", "--json", timeout=60)
     assert result.returncode == 0, result.stderr
     assert sum(row["layers"] for row in json.loads(result.stdout)["breakdown"]) > 49_000
+
+
+# ---------------------------------------------------------------------------------------------- paths
+
+
+LONG = "a" * 300  # past the 255 bytes a file name may have (ENAMETOOLONG)
+
+
+@pytest.mark.parametrize("name", [f"{LONG}.json", f"{LONG}.yaml", LONG, f"{LONG}/config.json", f"{LONG}.gguf"])
+def test_a_path_the_system_cannot_look_up_is_one_line(monkeypatch, capsys, tmp_path, name):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = estimate(monkeypatch, capsys, name)
+    assert_one_line_error(code, err, "cannot look it up", "file name too long")
+
+
+def test_out_beside_a_path_the_system_cannot_look_up(monkeypatch, capsys, tmp_path):
+    """--keep-going leaves the model out and --out is still checked against the inputs; an --out name too long
+    is one line, and nothing is written."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run_main(monkeypatch, capsys, "table", "--models", f"{LONG}.json,llama-3-8b", "--keep-going",
+                            "--ctx", "8k", "-f", "md", "--out", "t.md")
+    assert_one_line_error(code, err, "file name too long", "wrote t.md with the others")
+    assert "| meta-llama/Meta-Llama-3-8B" in (tmp_path / "t.md").read_text(encoding="utf-8")
+    code, _, err = run_main(monkeypatch, capsys, "table", "--models", "llama-3-8b", "--ctx", "8k", "-f", "md",
+                            "--out", f"{LONG}.md")
+    assert_one_line_error(code, err, "cannot write", "file name too long")
+    assert os.listdir(tmp_path) == ["t.md"]

@@ -43,9 +43,10 @@ def _load_model(name: str, revision: str | None = None, token: str | None = None
     the stored login, as huggingface_hub finds it). Nothing Hub-related is imported before the Hub is needed."""
     token = clean_token(token)
     path = Path(name).expanduser()
-    if gguf_file is not None or (_GGUF_TAG.match(name.strip()) and not path.exists()):
+    local = _on_disk(path)
+    if gguf_file is not None or (_GGUF_TAG.match(name.strip()) and not local):
         return _hub_gguf(name.strip(), revision, token, gguf_file)
-    if path.exists():
+    if local:
         if revision:
             raise KvplanError(f"--revision is for Hub repos; {name} is a local path")
         if path.suffix.lower() == ".gguf":
@@ -76,6 +77,18 @@ def _load_model(name: str, revision: str | None = None, token: str | None = None
     hint = f"; closest: {', '.join(close)}" if close else ""
     raise KvplanError(f"unknown model {name!r}: not a local file, not in the bundled library, and not a Hub id "
                       f"(org/name){hint} (`kvplan models` lists the library)")
+
+
+def _on_disk(path: Path) -> bool:
+    """Whether `path` names something on disk; a name the system cannot look up (a part longer than its 255 bytes, a
+    folder kvplan may not enter) is one line saying so, where Python 3.11's Path.exists raised an OSError."""
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL byte, from a model list
+        return False
+    except OSError as err:
+        raise KvplanError(f"{brief(str(path))}: cannot look it up ({err.strerror or err})") from None
+    return True
 
 
 def _hub_gguf(name: str, revision: str | None, token: str | None, gguf_file: str | None) -> ModelSpec:
