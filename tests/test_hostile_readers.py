@@ -156,3 +156,38 @@ def test_out_beside_a_path_the_system_cannot_look_up(monkeypatch, capsys, tmp_pa
                             "--out", f"{LONG}.md")
     assert_one_line_error(code, err, "cannot write", "file name too long")
     assert os.listdir(tmp_path) == ["t.md"]
+
+
+# ---------------------------------------------------------------------------------------------- YAML
+
+
+def alias_bomb(levels: int = 10) -> str:
+    """A spec whose field holds ten levels of ten aliases to the level below: 10^10 values in about 430 bytes."""
+    lines = ["a0: &a0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return "\n".join(lines) + "\nname: x\n"
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    (alias_bomb(), "more than 1,000,000 values"),
+    ("name: &x [*x]\n", "anchor used inside itself"),
+    ("name: x\nparams: &p\n  total: 1\n  nested: *p\n", "anchor used inside itself"),
+], ids=["ten-levels", "list-in-itself", "mapping-in-itself"])
+def test_yaml_aliases_that_explode_or_loop_are_one_line(monkeypatch, capsys, tmp_path, text, fragment):
+    """The number check walked the expanded objects: the bomb ran for hours, a loop exited 70 (RecursionError)."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(text, encoding="utf-8")
+    start = time.monotonic()
+    code, _, err = estimate(monkeypatch, capsys, str(path))
+    assert time.monotonic() - start < 10
+    assert_one_line_error(code, err, "spec.yaml", fragment)
+
+
+def test_yaml_aliases_within_reason_are_read(monkeypatch, capsys, tmp_path):
+    """An anchored layer group used again: 2 x 16 layers of 8 KV heads of 128, bf16: 32 x 2 x 8 x 128 x 2 bytes."""
+    path = tmp_path / "spec.yaml"
+    path.write_text("name: x\nnum_attention_heads: 32\nparams: {total: 8000000000}\nlayers:\n"
+                    "  - &g {kind: full, count: 16, kv_heads: 8, head_dim: 128}\n  - *g\n", encoding="utf-8")
+    code, out, err = estimate(monkeypatch, capsys, str(path), "--json")
+    assert code == 0, err
+    assert json.loads(out)["kv_bytes_per_token"] == 32 * 2 * 8 * 128 * 2
