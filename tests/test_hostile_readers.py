@@ -7,12 +7,13 @@ environment variables on a subprocess."""
 
 import json
 import os
+import struct
 import time
 from pathlib import Path
 
 import pytest
 from conftest import SPECS, assert_one_line_error, load, run_main
-from hubkit import TINY_CONFIG
+from hubkit import TINY_CONFIG, FakeHub, hub_environment
 
 CONFIG = json.dumps(TINY_CONFIG).encode()
 
@@ -191,3 +192,95 @@ def test_yaml_aliases_within_reason_are_read(monkeypatch, capsys, tmp_path):
     code, out, err = estimate(monkeypatch, capsys, str(path), "--json")
     assert code == 0, err
     assert json.loads(out)["kv_bytes_per_token"] == 32 * 2 * 8 * 128 * 2
+
+
+# ---------------------------------------------------------------------------------------------- safetensors
+
+
+def safetensors_bytes(header: dict, data: int) -> bytes:
+    """A safetensors file as written byte by byte: the header as given (its data_offsets true or not), padded to 8
+    bytes, then `data` zero bytes."""
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw + bytes(data)
+
+
+def bf16(shape: list[int], begin: int, end: int) -> dict:
+    return {"dtype": "BF16", "shape": shape, "data_offsets": [begin, end]}
+
+
+# name: (header, bytes of data after it, why kvplan does not count it); the safetensors library refuses each file
+# but the first
+SAFETENSORS = {
+    "metadata only": ({"__metadata__": {"format": "pt"}}, 0, "hold no tensors"),
+    "2^62 rows over no data": ({"w": bf16([2**62, 4], 0, 0)}, 0, "data_offsets [0, 0] of tensor 'w'"),
+    "no data_offsets": ({"w": {"dtype": "BF16", "shape": [4, 4]}}, 32, "has data_offsets None"),
+    "a gap": ({"a": bf16([2], 0, 4), "b": bf16([2], 8, 12)}, 12, "data_offsets [8, 12] of tensor 'b'"),
+    "an overlap": ({"a": bf16([2], 0, 4), "b": bf16([2], 2, 6)}, 6, "data_offsets [2, 6] of tensor 'b'"),
+    "a span too short": ({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 4]}}, 4, "2 F32 elements"),
+    "half a byte": ({"a": {"dtype": "F4", "shape": [3], "data_offsets": [0, 2]}}, 2, "3 F4 elements"),
+    "data past the tensors": ({"a": bf16([2], 0, 4)}, 5, "end at byte 4 of the data, but the file holds 5"),
+    "data cut short": ({"a": bf16([2], 0, 4)}, 3, "end at byte 4 of the data, but the file holds 3"),
+}
+
+
+def checkpoint(tmp_path, data: bytes) -> str:
+    directory = tmp_path / "model"
+    directory.mkdir()
+    (directory / "config.json").write_bytes(CONFIG)
+    (directory / "model.safetensors").write_bytes(data)
+    return str(directory)
+
+
+@pytest.mark.parametrize("case", list(SAFETENSORS))
+def test_tensors_their_data_offsets_do_not_hold_are_not_the_weights(monkeypatch, capsys, tmp_path, case):
+    """A header's shapes counted over its own data_offsets: a metadata-only file gave "0 B, exact" weights and a
+    [2^62, 4] tensor with empty offsets 32 EiB. Now the weights come from the config, with a note saying why."""
+    header, data, reason = SAFETENSORS[case]
+    code, out, err = estimate(monkeypatch, capsys, checkpoint(tmp_path, safetensors_bytes(header, data)), "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["weights_source"] == "config"
+    assert result["weights_bytes"] == 2 * (2 * 256 * 64 + 2 * (2 * 64 * 64 + 2 * 32 * 64 + 3 * 64 * 128 + 2 * 64) + 64)
+    assert any("safetensors header unreadable" in note and reason in note for note in result["notes"]), result["notes"]
+
+
+@pytest.mark.parametrize("case", list(SAFETENSORS))
+def test_the_safetensors_library_refuses_the_same_files(tmp_path, case):
+    """The outside check: safetensors' own reader (safe_open, `Metadata::validate`) refuses each file kvplan does
+    not count, but the one with no tensors, which it opens and finds empty."""
+    safetensors = pytest.importorskip("safetensors")
+    header, data, _ = SAFETENSORS[case]
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(safetensors_bytes(header, data))
+    if case == "metadata only":
+        with safetensors.safe_open(path, "numpy") as handle:
+            assert list(handle.keys()) == []
+    else:
+        with pytest.raises(safetensors.SafetensorError):
+            safetensors.safe_open(path, "numpy")
+
+
+def test_tensors_listed_out_of_offset_order_are_read(monkeypatch, capsys, tmp_path):
+    """The tensors tile the data in the order of their offsets, not of the header (safetensors sorts them)."""
+    header = {"b": bf16([2], 4, 8), "a": bf16([2], 0, 4), "c": {"dtype": "F32", "shape": [], "data_offsets": [8, 12]}}
+    code, out, err = estimate(monkeypatch, capsys, checkpoint(tmp_path, safetensors_bytes(header, 12)), "--json")
+    assert code == 0, err
+    assert json.loads(out)["weights_source"] == "checkpoint" and json.loads(out)["weights_bytes"] == 12
+
+
+def test_a_hub_header_its_data_offsets_do_not_hold_is_a_note(monkeypatch, capsys, tmp_path):
+    """The same check on headers read from the Hub by range requests (huggingface_hub's parse keeps the offsets)."""
+    hub = FakeHub()
+    bad = safetensors_bytes({"w": bf16([2**62, 4], 0, 0)}, 0)
+    hub.add("org/claims", {"config.json": CONFIG, "model.safetensors": bad})
+    hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url)
+    try:
+        code, out, err = estimate(monkeypatch, capsys, "org/claims", "--json")
+    finally:
+        hub.close()
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["weights_source"] == "config"
+    assert any("could not read the safetensors headers" in note and "data_offsets [0, 0]" in note
+               for note in result["notes"]), result["notes"]

@@ -309,9 +309,9 @@ def _checkpoint(
     try:
         meta = _within(HEADER_DEADLINE_CALLS * hub.deadline, lambda: hub.api(token).get_safetensors_metadata(
             repo_id, revision=commit, token=token, timeout=hub.download_timeout))
-        tensors = [
-            (t.dtype, t.parameter_count) for f in meta.files_metadata.values() for t in f.tensors.values()
-        ]
+        tensors = [pair for name, f in meta.files_metadata.items() for pair in st.tensors_of(
+            {key: {"dtype": t.dtype, "shape": t.shape, "data_offsets": list(t.data_offsets)}
+             for key, t in f.tensors.items()}, name)]
         count = len(meta.files_metadata)
         found = st.inventory(
             tensors,
