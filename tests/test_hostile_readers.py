@@ -8,12 +8,14 @@ environment variables on a subprocess."""
 import json
 import os
 import struct
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import SPECS, assert_one_line_error, load, run_main
-from hubkit import TINY_CONFIG, FakeHub, hub_environment
+from conftest import ROOT, SPECS, assert_one_line_error, load, run_main
+from hubkit import GOOD_TOKEN, TINY_CONFIG, FakeHub, hub_environment, safetensors_file, tiny_tensors
 
 CONFIG = json.dumps(TINY_CONFIG).encode()
 
@@ -284,3 +286,218 @@ def test_a_hub_header_its_data_offsets_do_not_hold_is_a_note(monkeypatch, capsys
     assert result["weights_source"] == "config"
     assert any("could not read the safetensors headers" in note and "data_offsets [0, 0]" in note
                for note in result["notes"]), result["notes"]
+
+
+# ---------------------------------------------------------------------------------------------- the Hub
+
+
+def run_kvplan(env: dict, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The command line in a fresh interpreter with `env` (huggingface_hub reads its variables on import)."""
+    env = {key: value for key, value in env.items() if key != "KVPLAN_DEBUG"}  # a bug is exit 70, not a traceback
+    return subprocess.run([sys.executable, "-m", "kvplan", *args], capture_output=True, text=True, timeout=timeout,
+                          cwd=ROOT, env=env)
+
+
+@pytest.mark.parametrize(("name", "value"), [("HF_HUB_ETAG_TIMEOUT", "9999999999"),
+                                             ("HF_HUB_DOWNLOAD_TIMEOUT", "9999999999"),
+                                             ("HF_HUB_ETAG_TIMEOUT", "0")])
+def test_hub_timeouts_are_bounded_when_read(monkeypatch, tmp_path, name, value):
+    """A timeout past threading.TIMEOUT_MAX made the deadline thread raise OverflowError (exit 70); 0 gave up at
+    once."""
+    hub = FakeHub()
+    hub.add("org/tiny", {"config.json": CONFIG})
+    try:
+        env = hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url) | {name: value}
+        result = run_kvplan(env, "estimate", "--model", "org/tiny", "--ctx", "1k")
+    finally:
+        hub.close()
+    assert_one_line_error(result.returncode, result.stderr, f"{name}={value}", "from 1 to 3,600")
+
+
+class MisbehavingGgufHub(FakeHub):
+    """The fake Hub, with its GGUF file served wrongly in one way (`mode`): a CDN redirect to itself or to a
+    file:// URL, a range answered with 7 bytes or with other bytes than asked, model info without its commit or with
+    a file name that is a list."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def cdn(self, req, head: bool, sha256: str) -> None:
+        if self.mode == "redirect-loop":
+            return self.send(req, head, 302, b"", {"Location": req.path})
+        if self.mode == "redirect-file":
+            return self.send(req, head, 302, b"", {"Location": "file:///etc/passwd"})
+        wanted = (req.headers.get("range") or "").removeprefix("bytes=").partition("-")[0]
+        if self.mode in ("seven-bytes", "other-range") and wanted and not head:
+            start = int(wanted) + (4096 if self.mode == "other-range" else 0)
+            data = self.cdn_files[sha256]
+            chunk = data[start:start + 7]
+            return self.send(req, head, 206, chunk, {"Content-Range": f"bytes {start}-{start + len(chunk) - 1}/"
+                                                                      f"{len(data)}"})
+        return super().cdn(req, head, sha256)
+
+    def model_info(self, req, head: bool, repo_id: str, repo, commit: str) -> None:
+        if self.mode not in ("no-sha", "name-list"):
+            return super().model_info(req, head, repo_id, repo, commit)
+        info = {"id": repo_id, "siblings": [{"rfilename": name} for name in sorted(repo.files)]}
+        if self.mode == "name-list":
+            info |= {"sha": commit, "siblings": [*info["siblings"], {"rfilename": ["x"]}]}
+        return self.send(req, head, 200, json.dumps(info).encode(), {"Content-Type": "application/json"})
+
+
+def tiny_gguf(tmp_path) -> bytes:
+    """A real GGUF (gguf-py's writer) of a 2-layer Llama, about 1 MB: its header is read by range requests."""
+    from ggufkit import Q, write_gguf
+
+    meta = {".block_count": 2, ".context_length": 4096, ".embedding_length": 256, ".feed_forward_length": 512,
+            ".attention.head_count": 4, ".attention.head_count_kv": 2, "general.file_type": 15}
+    tensors = [("token_embd.weight", [256, 1024], Q.Q4_K), ("output.weight", [256, 1024], Q.Q6_K)]
+    for i in range(2):
+        tensors += [(f"blk.{i}.{name}.weight", shape, Q.Q4_K) for name, shape in
+                    [("attn_q", [256, 256]), ("attn_k", [256, 128]), ("attn_v", [256, 128]),
+                     ("attn_output", [256, 256]), ("ffn_gate", [256, 512]), ("ffn_up", [256, 512]),
+                     ("ffn_down", [512, 256])]]
+        tensors += [(f"blk.{i}.attn_norm.weight", [256], Q.F32), (f"blk.{i}.ffn_norm.weight", [256], Q.F32)]
+    return write_gguf(tmp_path / "tiny.gguf", "llama", meta, [*tensors, ("output_norm.weight", [256], Q.F32)]) \
+        .read_bytes()
+
+
+@pytest.mark.parametrize(("mode", "fragment"), [
+    ("redirect-loop", "HF_ENDPOINT"), ("redirect-file", "HF_ENDPOINT"), ("no-sha", "without the commit"),
+    ("name-list", "file listing of the wrong shape"), ("seven-bytes", "sent 7 of the"),
+    ("other-range", "with other bytes"),
+])
+def test_a_gguf_server_that_misbehaves_is_one_line(monkeypatch, capsys, tmp_path, mode, fragment):
+    """Each exited 70 (the error check looked for httpx frames, but huggingface_hub 2 runs on httpx2 and the range
+    requests call its session directly), or, for 7 bytes a range, took 72 s and 1,500 requests to fail."""
+    hub = MisbehavingGgufHub(mode)
+    hub.add("org/tiny-GGUF", {"tiny-Q4_K_M.gguf": tiny_gguf(tmp_path)})
+    hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url, etag_timeout=2, download_timeout=2)
+    start = time.monotonic()
+    try:
+        code, _, err = estimate(monkeypatch, capsys, "org/tiny-GGUF:Q4_K_M")
+    finally:
+        hub.close()
+    assert time.monotonic() - start < 15 and len(hub.requests) < 40
+    assert_one_line_error(code, err, fragment)
+
+
+def test_a_served_gguf_is_still_read(monkeypatch, capsys, tmp_path):
+    hub = MisbehavingGgufHub("none")
+    hub.add("org/tiny-GGUF", {"tiny-Q4_K_M.gguf": tiny_gguf(tmp_path)})
+    hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url)
+    try:
+        code, out, err = estimate(monkeypatch, capsys, "org/tiny-GGUF:Q4_K_M", "--json")
+    finally:
+        hub.close()
+    assert code == 0 and json.loads(out)["weights_source"] == "checkpoint", err
+
+
+@pytest.fixture
+def tiny_hub(monkeypatch, tmp_path):
+    """A fake Hub holding a public org/tiny and a gated org/gated, and the environment pointing at it."""
+    hub = FakeHub()
+    hub.add("org/tiny", {"config.json": CONFIG})
+    hub.add("org/gated", {"config.json": CONFIG}, gated=True)
+    home = tmp_path / "hf"
+    home.mkdir()
+    env = hub_environment(monkeypatch, home, endpoint=hub.url)
+    yield hub, home, env
+    hub.close()
+
+
+def test_a_token_file_that_is_a_device_is_refused_naming_it(tiny_hub):
+    """HF_TOKEN_PATH=/dev/zero: the abandoned worker thread kept reading (9.2 GB), and the message blamed the Hub."""
+    _, _, env = tiny_hub
+    start = time.monotonic()
+    result = run_kvplan(env | {"HF_TOKEN_PATH": "/dev/zero"}, "estimate", "--model", "org/tiny", "--ctx", "1k")
+    assert time.monotonic() - start < 30
+    assert_one_line_error(result.returncode, result.stderr, "token file /dev/zero", "not a regular file")
+
+
+@pytest.mark.parametrize(("kind", "fragment"), [("fifo", "not a regular file"), ("directory", "not a regular file"),
+                                                ("huge", "larger than 64 KiB"), ("non-ascii", "non-ASCII")])
+def test_a_token_file_that_holds_no_token_is_refused_naming_it(monkeypatch, capsys, tiny_hub, kind, fragment):
+    hub, home, _ = tiny_hub
+    token = home / "token"
+    if kind == "fifo":
+        os.mkfifo(token)
+    elif kind == "directory":
+        token.mkdir()
+    else:
+        token.write_bytes(b"hf_" + b"x" * 2**17 if kind == "huge" else "hf_Sécret\n".encode())
+    code, out, err = estimate(monkeypatch, capsys, "org/tiny")
+    assert_one_line_error(code, err, f"token file {token}", fragment)
+    assert "cret" not in out + err and not hub.requests
+
+
+def test_a_token_file_is_read_as_huggingface_hub_reads_it(monkeypatch, capsys, tiny_hub):
+    """Its line ending stripped; HF_TOKEN, when set, is read instead and the file is not checked."""
+    _, home, _ = tiny_hub
+    (home / "token").write_text(GOOD_TOKEN + "\r\n", encoding="utf-8")
+    code, out, err = estimate(monkeypatch, capsys, "org/gated", "--json")
+    assert code == 0 and GOOD_TOKEN not in out + err, err
+    (home / "token").unlink()
+    (home / "token").mkdir()
+    monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)
+    code, out, err = estimate(monkeypatch, capsys, "org/gated", "--json")
+    assert code == 0, err
+
+
+class BasicAuthHub(FakeHub):
+    """The fake Hub behind a mirror that takes the user and password of HF_ENDPOINT (HTTP Basic), and whose files
+    named *.safetensors fail with 500."""
+
+    def handle(self, req, head: bool) -> None:
+        if (req.headers.get("authorization") or "").startswith("Basic "):
+            del req.headers["authorization"]
+        if "/resolve/" in req.path and req.path.endswith(".safetensors"):
+            return self.error(req, head, 500, None, "Internal Server Error")
+        return super().handle(req, head)
+
+
+def test_credentials_in_hf_endpoint_are_never_printed(monkeypatch, tmp_path):
+    """Every Hub error and note quoted HF_ENDPOINT, or a URL under it, with its user:password."""
+    hub = BasicAuthHub()
+    hub.add("org/tiny", {"config.json": CONFIG, "model.safetensors": safetensors_file(tiny_tensors())})
+    hub.add("org/gated", {"config.json": CONFIG}, gated=True)
+    hub.add("org/slow", {"config.json": CONFIG}, slow=3)
+    closed = FakeHub()
+    closed.close()  # nothing listens there: connection refused
+    try:
+        outputs = []
+        for url, model in [(hub.url, "org/tiny"), (hub.url, "org/gated"), (hub.url, "org/slow"),
+                           (closed.url, "org/other"), ("user:s3cretpw@127.0.0.1", "org/tiny")]:
+            endpoint = url.replace("://", "://kvuser:s3cretpw@")
+            env = hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url, etag_timeout=1) | {
+                "HF_ENDPOINT": endpoint}
+            result = run_kvplan(env, "estimate", "--model", model, "--ctx", "1k")
+            outputs.append(result.stdout + result.stderr)
+            assert result.returncode in (0, 2), result.stderr
+    finally:
+        hub.close()
+    assert "could not read the safetensors headers (HfHubHTTPError" in " ".join(outputs[0].split())
+    assert ["s3cret" in output for output in outputs] == [False] * 5, outputs
+    assert "accept its licence at http://127.0.0.1:" in outputs[1] and "did not answer in time" in outputs[2]
+    assert "cannot reach the Hub at http://127.0.0.1:" in outputs[3] and "HF_ENDPOINT=...@127.0.0.1" in outputs[4]
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "/etc/passwd", "sub/../../x.gguf"])
+@pytest.mark.parametrize("offline", [False, True])
+def test_a_gguf_file_outside_the_repo_is_named(monkeypatch, capsys, tmp_path, tiny_hub, name, offline):
+    """huggingface_hub refuses such a name in a ValueError, which read as the endpoint's fault."""
+    hub, home, _ = tiny_hub
+    hub_environment(monkeypatch, home, endpoint=hub.url, offline=offline)
+    code, _, err = run_main(monkeypatch, capsys, "show", "--model", "org/tiny", "--gguf-file", name)
+    assert_one_line_error(code, err, "--gguf-file", "not a path inside the repo", "--model path/to/model.gguf")
+    assert "HF_ENDPOINT" not in err and not hub.requests
+
+
+@pytest.mark.parametrize("model", ["org/tiny", "meta-llama/Llama-3-8B"])
+def test_a_refused_token_says_so_without_suggesting_models(monkeypatch, capsys, tiny_hub, model):
+    """A repo that answered (here 401 for the token) exists: library names that look alike are no help."""
+    code, _, err = run_main(monkeypatch, capsys, "show", "--model", model, "--revision", "main", "--token",
+                            "hf_NotATokenTheHubKnows")
+    assert_one_line_error(code, err, "the Hub refused the token")
+    assert "did you mean" not in err and "bundled library" not in err

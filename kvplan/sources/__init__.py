@@ -100,6 +100,9 @@ def _hub_gguf(name: str, revision: str | None, token: str | None, gguf_file: str
         raise KvplanError(f"{name} names a GGUF file already: leave --gguf-file out, or the :{tag}")
     if gguf_file is not None and not gguf_file.strip():
         raise KvplanError("--gguf-file is empty: give the name of a .gguf file in the repo")
+    if gguf_file is not None and _leaves_the_repo(gguf_file.strip()):
+        raise KvplanError(f"--gguf-file {brief(gguf_file)} is not a path inside the repo (it starts at / or goes up "
+                          "with ..): it names a file of the Hub repo; a local GGUF file is --model path/to/model.gguf")
     if not is_repo_id(repo_id):
         raise KvplanError(f"{brief(name)}: --gguf-file and :TAG are for Hub repos, org/name (a local GGUF file is "
                           "--model path/to/model.gguf)")
@@ -108,6 +111,12 @@ def _hub_gguf(name: str, revision: str | None, token: str | None, gguf_file: str
     from kvplan.sources import hub
 
     return hub.load_gguf(repo_id, revision, token, gguf_file=gguf_file, tag=tag)
+
+
+def _leaves_the_repo(name: str) -> bool:
+    """Whether a file name given for a Hub repo is absolute or climbs out of it with `..` (huggingface_hub refuses
+    both, in a ValueError that reads as the Hub's)."""
+    return name.startswith(("/", "\\")) or ".." in re.split(r"[/\\]", name)
 
 
 def clean_token(token: str | None, what: str = "--token") -> str | None:
