@@ -117,18 +117,22 @@ def test_an_mtp_layer_count_past_the_limit_is_refused_before_building(monkeypatc
     assert_one_line_error(code, err, field[-1], "more layers than any real model", "100,000")
 
 
-@pytest.mark.parametrize("edits", [
-    [(("num_hidden_layers",), 99_999), (("full_attn_idxs",), list(range(99_999)))],
-    [(("text_config", "num_hidden_layers"), 99_995), (("text_config", "num_kv_shared_layers"), 49_995),
-     (("text_config", "layer_types"), DROP), (("text_config", "activation_sparsity_pattern"), DROP),
-     (("text_config", "intermediate_size"), 8192)],
-], ids=["lfm2-attention-indices", "gemma3n-shared-layers"])
-def test_long_per_layer_lists_are_read_in_linear_time(tmp_path, edits):
-    """Near MAX_LAYERS: a membership test in a list (LFM2's full_attn_idxs) or a scan of the earlier layers for each
-    shared one (Gemma 3n's num_kv_shared_layers) made these configs take minutes; they take seconds."""
+@pytest.mark.parametrize(("filename", "edits"), [
+    ("LiquidAI__LFM2-1.2B.json", [(("num_hidden_layers",), 99_999), (("full_attn_idxs",), list(range(99_999)))]),
+    ("moonshotai__Kimi-Linear-48B-A3B-Instruct.json", [
+        (("num_hidden_layers",), 99_999), (("linear_attn_config", "full_attn_layers"), list(range(1, 99_999))),
+        (("linear_attn_config", "kda_layers"), [99_999])]),
+    ("google__gemma-3n-E2B.json", [
+        (("text_config", "num_hidden_layers"), 99_995), (("text_config", "num_kv_shared_layers"), 49_995),
+        (("text_config", "layer_types"), DROP), (("text_config", "activation_sparsity_pattern"), DROP),
+        (("text_config", "intermediate_size"), 8192)]),
+], ids=["lfm2-attention-indices", "kimi-full-attention-layers", "gemma3n-shared-layers"])
+def test_long_per_layer_lists_are_read_in_linear_time(tmp_path, filename, edits):
+    """Near MAX_LAYERS: a membership test in a list (LFM2's full_attn_idxs, Kimi Linear's full_attn_layers) or a
+    scan of the earlier layers for each shared one (Gemma 3n's num_kv_shared_layers) made these configs take one
+    to several minutes; they take seconds."""
     from conftest import run_cli
 
-    filename = "LiquidAI__LFM2-1.2B.json" if len(edits) == 2 else "google__gemma-3n-E2B.json"
     result = run_cli("estimate", "--model", edited(tmp_path, filename, *edits), "--ctx", "8k", "--json", timeout=60)
     assert result.returncode == 0, result.stderr
     assert sum(row["layers"] for row in json.loads(result.stdout)["breakdown"]) > 49_000
