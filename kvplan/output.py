@@ -16,21 +16,19 @@ def write_output(out: str, write: Callable[[Path], None], inputs: Iterable[str] 
     ("wrote X", "replaced X")."""
     path = Path(out).expanduser()
     shown = plain(out)
-    try:
-        if path.is_symlink():
-            if not force:
-                raise KvplanError(f"--out {shown} is a symbolic link: give --force to write to the file it points to")
-            path = Path(os.path.realpath(path))
-        if path.is_dir():
-            raise KvplanError(f"--out {shown} is a directory: name a file")
-        if path.exists() and not path.is_file():
-            raise KvplanError(f"--out {shown} is not a regular file (a device or a pipe): name a file")
-        for name in inputs:  # os.path.exists: False for an input the system cannot look up (--keep-going left it out)
-            if path.exists() and os.path.exists(name) and path.samefile(Path(name).expanduser()):
-                raise KvplanError(f"--out {shown} is one of this command's inputs: write somewhere else")
-        existed = path.exists()
-    except OSError as err:  # a name the system cannot look up: a part longer than 255 bytes, a folder out of reach
-        raise KvplanError(f"cannot write {shown}: {err.strerror or err}") from None
+    if path.is_symlink():
+        if not force:
+            raise KvplanError(f"--out {shown} is a symbolic link: give --force to write to the file it points to")
+        path = Path(os.path.realpath(path))
+    if path.is_dir():
+        raise KvplanError(f"--out {shown} is a directory: name a file")
+    if path.exists() and not path.is_file():
+        raise KvplanError(f"--out {shown} is not a regular file (a device or a pipe): name a file")
+    for name in inputs:
+        source = Path(name).expanduser()
+        if path.exists() and source.exists() and path.samefile(source):
+            raise KvplanError(f"--out {shown} is one of this command's inputs: write somewhere else")
+    existed = path.exists()
     directory = path.parent
     try:
         handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)

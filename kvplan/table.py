@@ -14,7 +14,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -572,13 +571,13 @@ def input_files(models: str | None, names: Sequence[str]) -> list[str]:
     files = []
     for name in names:
         path = Path(name).expanduser()
-        if os.path.isdir(path):  # os.path: False for a name the system cannot look up (too long), as for none
+        if path.is_dir():
             try:
                 shards = st.shard_names(path) or []
             except st.HeaderError:
                 shards = []
             files += [str(path / f) for f in ("config.json", st.INDEX_FILE, *shards)]
-        elif os.path.exists(path):
+        elif path.exists():
             files.append(name)
         elif (entry := library.find(name)) is not None:
             files.append(str(library.config_path(entry)))

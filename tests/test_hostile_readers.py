@@ -151,20 +151,6 @@ def test_a_path_the_system_cannot_look_up_is_one_line(monkeypatch, capsys, tmp_p
     assert_one_line_error(code, err, "cannot look it up", "file name too long")
 
 
-def test_out_beside_a_path_the_system_cannot_look_up(monkeypatch, capsys, tmp_path):
-    """--keep-going leaves the model out and --out is still checked against the inputs; an --out name too long
-    is one line, and nothing is written."""
-    monkeypatch.chdir(tmp_path)
-    code, _, err = run_main(monkeypatch, capsys, "table", "--models", f"{LONG}.json,llama-3-8b", "--keep-going",
-                            "--ctx", "8k", "-f", "md", "--out", "t.md")
-    assert_one_line_error(code, err, "file name too long", "wrote t.md with the others")
-    assert "| meta-llama/Meta-Llama-3-8B" in (tmp_path / "t.md").read_text(encoding="utf-8")
-    code, _, err = run_main(monkeypatch, capsys, "table", "--models", "llama-3-8b", "--ctx", "8k", "-f", "md",
-                            "--out", f"{LONG}.md")
-    assert_one_line_error(code, err, "cannot write", "file name too long")
-    assert os.listdir(tmp_path) == ["t.md"]
-
-
 # ---------------------------------------------------------------------------------------------- YAML
 
 
