@@ -363,13 +363,13 @@ def test_a_gguf_server_that_misbehaves_is_one_line(monkeypatch, capsys, tmp_path
     requests call its session directly), or, for 7 bytes a range, took 72 s and 1,500 requests to fail."""
     hub = MisbehavingGgufHub(mode)
     hub.add("org/tiny-GGUF", {"tiny-Q4_K_M.gguf": tiny_gguf(tmp_path)})
-    hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url, etag_timeout=2, download_timeout=2)
+    hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url)
     start = time.monotonic()
     try:
         code, _, err = estimate(monkeypatch, capsys, "org/tiny-GGUF:Q4_K_M")
     finally:
         hub.close()
-    assert time.monotonic() - start < 15 and len(hub.requests) < 40
+    assert time.monotonic() - start < 30 and len(hub.requests) < 40  # no waiting on a timeout, no 1,500 requests
     assert_one_line_error(code, err, fragment)
 
 
@@ -460,8 +460,8 @@ def test_credentials_in_hf_endpoint_are_never_printed(monkeypatch, tmp_path):
         for url, model in [(hub.url, "org/tiny"), (hub.url, "org/gated"), (hub.url, "org/slow"),
                            (closed.url, "org/other"), ("user:s3cretpw@127.0.0.1", "org/tiny")]:
             endpoint = url.replace("://", "://kvuser:s3cretpw@")
-            env = hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url, etag_timeout=1) | {
-                "HF_ENDPOINT": endpoint}
+            env = hub_environment(monkeypatch, tmp_path / "hf", endpoint=hub.url,
+                                  etag_timeout=1 if model == "org/slow" else None) | {"HF_ENDPOINT": endpoint}
             result = run_kvplan(env, "estimate", "--model", model, "--ctx", "1k")
             outputs.append(result.stdout + result.stderr)
             assert result.returncode in (0, 2), result.stderr
