@@ -35,10 +35,11 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_print_
     """VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users."""
 
 # --help panels (`Panels`), in this order, as `vllm serve --help` groups its flags
-MODEL, WORKLOAD, HARDWARE, PARALLEL = "Model", "Workload", "GPUs, engine and budget", "Parallelism"
+MODEL, WORKLOAD, SPEED = "Model", "Workload", "Speed targets"
+HARDWARE, PARALLEL = "GPUs, engine and budget", "Parallelism"
 VLLM, VLLM_SGLANG, SGLANG, LLAMACPP = "vLLM", "vLLM and SGLang", "SGLang", "llama.cpp"
 TRANSFORMERS, SPECULATIVE = "transformers", "Speculative decoding"
-PANELS = ("Arguments", MODEL, WORKLOAD, HARDWARE, PARALLEL, SPECULATIVE, VLLM, VLLM_SGLANG, SGLANG, LLAMACPP,
+PANELS = ("Arguments", MODEL, WORKLOAD, SPEED, HARDWARE, PARALLEL, SPECULATIVE, VLLM, VLLM_SGLANG, SGLANG, LLAMACPP,
           TRANSFORMERS, "Options")
 
 
@@ -72,6 +73,17 @@ Token = _flag(str | None, "Hugging Face token for gated or private repos (defaul
               panel=MODEL)
 Json = _flag(bool, "print one JSON object (sizes in bytes)", "--json")
 Ctx = _flag(str, "tokens each sequence holds: 8192, 8k, 128K, 1M (k = 1,024)", panel=WORKLOAD)
+RequestCtx = _flag(str | None, "tokens each sequence holds: 8192, 8k, 128K, 1M (k = 1,024); default --isl + --osl",
+                   "--ctx", panel=WORKLOAD)
+Isl = _flag(str | None, "prompt tokens per request, like --ctx (with --osl: the speed model's workload)", "--isl",
+            panel=WORKLOAD)
+Osl = _flag(str | None, "output tokens per request, like --ctx (with --isl)", "--osl", panel=WORKLOAD)
+MaxTpot = _flag(float | None, "serve only as many users as keep the time per output token within this many ms "
+                "(with --isl, --osl and --gpu)", "--max-tpot", panel=SPEED)
+MaxTtft = _flag(float | None, "serve only as many users as keep the time to first token within this many ms",
+                "--max-ttft", panel=SPEED)
+MinTps = _flag(float | None, "serve only as many users as each get at least this many output tokens/s",
+               "--min-tps", panel=SPEED)
 KvDtype = _flag(str | None, "KV cache dtype (default: the model's)", panel=MODEL)
 WeightsDtype = _flag(str | None, "weights dtype (default: the checkpoint's)", panel=MODEL)
 
@@ -171,11 +183,14 @@ DisableRadixCache = _flag(bool, "no radix cache: no prefix kept once, and 1 Mamb
 @app.command(cls=Panels)
 def estimate(
     model: Model,
-    ctx: Ctx,
+    ctx: RequestCtx = None,
+    isl: Isl = None,
+    osl: Osl = None,
     revision: Revision = None,
     token: Token = None,
     gguf_file: GgufFile = None,
-    batch: Annotated[int, typer.Option(help="concurrent sequences", rich_help_panel=WORKLOAD)] = 1,
+    batch: Annotated[int | None, typer.Option(help="concurrent sequences (default 1)",
+                                              rich_help_panel=WORKLOAD)] = None,
     kv_dtype: KvDtype = None,
     weights_dtype: WeightsDtype = None,
     gpu: Gpu = None, vram: Vram = None, gpus: Gpus = None, tp: Tp = None, pp: Pp = None, dp: Dp = None,
@@ -196,19 +211,23 @@ def estimate(
     mamba_ssm_cache_dtype: MambaSsmDtype = None, lora: Lora = None,
     max_mamba_cache_size: MaxMambaCache = None, mamba_full_memory_ratio: MambaRatio = None,
     max_num_seqs: MaxNumSeqs = None, disable_radix_cache: DisableRadixCache = False,
+    max_tpot: MaxTpot = None, max_ttft: MaxTtft = None, min_tps: MinTps = None,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
-    budget, also how many users fit and whether the target does."""
+    budget, also how many users fit and whether the target does; with --isl and --osl on a GPU, how fast."""
     from kvplan.dtypes import kv_dtype as check_kv
     from kvplan.dtypes import weight_dtype as check_weights
     from kvplan.memory import estimate as run_estimate
     from kvplan.sources import load_model
     from kvplan.units import parse_tokens
 
-    tokens = parse_tokens(ctx)
+    tokens, isl, osl = _request_lengths(ctx, isl, osl)
+    targets = _targets(max_tpot, max_ttft, min_tps, isl)
     _counts(batch=batch, users=users, gpus=gpus, tp=tp, pp=pp, dp=dp, ep=ep, block_size=block_size,
             max_num_batched_tokens=max_num_batched_tokens)
+    asked = users if users is not None else batch
+    batch = batch or 1
     if kv_dtype:
         check_kv(kv_dtype)
     if weights_dtype:
@@ -229,7 +248,7 @@ def estimate(
                       async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values(),
                       *serving.values(), draft_model, *added.values())
     spec = load_model(model, revision, token, gguf_file)
-    cap = None
+    cap = workload = None
     if any(flag is not None for flag in capacity_flags) or enable_expert_parallel:
         from kvplan import capacity
 
@@ -240,7 +259,7 @@ def estimate(
         workload = capacity.Workload(
             ctx=tokens, users=users if users is not None else batch,
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
-            shared_prefix=parse_tokens(shared_prefix, "shared-prefix") if shared_prefix else 0)
+            shared_prefix=parse_tokens(shared_prefix, "shared-prefix") if shared_prefix else 0, isl=isl, osl=osl)
         hardware, gpus = _hardware(gpu, vram, gpus)
         engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
         cap = capacity.capacity(
@@ -252,27 +271,117 @@ def estimate(
         if chosen:
             cap = cap.model_copy(update={"notes": [chosen, *cap.notes]})
         kv_dtype, weights_dtype = cap.kv_dtype, cap.weights_dtype_override
+    served = judged = None
+    notes = []  # a plain estimate's: why there is no speed estimate
+    if isl is not None:
+        served, why = _speed(spec, cap, workload, targets, asked, bool(speculative_method or draft_model))
+        if why and cap is not None:
+            cap = cap.model_copy(update={"notes": [*cap.notes, why]})
+        elif why:
+            notes.append(why)
+    if cap is not None:
+        judged = _judged(cap, served)
     v_dtype = cap.v_dtype if cap is not None else None
     result = run_estimate(spec, tokens, batch, kv_dtype, weights_dtype, v_dtype)
     if as_json:
-        data = result.model_dump(exclude=set() if v_dtype else {"v_dtype"})
+        data = result.model_dump(exclude=set() if v_dtype else {"v_dtype"}) | ({"notes": notes} if notes else {})
         if cap is not None:
             unset = {"sequence_limit", "v_dtype"} - {k for k in ("sequence_limit", "v_dtype") if getattr(cap, k)}
             unset |= cap.unused_extras()
-            data |= cap.model_dump(exclude=unset | (set() if cap.engine == "vllm" else
-                                                    {k for k in type(cap).model_fields if k.startswith("vllm_")}))
+            data |= judged.model_dump(exclude=unset | (set() if cap.engine == "vllm" else
+                                                       {k for k in type(cap).model_fields if k.startswith("vllm_")}))
+        if served is not None:
+            data |= served.fields()
         print(json.dumps(data, indent=2))
         for warning in result.warnings:
             print(f"warning: {plain(warning)}", file=sys.stderr)
     else:
-        from kvplan.report import print_capacity, print_estimate
+        from kvplan.report import print_capacity, print_estimate, print_speed, print_verdict
 
         console = _console()
         print_estimate(console, spec, result)
+        for note in notes:
+            console.print(f"note: {note}", style="dim")
         if cap is not None:
             print_capacity(console, cap)
-    if cap is not None and not cap.fits:
+            if served is not None:
+                print_speed(console, served)
+            print_verdict(console, judged, served)
+    if judged is not None and not judged.fits:
         raise typer.Exit(DOES_NOT_FIT)
+
+
+def _request_lengths(ctx: str | None, isl: str | None, osl: str | None) -> tuple[int, int | None, int | None]:
+    """(--ctx, --isl, --osl) in tokens. --isl and --osl go together; --ctx defaults to their sum, and given beside
+    them must be at least that: memory is planned for what each user may hold (--ctx), speed for the requests
+    (--isl, --osl)."""
+    from kvplan.units import parse_tokens
+
+    if (isl is None) != (osl is None):
+        raise KvplanError("--isl and --osl go together: give both (prompt and output tokens per request)")
+    if isl is None:
+        if ctx is None:
+            raise KvplanError("give --ctx, or --isl and --osl (--ctx is then their sum)")
+        return parse_tokens(ctx), None, None
+    prompt, output = parse_tokens(isl, "isl"), parse_tokens(osl, "osl")
+    if output < 2:
+        raise KvplanError(f"--osl must be at least 2 tokens (a time per output token is the time between two), got "
+                          f"{output:,}")
+    if ctx is None:
+        return prompt + output, prompt, output
+    tokens = parse_tokens(ctx)
+    if tokens < prompt + output:
+        raise KvplanError(f"--ctx {tokens:,} is shorter than --isl + --osl = {prompt + output:,}: a request of "
+                          f"{prompt:,} + {output:,} tokens needs at least that (or leave --ctx out)")
+    return tokens, prompt, output
+
+
+def _targets(max_tpot: float | None, max_ttft: float | None, min_tps: float | None,
+             isl: int | None) -> tuple[str, dict] | None:
+    """(the first target flag given, the targets by `kvplan.speed.targets.Targets`' names), or None: each a number
+    above 0, and --isl and --osl given."""
+    given = {flag: value for flag, value in (("--max-tpot", max_tpot), ("--max-ttft", max_ttft),
+                                             ("--min-tps", min_tps)) if value is not None}
+    for flag, value in given.items():
+        if not 0 < value < float("inf"):
+            unit = "output tokens/s" if flag == "--min-tps" else "milliseconds"
+            raise KvplanError(f"{flag} must be a number of {unit} above 0, got {value:g}")
+    if not given:
+        return None
+    first = next(iter(given))
+    if isl is None:
+        raise KvplanError(f"{first} needs --isl and --osl: the prompt and output tokens per request the speed model "
+                          "times")
+    return first, {"max_tpot_ms": max_tpot, "max_ttft_ms": max_ttft, "min_tokens_per_s_per_user": min_tps}
+
+
+def _speed(spec, cap, workload, targets: tuple[str, dict] | None, asked: int | None, speculative: bool):
+    """(the speed of the deployment `cap` plans (None: no GPU given) at the concurrency asked, None; or None and a
+    note saying why the speed model cannot describe it, which is an error where a target needs it)."""
+    from kvplan.speed import targets as speed
+
+    why = speed.problem(None, "") if cap is None else speed.problem(cap.gpu, cap.engine, cap.pipeline_parallel_size)
+    if why and targets:
+        raise KvplanError(f"{targets[0]}: {why}")
+    if why:
+        return None, f"no speed estimate: {why}"
+    return speed.speed(spec, cap, workload, concurrency=asked, speculative=speculative,
+                       targets=speed.Targets(**targets[1]) if targets else None), None
+
+
+def _judged(cap, served):
+    """The capacity as the targets leave it: the users served are the fewer of memory's and speed's, and a
+    deployment whose memory holds the users asked but whose speed does not fails with the reason."""
+    if served is None or served.targets is None:
+        return cap
+    from kvplan.speed.targets import shortfall
+
+    update = {"max_concurrent_users": served.users, "max_concurrent_users_bound": served.bound,
+              "fits": served.users >= cap.users}
+    if cap.fits and not update["fits"]:
+        update |= {"reasons": [shortfall(served, cap.users)],
+                   "suggestions": ["kvplan plan with the same targets finds the layouts that meet them"]}
+    return cap.model_copy(update=update)
 
 
 def _default_engine(spec, gpu_name: str | None) -> tuple[str, str | None]:

@@ -350,13 +350,67 @@ def print_capacity(console: Console, cap) -> None:
         _print_vllm_log(console, cap)
     for note in [*cap.engine_assumptions, *_extras_notes(cap), *cap.notes]:
         console.print(styled(f"note: {note}", "dim"))
+
+
+def print_verdict(console: Console, cap, served=None) -> None:
+    """Whether the users asked fit, by memory and, with speed targets (`served`, kvplan.speed.targets.Speed), by
+    speed too; where not, why and what would."""
     if cap.fits:
-        console.print(line(("fits", "green bold"), f": {_users(cap.users)} at {cap.ctx:,} tokens "
-                           f"(room for {cap.max_concurrent_users:,})"))
+        room = f"room for {cap.max_concurrent_users:,}"
+        if served is not None and served.targets is not None:
+            room = f"room for {served.memory_users:,}, {served.users:,} within {served.targets.label()}"
+        console.print(line(("fits", "green bold"), f": {_users(cap.users)} at {cap.ctx:,} tokens ({room})"))
         return
     console.print(line(("does not fit", "red bold"), f": {'; '.join(cap.reasons)}"))
     for suggestion in cap.suggestions:
         console.print(line(f"  - {suggestion}"))
+
+
+def _figure(value: float) -> str:
+    """Three significant figures or more, whole from 100: 0.52, 5.50, 21.4, 886, 1,234."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
+def _ms(value: float) -> str:
+    return f"{_figure(value)} ms"
+
+
+BINDS = {"speed": "speed binds", "memory": "memory binds", "sequence_limit": "the engine's request limit binds"}
+
+
+def print_speed(console: Console, served) -> None:
+    """kvplan.speed.targets.Speed: the bound and the calibrated estimate side by side at the concurrency, what
+    binds a decode step, what each figure is and how far off the estimate has been, its flags, and with targets
+    the users served within them."""
+    e = served.estimate
+    each = f"{served.isl:,} prompt + {served.osl:,} output tokens"
+    instances = "" if served.replicas == 1 else f" ({e.concurrency:,} on each of {served.replicas:,} replicas)"
+    console.print(line("\n", (f"Speed at {_users(served.concurrency)}", "bold"), f"{instances}, each {each}"))
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    table.add_column()
+    table.add_column("bound", justify="right")
+    table.add_column("estimate", justify="right")
+    table.add_row("time per output token (TPOT)", _ms(e.decode_step_ms_bound), _ms(e.decode_step_ms))
+    table.add_row("time to first token (TTFT)", _ms(e.ttft_ms_bound), _ms(e.ttft_ms))
+    table.add_row("output tokens/s per user", _figure(served.tokens_per_s_per_user_bound),
+                  _figure(e.tokens_per_s_per_user))
+    table.add_row("output tokens/s per GPU", _figure(served.tokens_per_s_per_gpu_bound),
+                  _figure(e.tokens_per_s_per_gpu))
+    if served.targets is not None:
+        table.add_row(f"users within {served.targets.label()}", "", f"{served.fit_users:,}")
+        table.add_row(f"max users at {served.ctx:,} tokens (capacity, above)", "", f"{served.memory_users:,}")
+        table.add_row(styled(f"users served ({BINDS[served.bound]})", "bold"), "", styled(f"{served.users:,}", "bold"))
+    print_table(console, table, whole=())
+    error = served.error
+    console.print(plain(f"bound: the work of each step at the GPU's peak rates ({e.binding} binds a decode step), "
+                        "with no queueing and no kernel inefficiency: no run is faster."))
+    console.print(plain(
+        f"estimate: steady continuous batching with {e.engine}'s efficiencies, fitted on {error.runs:,} serving "
+        f"runs; on them its median error is {error.tpot_median:.0%} for TPOT (p90 {error.tpot_p90:.0%}) and "
+        f"{error.ttft_median:.0%} for TTFT (p90 {error.ttft_p90:.0%}), more on models and GPUs outside them "
+        "(docs/accuracy.md)."))
+    for flag in e.flags:
+        console.print(styled(f"flag: {flag}", "yellow"))
 
 
 # what the longest context for N users stops at, where memory would hold more (Capacity.max_ctx_for_users_bound)
