@@ -542,8 +542,10 @@ def _counts(**flags: int | None) -> None:
 @app.command(cls=Panels)
 def plan(
     model: Model,
-    ctx: Ctx,
     users: Annotated[int, typer.Option(help="concurrent users to serve", rich_help_panel=WORKLOAD)],
+    ctx: RequestCtx = None,
+    isl: Isl = None,
+    osl: Osl = None,
     revision: Revision = None,
     token: Token = None,
     gguf_file: GgufFile = None,
@@ -562,15 +564,17 @@ def plan(
     max_mamba_cache_size: MaxMambaCache = None, mamba_full_memory_ratio: MambaRatio = None,
     max_num_seqs: MaxNumSeqs = None, disable_radix_cache: DisableRadixCache = False,
     max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider", rich_help_panel=HARDWARE)] = 64,
+    max_tpot: MaxTpot = None, max_ttft: MaxTtft = None, min_tps: MinTps = None,
     as_json: Json = False,
 ) -> None:
     """The configurations that serve USERS at CTX on a GPU type: GPU count, TP, KV and weights dtypes,
-    ranked by GPUs needed, with the KV memory left over."""
+    ranked by GPUs needed, with the KV memory left over; with --isl and --osl their speed, and with targets only
+    those that meet them."""
     from kvplan import capacity
     from kvplan.sources import load_model
-    from kvplan.units import parse_tokens
 
-    tokens = parse_tokens(ctx)
+    tokens, isl, osl = _request_lengths(ctx, isl, osl)
+    targets = _targets(max_tpot, max_ttft, min_tps, isl)
     _counts(users=users, max_gpus=max_gpus)
     hardware, count = _hardware(gpu, vram)
     if count is not None:
@@ -593,10 +597,23 @@ def plan(
                               disable_radix_cache=disable_radix_cache or None)
     spec = load_model(model, revision, token, gguf_file)
     engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
-    result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,
-                           engine_name=engine_name, options=options,
-                           overhead=_size(overhead, "--overhead", allow_zero=True), max_gpus=max_gpus,
-                           draft=_draft(draft_model, token))
+    settings = dict(engine_name=engine_name, options=options, overhead=_size(overhead, "--overhead", allow_zero=True),
+                    max_gpus=max_gpus, draft=_draft(draft_model, token))
+    workload = capacity.Workload(ctx=tokens, users=users, isl=isl, osl=osl)
+    why = None
+    if isl is not None:
+        from kvplan.engines import engine_class
+        from kvplan.speed import targets as speed
+
+        why = speed.problem(hardware.name, engine_class(engine_name).name)
+        if why and targets:
+            raise KvplanError(f"{targets[0]}: {why}")
+    if isl is None or why:
+        result = capacity.plan(spec, workload, hardware, **settings)
+        if why:
+            result = result.model_copy(update={"notes": [*result.notes, f"no speed estimate: {why}"]})
+    else:
+        result = speed.plan(spec, workload, hardware, speed.Targets(**targets[1]) if targets else None, **settings)
     if chosen:
         result = result.model_copy(update={"notes": [chosen, *result.notes]})
     if as_json:

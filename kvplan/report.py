@@ -458,30 +458,45 @@ def _users(n: int) -> str:
 
 
 def print_plan(console: Console, plan) -> None:
-    """The configurations of kvplan.capacity.plan, fewest GPUs first."""
+    """The configurations of kvplan.capacity.plan, fewest GPUs first; a plan for requests of isl + osl tokens
+    (kvplan.speed.targets.SpeedPlan) with each one's estimated TPOT and TTFT at the users, in place of the KV
+    headroom, and the targets they meet."""
+    speed = getattr(plan, "isl", None) is not None
     gpu = plan.gpu or f"{format_bytes(plan.gpu_memory_bytes)} GPU"
-    console.print(line((plan.model, "bold"), f": {plan.users:,} users at {plan.ctx:,} tokens on {gpu} "
+    each = f" ({plan.isl:,} prompt + {plan.osl:,} output)" if speed else ""
+    console.print(line((plan.model, "bold"), f": {plan.users:,} users at {plan.ctx:,} tokens{each} on {gpu} "
                        f"with {plan.engine} {plan.engine_version}"))
     for warning in plan.warnings:
         console.print(styled(f"warning: {warning}", "yellow"))
-    for note in plan.notes:
-        console.print(styled(f"note: {note}", "dim"))
     if not plan.rows:
-        console.print(styled("no configuration of up to the largest GPU count considered fits", "red"))
+        for note in plan.notes:
+            console.print(styled(f"note: {note}", "dim"))
+        within = f" within {plan.targets.label()}" if speed and plan.targets else ""
+        console.print(styled(f"no configuration of up to the largest GPU count considered fits{within}", "red"))
         return
-    table = Table(title="configurations that fit, fewest GPUs first", title_justify="left")
-    for column in ("GPUs", "layout", "KV", "weights", "max users", "KV headroom/GPU"):
-        numeric = column in ("GPUs", "max users", "KV headroom/GPU")
+    within = f" within {plan.targets.label()}" if speed and plan.targets else ""
+    table = Table(title=f"configurations that fit{within}, fewest GPUs first", title_justify="left")
+    last = ("TPOT ms", "TTFT ms") if speed else ("KV headroom/GPU",)
+    for column in ("GPUs", "layout", "KV", "weights", "max users", *last):
+        numeric = column in ("GPUs", "max users", *last)
         table.add_column(column, justify="right" if numeric else "left")
     from kvplan.capacity import describe_layout  # plan has imported it already
 
     for row in plan.rows:
         layout = describe_layout(row.tensor_parallel_size, row.pipeline_parallel_size, row.data_parallel_size,
                                  row.expert_parallel_size, row.data_parallel_replicas)
-        table.add_row(str(row.gpus), layout, row.kv_dtype, row.weights_dtype,
-                      f"{row.max_concurrent_users:,}",
-                      f"{format_bytes(row.headroom_bytes)} ({row.headroom_fraction:.0%})")
+        if speed:
+            times = [("-" if ms is None else _figure(ms)) for ms in (row.decode_step_ms, row.ttft_ms)]
+        else:
+            times = [f"{format_bytes(row.headroom_bytes)} ({row.headroom_fraction:.0%})"]
+        table.add_row(str(row.gpus), layout, row.kv_dtype, row.weights_dtype, f"{row.max_concurrent_users:,}", *times)
     print_table(console, table)
+    if speed:
+        error = plan.speed_error
+        fewer = "max users: the fewer of what memory holds and what meets the targets. " if plan.targets else ""
+        console.print(plain(
+            f"{fewer}TPOT, TTFT: estimates at {plan.users:,} users, off by a median {error.tpot_median:.0%} and "
+            f"{error.ttft_median:.0%} on the {error.runs:,} serving runs they were fitted on (docs/accuracy.md)"))
     for note in plan.notes:
         console.print(styled(f"note: {note}", "dim"))
     first = plan.rows[0]

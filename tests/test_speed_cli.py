@@ -188,3 +188,60 @@ def test_estimate_without_isl_imports_no_speed_model():
     )
     result = run_python(code)
     assert result.returncode == 0 and "LOADED []" in result.stderr, result.stderr
+
+
+# ---------------------------------------------------------------------------------------------------- plan
+
+GPT_OSS_PLAN = ["plan", "--model", "openai/gpt-oss-120b", "--gpu", "h200", "--isl", "1024", "--osl", "1024",
+                "--users", "256"]
+
+
+def plan_json(monkeypatch, capsys, *args: str) -> tuple[int, dict]:
+    code, out, err = run_main(monkeypatch, capsys, *args, "--json")
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def test_plan_under_a_tpot_target_names_the_layouts_that_meet_it(monkeypatch, capsys):
+    """Memory alone serves 256 users of gpt-oss-120b on one H200. vLLM measured 24.8 ms a token there at 64
+    requests (calibration.csv, gpt_oss_120b_h200_sxm_vllm_fp4_agg_1024x1024_c64_tp1), so at 256 one H200 misses 20
+    ms: every layout that meets it has more GPUs, and each row's speed fit and memory fit reach 256."""
+    _, memory = plan_json(monkeypatch, capsys, *GPT_OSS_PLAN)
+    assert memory["rows"][0]["gpus"] == 1 and memory["rows"][0]["speed_fit_users"] is None
+    assert all(row["decode_step_ms"] > 20 for row in memory["rows"] if row["gpus"] == 1)
+    code, fast = plan_json(monkeypatch, capsys, *GPT_OSS_PLAN, "--max-tpot", "20")
+    assert code == 0 and fast["rows"] and fast["targets"]["max_tpot_ms"] == 20
+    for row in fast["rows"]:
+        assert row["gpus"] >= 2 and row["pipeline_parallel_size"] == 1
+        assert row["speed_fit_users"] >= 256 and row["max_concurrent_users_memory"] >= 256
+        assert row["max_concurrent_users"] == min(row["speed_fit_users"], row["max_concurrent_users_memory"])
+        assert row["decode_step_ms"] <= 20 and row["ttft_ms"] > row["ttft_ms_bound"]
+
+
+def test_plan_rows_show_tpot_and_ttft_at_80_columns(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_main(monkeypatch, capsys, *GPT_OSS_PLAN, "--max-tpot", "20")
+    assert code == 0 and max(map(len, out.splitlines())) <= 80
+    assert "configurations that fit within TPOT <= 20 ms" in out
+    header = next(line for line in out.splitlines() if "layout" in line)
+    assert "TPOT ms" in header and "TTFT ms" in header and "headroom" not in header
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert rows and all(line.split("│")[2].strip().startswith(("TP", "DP")) for line in rows)  # layouts whole
+
+
+def test_plan_that_no_layout_meets(monkeypatch, capsys):
+    code, data = plan_json(monkeypatch, capsys, *GPT_OSS_PLAN, "--max-tpot", "1")
+    assert code == 1 and data["rows"] == []
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--users", "8", "--ctx", "8k", "--gpu", "h100", "--max-tpot", "20"], "--max-tpot needs --isl and --osl"),
+    (["--users", "8", "--isl", "1k", "--osl", "1k", "--vram", "80GB", "--max-ttft", "500"], "needs a GPU"),
+    (["--users", "8", "--isl", "1k", "--osl", "1k", "--gpu", "h100", "--engine", "llama.cpp", "--min-tps", "5"],
+     "not llama.cpp"),
+    (["--users", "8", "--gpu", "h100"], "give --ctx, or --isl and --osl"),
+    (["--users", "8", "--ctx", "1k", "--isl", "1k", "--osl", "1k", "--gpu", "h100"], "is shorter than"),
+])
+def test_plan_bad_speed_flags_are_one_line(monkeypatch, capsys, args, fragment):
+    code, _, err = run_main(monkeypatch, capsys, "plan", "-m", "llama-3-8b", *args)
+    assert_one_line_error(code, err, fragment)

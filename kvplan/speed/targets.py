@@ -16,10 +16,11 @@ from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
-from kvplan import gpus
-from kvplan.capacity import Capacity
+from kvplan import capacity, engines, gpus
+from kvplan.capacity import Capacity, Plan, PlanRow
+from kvplan.engines import EngineOptions
 from kvplan.errors import KvplanError
-from kvplan.model import ModelSpec, Parallelism, Workload
+from kvplan.model import Hardware, ModelSpec, Parallelism, Workload
 from kvplan.speed.bound import tensor_tflops
 from kvplan.speed.calibrated import efficiencies, table
 from kvplan.speed.serving import Deployment, SpeedEstimate, max_concurrency
@@ -236,3 +237,80 @@ def shortfall(served: Speed, asked: int) -> str:
     each = "meets" if served.users == 1 else "meet"
     return (f"{served.users:,} user{'' if served.users == 1 else 's'} {each} {served.targets.label()} (limited by "
             f"{served.fit_limited_by}); {asked:,} asked")
+
+
+class SpeedPlanRow(PlanRow):
+    """A layout `kvplan plan` found, with its speed at the users asked (None where the speed model describes no
+    pipeline stages), and with targets the users it serves within them: `max_concurrent_users` the fewer of
+    `max_concurrent_users_memory` and `speed_fit_users`."""
+
+    decode_step_ms_bound: float | None = None
+    decode_step_ms: float | None = None
+    ttft_ms_bound: float | None = None
+    ttft_ms: float | None = None
+    tokens_per_s_per_user: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+    speed_flags: list[str] = []
+    speed_fit_users: int | None = None
+    speed_fit_limited_by: str | None = None
+    max_concurrent_users_memory: int | None = None
+
+
+class SpeedPlan(Plan):
+    """`kvplan plan` for requests of isl + osl tokens, its rows with their speed, and the targets they meet."""
+
+    isl: int
+    osl: int
+    targets: Targets | None
+    speed_error: StatedError
+    rows: list[SpeedPlanRow]
+
+
+PIPELINE_LEFT_OUT = "layouts with pipeline stages are not searched: the speed model describes none"
+
+
+def plan(model: ModelSpec, workload: Workload, hardware: Hardware, targets: Targets | None = None, *,
+         engine_name: str = "vllm", options: EngineOptions | None = None, overhead: int | None = None,
+         max_gpus: int = 64, draft: ModelSpec | None = None) -> SpeedPlan:
+    """`kvplan.capacity.plan` for the workload's requests (isl, osl): with targets a layout serves the users only
+    where its speed fit reaches them too, as well as its memory fit; each row with its speed at the users."""
+    why = problem(hardware.name, engines.engine_class(engine_name).name)
+    if why:
+        raise KvplanError(why)
+    speculative = draft is not None or bool(options and options.speculative_method)
+    targets = targets if targets is not None and targets.given else None
+
+    def instance(gpu: str | None, parallel: Parallelism, kv: str, weights: str | None) -> Instance:
+        return Instance(model, gpu, engine_name, parallel, workload.isl, workload.osl, kv, weights, speculative)
+
+    def meets(cap: Capacity) -> bool:
+        """Whether the targets hold at the users asked: a layout's speed fit reaches them."""
+        if cap.pipeline_parallel_size > 1:
+            return False
+        layout = Parallelism(tp=cap.tensor_parallel_size, dp=cap.data_parallel_size, ep=cap.expert_parallel_size,
+                             replicas=cap.data_parallel_replicas)
+        return instance(cap.gpu, layout, cap.kv_dtype, cap.weights_dtype_override).fit(targets)[0] >= workload.target
+
+    planned = capacity.plan(model, workload, hardware, engine_name=engine_name, options=options, overhead=overhead,
+                            max_gpus=max_gpus, draft=draft, accept=meets if targets else None)
+    rows = []
+    for row in planned.rows:
+        fields = row.model_dump() | {"weights_dtype_override": row.weights_dtype_override}
+        if row.pipeline_parallel_size == 1:
+            layout = Parallelism(tp=row.tensor_parallel_size, dp=row.data_parallel_size,
+                                 ep=row.expert_parallel_size, replicas=row.data_parallel_replicas)
+            one = instance(planned.gpu, layout, row.kv_dtype, row.weights_dtype_override)
+            e = one.at(workload.target)
+            fields |= {"decode_step_ms_bound": e.decode_step_ms_bound, "decode_step_ms": e.decode_step_ms,
+                       "ttft_ms_bound": e.ttft_ms_bound, "ttft_ms": e.ttft_ms,
+                       "tokens_per_s_per_user": e.tokens_per_s_per_user,
+                       "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu, "speed_flags": e.flags}
+            if targets:
+                fit, limited_by = one.fit(targets)
+                fields |= {"speed_fit_users": fit, "speed_fit_limited_by": limited_by,
+                           "max_concurrent_users_memory": row.max_concurrent_users,
+                           "max_concurrent_users": min(fit, row.max_concurrent_users)}
+        rows.append(SpeedPlanRow(**fields))
+    notes = [*planned.notes, *([PIPELINE_LEFT_OUT] if targets else [])]
+    return SpeedPlan(**planned.model_dump(exclude={"rows", "notes"}), rows=rows, notes=notes, isl=workload.isl,
+                     osl=workload.osl, targets=targets, speed_error=stated_error())
