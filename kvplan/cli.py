@@ -317,23 +317,30 @@ def _request_lengths(ctx: str | None, isl: str | None, osl: str | None) -> tuple
     (--isl, --osl)."""
     from kvplan.units import parse_tokens
 
+    ctxs, isl, osl = _contexts([parse_tokens(ctx)] if ctx is not None else None, isl, osl)
+    return ctxs[0], isl, osl
+
+
+def _contexts(ctxs: list[int] | None, isl: str | None, osl: str | None) -> tuple[list[int], int | None, int | None]:
+    """(the contexts, --isl, --osl) as `_request_lengths` takes them, for each of several contexts."""
+    from kvplan.units import parse_tokens
+
     if (isl is None) != (osl is None):
         raise KvplanError("--isl and --osl go together: give both (prompt and output tokens per request)")
     if isl is None:
-        if ctx is None:
+        if ctxs is None:
             raise KvplanError("give --ctx, or --isl and --osl (--ctx is then their sum)")
-        return parse_tokens(ctx), None, None
+        return ctxs, None, None
     prompt, output = parse_tokens(isl, "isl"), parse_tokens(osl, "osl")
     if output < 2:
         raise KvplanError(f"--osl must be at least 2 tokens (a time per output token is the time between two), got "
                           f"{output:,}")
-    if ctx is None:
-        return prompt + output, prompt, output
-    tokens = parse_tokens(ctx)
-    if tokens < prompt + output:
-        raise KvplanError(f"--ctx {tokens:,} is shorter than --isl + --osl = {prompt + output:,}: a request of "
+    if ctxs is None:
+        return [prompt + output], prompt, output
+    if min(ctxs) < prompt + output:
+        raise KvplanError(f"--ctx {min(ctxs):,} is shorter than --isl + --osl = {prompt + output:,}: a request of "
                           f"{prompt:,} + {output:,} tokens needs at least that (or leave --ctx out)")
-    return tokens, prompt, output
+    return ctxs, prompt, output
 
 
 def _targets(max_tpot: float | None, max_ttft: float | None, min_tps: float | None,
@@ -681,7 +688,10 @@ def models(
 Models = _flag(str | None, "models: a comma list (library names, Hub ids, config.json, YAML specs), or @FILE "
                "or FILE.txt with one per line (# comments)", "--models", "-m", panel=MODEL)
 Filter = _flag(str | None, "add the library models whose id or alias contains this text", "--filter", panel=MODEL)
-Ctxs = _flag(str, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024)", "--ctx", panel=WORKLOAD)
+Ctxs = _flag(str | None, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024); default --isl + --osl", "--ctx",
+             panel=WORKLOAD)
+SpeedUsers = _flag(int | None, "with --isl and --osl: the users the speed figures are at (default: those memory "
+                   "holds in each cell)", "--users", panel=WORKLOAD)
 Gpus_ = _flag(str | None, "GPUs from the catalogue, a comma list (h100,l40s,4xh100): adds max users on each GPU "
               "set", panel=HARDWARE)
 Vrams = _flag(str | None, "memory of GPUs not in the catalogue, a comma list: 24GiB,48GB", panel=HARDWARE)
@@ -695,35 +705,42 @@ TableOut = _flag(str | None, "write the table to this file (replaced whole, neve
                  "-o")
 Force = _flag(bool, "--out: write through a symbolic link to the file it points to", "--force")
 Pivot = _flag(bool, "contexts as columns, one value a cell (--metric)", "--pivot")
-Metric = _flag(str | None, "the --pivot value: kv (KV per sequence), total, or users (default: users with a "
-               "GPU, else kv)")
+Metric = _flag(str | None, "the --pivot value: kv (KV per sequence), total, users (default: users with a GPU, "
+               "else kv); with --isl and --osl tpot, ttft, tps-user or tps-gpu (estimated ms, output tokens/s)")
 KvDtypes = _flag(str | None, "KV cache dtype (default: the model's, or the engine's)", panel=MODEL)
 
 
 def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version, fraction,
-                    overhead, kv_dtype, weights_dtype, keep_going, names_out: list, tp=None, pp=None):
+                    overhead, kv_dtype, weights_dtype, keep_going, names_out: list, tp=None, pp=None, isl=None,
+                    osl=None, users=None, metric=None):
     from kvplan import table as planning
 
-    _counts(batch=batch, tp=tp, pp=pp)
+    _counts(batch=batch, tp=tp, pp=pp, users=users)
+    ctxs, isl, osl = _contexts(planning.parse_ctxs(ctx) if ctx is not None else None, isl, osl)
+    gpus = planning.parse_gpus(gpu, vram)
+    planning.check_metric(metric, bool(gpus), isl is not None)
+    if users is not None and isl is None:
+        raise KvplanError("--users sets the concurrency of the speed figures: give --isl and --osl with it")
     names = planning.parse_models(models, filter)
     names_out.extend(names)
-    ctxs = planning.parse_ctxs(ctx)
-    gpus = planning.parse_gpus(gpu, vram)
     options = _engine_options(version=engine_version, fraction=fraction)
     return planning.build(names, ctxs, batch=batch, gpus=gpus, engine_name=engine, options=options,
                           kv_dtype_name=kv_dtype, weights_dtype_name=weights_dtype,
                           overhead=_size(overhead, "--overhead", allow_zero=True), keep_going=keep_going,
-                          revision=revision, token=token, tp=tp, pp=pp)
+                          revision=revision, token=token, tp=tp, pp=pp, isl=isl, osl=osl, users=users)
 
 
 @app.command(name="table", cls=Panels)
 def table_command(
-    ctx: Ctxs,
+    ctx: Ctxs = None,
+    isl: Isl = None,
+    osl: Osl = None,
     models: Models = None,
     filter: Filter = None,
     revision: Revision = None,
     token: Token = None,
     batch: Annotated[int, typer.Option(help="sequences per model in the total column", rich_help_panel=WORKLOAD)] = 1,
+    users: SpeedUsers = None,
     gpu: Gpus_ = None, vram: Vrams = None, engine: TableEngine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
     kv_dtype: KvDtypes = None, weights_dtype: WeightsDtype = None,
@@ -731,7 +748,8 @@ def table_command(
     keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
     """A planning table: KV per token and per sequence, weights, total and max users on each GPU, for every
-    model x context, as rich, GitHub Markdown, CSV or JSON (docs/tables.md)."""
+    model x context, as rich, GitHub Markdown, CSV or JSON (docs/tables.md); with --isl and --osl, TPOT, TTFT and
+    tokens/s on each GPU too."""
     from kvplan import table as planning
 
     fmt = planning.parse_format(fmt, out)
@@ -742,7 +760,8 @@ def table_command(
                           "(x GPU)")
     names: list[str] = []
     result = _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version,
-                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp)
+                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp,
+                             isl, osl, users, metric)
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
     if fmt == "rich" and out is None and sys.stdout.isatty():
@@ -770,7 +789,7 @@ def _report_written(written: str, result, asked: int) -> None:
 
 PLOT_CTX = "1k,2k,4k,8k,16k,32k,64k,128k"
 PlotKind = _flag(str, "kv: KV cache vs context, with GPU memory lines; users: max users on each GPU vs "
-                 "context")
+                 "context; with --isl and --osl tpot, ttft, tps-user or tps-gpu: the estimated speed on each GPU")
 
 
 @app.command(name="plot", cls=Panels)
@@ -780,10 +799,14 @@ def plot_command(
     filter: Filter = None,
     revision: Revision = None,
     token: Token = None,
-    ctx: Annotated[str, typer.Option(help="contexts, a comma list (k = 1,024)", rich_help_panel=WORKLOAD)] = PLOT_CTX,
+    ctx: Annotated[str | None, typer.Option(help="contexts, a comma list (k = 1,024; default 1k to 128k, from --isl "
+                                            "+ --osl with them)", rich_help_panel=WORKLOAD)] = None,
+    isl: Isl = None,
+    osl: Osl = None,
     kind: PlotKind = "kv",
     batch: Annotated[int, typer.Option(help="sequences whose KV cache the kv chart shows",
                                        rich_help_panel=WORKLOAD)] = 1,
+    users: SpeedUsers = None,
     with_weights: Annotated[bool, typer.Option("--with-weights", help="kv chart: plot weights + KV")] = False,
     gpu: Gpus_ = None, vram: Vrams = None, engine: TableEngine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
@@ -792,17 +815,22 @@ def plot_command(
     title: Annotated[str | None, typer.Option(help="chart title (default: says what is plotted)")] = None,
     keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
-    """Chart KV memory or max users against context for several models, as PNG or SVG (needs matplotlib:
-    pip install '.[plot]' in kvplan's source directory)."""
+    """Chart KV memory, max users or the estimated speed against context for several models, as PNG or SVG (needs
+    matplotlib: pip install '.[plot]' in kvplan's source directory)."""
     from kvplan import plot
     from kvplan import table as planning
 
     plot.output_format(out)
-    plot.check_kind(kind, gpu is not None or vram is not None)
+    plot.check_kind(kind, gpu is not None or vram is not None, isl is not None and osl is not None)
     plot.require_matplotlib()
+    if ctx is None:  # 1k to 128k, or from a request's length up
+        shortest = _contexts(None, isl, osl)[0][0] if isl is not None or osl is not None else 0
+        ctx = ",".join(str(c) for c in dict.fromkeys([shortest, *planning.parse_ctxs(PLOT_CTX)]) if c >= shortest
+                       and c)
     names: list[str] = []
     result = _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version,
-                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp)
+                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp,
+                             isl, osl, users)
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
     _, written = plot.draw(result, kind, out, with_weights=with_weights, title=title, y_scale=y_scale,

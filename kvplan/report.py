@@ -15,7 +15,7 @@ from rich.text import Text
 from kvplan.memory import Estimate, checkpoint_bytes_by_dtype, kind_label
 from kvplan.model import ModelSpec
 from kvplan.text import narrow, plain
-from kvplan.units import format_bytes
+from kvplan.units import format_bytes, format_figure
 
 
 class _TrailingSpacesStripped:
@@ -366,13 +366,8 @@ def print_verdict(console: Console, cap, served=None) -> None:
         console.print(line(f"  - {suggestion}"))
 
 
-def _figure(value: float) -> str:
-    """Three significant figures or more, whole from 100: 0.52, 5.50, 21.4, 886, 1,234."""
-    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-
-
 def _ms(value: float) -> str:
-    return f"{_figure(value)} ms"
+    return f"{format_figure(value)} ms"
 
 
 BINDS = {"speed": "speed binds", "memory": "memory binds", "sequence_limit": "the engine's request limit binds"}
@@ -392,10 +387,10 @@ def print_speed(console: Console, served) -> None:
     table.add_column("estimate", justify="right")
     table.add_row("time per output token (TPOT)", _ms(e.decode_step_ms_bound), _ms(e.decode_step_ms))
     table.add_row("time to first token (TTFT)", _ms(e.ttft_ms_bound), _ms(e.ttft_ms))
-    table.add_row("output tokens/s per user", _figure(served.tokens_per_s_per_user_bound),
-                  _figure(e.tokens_per_s_per_user))
-    table.add_row("output tokens/s per GPU", _figure(served.tokens_per_s_per_gpu_bound),
-                  _figure(e.tokens_per_s_per_gpu))
+    table.add_row("output tokens/s per user", format_figure(served.tokens_per_s_per_user_bound),
+                  format_figure(e.tokens_per_s_per_user))
+    table.add_row("output tokens/s per GPU", format_figure(served.tokens_per_s_per_gpu_bound),
+                  format_figure(e.tokens_per_s_per_gpu))
     if served.targets is not None:
         table.add_row(f"users within {served.targets.label()}", "", f"{served.fit_users:,}")
         table.add_row(f"max users at {served.ctx:,} tokens (capacity, above)", "", f"{served.memory_users:,}")
@@ -486,7 +481,7 @@ def print_plan(console: Console, plan) -> None:
         layout = describe_layout(row.tensor_parallel_size, row.pipeline_parallel_size, row.data_parallel_size,
                                  row.expert_parallel_size, row.data_parallel_replicas)
         if speed:
-            times = [("-" if ms is None else _figure(ms)) for ms in (row.decode_step_ms, row.ttft_ms)]
+            times = [("-" if ms is None else format_figure(ms)) for ms in (row.decode_step_ms, row.ttft_ms)]
         else:
             times = [f"{format_bytes(row.headroom_bytes)} ({row.headroom_fraction:.0%})"]
         table.add_row(str(row.gpus), layout, row.kv_dtype, row.weights_dtype, f"{row.max_concurrent_users:,}", *times)

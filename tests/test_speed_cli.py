@@ -245,3 +245,104 @@ def test_plan_that_no_layout_meets(monkeypatch, capsys):
 def test_plan_bad_speed_flags_are_one_line(monkeypatch, capsys, args, fragment):
     code, _, err = run_main(monkeypatch, capsys, "plan", "-m", "llama-3-8b", *args)
     assert_one_line_error(code, err, fragment)
+
+
+# ------------------------------------------------------------------------------------------------ table, plot
+
+TABLE_ARGS = ["table", "--models", "meta-llama/Llama-3.1-8B,openai/gpt-oss-20b", "--gpu", "h100,l40s", "--isl", "1k",
+         "--osl", "1k", "--ctx", "2k,8k"]
+
+
+def csv_records(monkeypatch, capsys, *args: str) -> list[dict]:
+    import csv
+    import io
+
+    code, out, err = run_main(monkeypatch, capsys, *args, "--format", "csv")
+    assert code == 0, err
+    return list(csv.DictReader(io.StringIO(out)))
+
+
+def test_table_records_carry_each_cells_speed_as_estimate_gives_it(monkeypatch, capsys):
+    """Every model x ctx x GPU record has the speed keys, at the users memory holds in the cell, the same figures
+    `kvplan estimate` gives for that deployment."""
+    records = csv_records(monkeypatch, capsys, *TABLE_ARGS)
+    assert len(records) == 8
+    for record in records:
+        assert record["isl"] == record["osl"] == "1024" and record["speed_concurrency"] == record["max_users"]
+    llama = next(r for r in records if r["model"] == "meta-llama/Llama-3.1-8B" and r["ctx"] == "8192"
+                 and r["gpu"] == "NVIDIA H100 SXM")
+    _, data = estimate_json(monkeypatch, capsys, "-m", "meta-llama/Llama-3.1-8B", "--gpu", "h100", "--ctx", "8k",
+                            "--isl", "1k", "--osl", "1k")
+    assert int(llama["speed_concurrency"]) == data["speed_concurrency"] == 56  # docs/tables.md: 56 users at 8k
+    for key in ("decode_step_ms", "ttft_ms", "decode_step_ms_bound", "tokens_per_s_per_gpu"):
+        assert float(llama[key]) == pytest.approx(data[key]), key
+    at_8 = csv_records(monkeypatch, capsys, *TABLE_ARGS, "--users", "8")
+    assert {r["speed_concurrency"] for r in at_8} == {"8"}
+    memory_only = csv_records(monkeypatch, capsys, *TABLE_ARGS[:-6], "--ctx", "2k,8k")[0]
+    assert not {"isl", "decode_step_ms", "speed_concurrency"} & set(memory_only)
+
+
+def test_table_pivots_on_the_speed_metrics(monkeypatch, capsys):
+    records = csv_records(monkeypatch, capsys, *TABLE_ARGS)
+    for metric, key, unit in (("tpot", "decode_step_ms", " (ms)"), ("ttft", "ttft_ms", " (ms)"),
+                              ("tps-user", "tokens_per_s_per_user", ""), ("tps-gpu", "tokens_per_s_per_gpu", "")):
+        code, out, err = run_main(monkeypatch, capsys, *TABLE_ARGS, "--pivot", "--metric", metric, "--format",
+                                  "markdown")
+        assert code == 0, err
+        header, _, *rows = ([cell.strip() for cell in line.strip("|").split("|")] for line in out.splitlines()[:6])
+        assert header[1:] == ["GPU", f"2k{unit}", f"8k{unit}"], header
+        first = rows[0]
+        expected = next(r for r in records if r["model"] == first[0] and r["gpu"] == first[1] and r["ctx"] == "2048")
+        value = float(expected[key])
+        shown = f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+        assert first[2] == shown.replace(",", "\\,") or first[2] == shown, (metric, first)
+        assert "calibrated estimate" in out and "1,024 + 1,024 tokens" in out
+
+
+def test_table_speed_cells_the_model_cannot_estimate_are_named(monkeypatch, capsys):
+    code, out, _ = run_main(monkeypatch, capsys, "table", "-m", "llama-3.1-8b", "--gpu", "h100,t4", "--isl", "1k",
+                            "--osl", "1k", "--pivot", "--metric", "tpot", "--format", "markdown")
+    assert code == 0 and "n/a" in out and "NVIDIA T4: the speed model needs NVIDIA T4's tensor throughput" in out
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--ctx", "8k", "--gpu", "h100", "--pivot", "--metric", "tpot"], "--metric tpot needs --isl and --osl"),
+    (["--isl", "1k", "--osl", "1k", "--pivot", "--metric", "ttft"], "--metric ttft needs a GPU"),
+    (["--ctx", "8k", "--gpu", "h100", "--users", "8"], "--users sets the concurrency of the speed figures"),
+    (["--ctx", "1k,8k", "--isl", "1k", "--osl", "1k", "--gpu", "h100"], "--ctx 1,024 is shorter than"),
+    (["--ctx", "8k", "--pivot", "--metric", "speed"], "choose kv, total, users, tpot, ttft, tps-user or tps-gpu"),
+    (["--gpu", "h100"], "give --ctx, or --isl and --osl"),
+])
+def test_table_bad_speed_flags_are_one_line(monkeypatch, capsys, args, fragment):
+    code, _, err = run_main(monkeypatch, capsys, "table", "-m", "llama-3.1-8b", *args)
+    assert_one_line_error(code, err, fragment)
+
+
+def test_plot_draws_the_speed_metrics(monkeypatch, capsys, tmp_path):
+    """The chart's data (kept in the SVG) are the table's: the estimated TPOT at each context, from isl + osl up
+    to 128k by default; TTFT and tokens/s likewise."""
+    pytest.importorskip("matplotlib")
+    from kvplan import plot
+
+    records = csv_records(monkeypatch, capsys, "table", "-m", "meta-llama/Llama-3.1-8B", "--gpu", "h100", "--isl",
+                          "1k", "--osl", "1k", "--ctx", "2k,4k,8k,16k,32k,64k,128k")
+    for kind, key in (("tpot", "decode_step_ms"), ("tps-gpu", "tokens_per_s_per_gpu")):
+        target = tmp_path / f"{kind}.svg"
+        code, _, err = run_main(monkeypatch, capsys, "plot", "-m", "meta-llama/Llama-3.1-8B", "--gpu", "h100",
+                                "--isl", "1k", "--osl", "1k", "--kind", kind, "--out", str(target))
+        assert code == 0, err
+        data = plot.svg_data(target.read_text())
+        assert data["kind"] == kind and data["ctx"] == [2048 << i for i in range(7)]
+        assert (data["isl"], data["osl"], data["users"]) == (1024, 1024, None)
+        assert data["lines"][0]["values"] == pytest.approx([float(r[key]) for r in records])
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--gpu", "h100", "--kind", "tpot"], "--kind tpot needs --isl and --osl"),
+    (["--isl", "1k", "--osl", "1k", "--kind", "ttft"], "--kind ttft needs a GPU"),
+    (["--gpu", "h100", "--isl", "1k", "--osl", "1k", "--kind", "speed"], "choose kv, users, tpot"),
+])
+def test_plot_bad_speed_flags_are_one_line(monkeypatch, capsys, tmp_path, args, fragment):
+    code, _, err = run_main(monkeypatch, capsys, "plot", "-m", "llama-3.1-8b", *args, "--out",
+                            str(tmp_path / "x.png"))
+    assert_one_line_error(code, err, fragment)

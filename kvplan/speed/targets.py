@@ -17,7 +17,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from kvplan import capacity, engines, gpus
-from kvplan.capacity import Capacity, Plan, PlanRow
+from kvplan.capacity import Capacity, Plan, PlanRow, UsersAt
 from kvplan.engines import EngineOptions
 from kvplan.errors import KvplanError
 from kvplan.model import Hardware, ModelSpec, Parallelism, Workload
@@ -207,28 +207,28 @@ class SpeedAt(NamedTuple):
 
 
 def speed_sweep(model: ModelSpec, deployments: list[tuple[str | None, Parallelism]], engine_name: str,
-                kv_dtype: str | None, weights_dtype: str | None, memory_users: list[list[int | None]], isl: int,
-                osl: int, users: int | None = None) -> list[list[SpeedAt]]:
+                kv_dtype: str | None, weights_dtype: str | None, cells: list[list[UsersAt]], isl: int, osl: int,
+                users: int | None = None) -> list[list[SpeedAt]]:
     """For each GPU set (`deployments`: its catalogue name and layout) x ctx, the speed at `users` requests, or at
-    the users memory holds at that ctx (`memory_users`, a planning table's cells): one instance per GPU set,
-    whatever the contexts."""
+    the users memory holds at that ctx (`cells`, a planning table's: `kvplan.capacity.users_sweep`), where memory
+    was planned: one instance per GPU set, whatever the contexts."""
     out = []
-    for (gpu_name, parallel), row in zip(deployments, memory_users, strict=True):
+    for (gpu_name, parallel), row in zip(deployments, cells, strict=True):
         try:
             instance = Instance(model, gpu_name, engine_name, parallel, isl, osl, kv_dtype, weights_dtype)
         except KvplanError as err:
             out.append([SpeedAt(not_estimated=str(err))] * len(row))
             continue
-        cells = []
-        for fit in row:
-            concurrency = users or fit
-            if not concurrency:
-                cells.append(SpeedAt())
+        speeds = []
+        for cell in row:
+            concurrency = users or cell.max_users
+            if cell.not_planned is not None or not concurrency:
+                speeds.append(SpeedAt(not_estimated=cell.not_planned))
                 continue
             e = instance.at(concurrency)
-            cells.append(SpeedAt(concurrency, e.decode_step_ms_bound, e.decode_step_ms, e.ttft_ms_bound, e.ttft_ms,
-                                 e.tokens_per_s_per_user, e.tokens_per_s_per_gpu))
-        out.append(cells)
+            speeds.append(SpeedAt(concurrency, e.decode_step_ms_bound, e.decode_step_ms, e.ttft_ms_bound, e.ttft_ms,
+                                  e.tokens_per_s_per_user, e.tokens_per_s_per_gpu))
+        out.append(speeds)
     return out
 
 
