@@ -633,6 +633,8 @@ def print_profile(console: Console, result) -> None:
         if result.decode_tokens_per_s is not None:
             timing += f"; decode {result.decode_tokens_per_s:,.1f} tokens/s (batch {result.batch:,})"
         console.print(timing)
+    if result.decode_bandwidth is not None:
+        _print_decode_bandwidth(console, result.decode_bandwidth)
     if result.recompute:
         rec = Table(title="decode with the KV cache vs recomputing the prefix per token (batch 1)",
                     title_justify="left")
@@ -657,6 +659,18 @@ def print_profile(console: Console, result) -> None:
         console.print(styled(f"finding: {finding}", "yellow"))
     style = "green" if result.kv_exact else "yellow"
     console.print(line(("verdict", f"{style} bold"), f": {result.verdict}"))
+
+
+def _print_decode_bandwidth(console: Console, b) -> None:
+    """kvplan.profiler.bandwidth.DecodeBandwidth: the measured step beside the bound, and the bandwidth reached."""
+    bound = f", {_ms(b.step_ms_bound)} at peak ({b.bound_by} binds)" if b.step_ms_bound is not None else ""
+    console.print(f"decode step {_ms(b.step_ms)}{bound}: {format_bytes(b.bytes_per_step, decimal=True)} read a "
+                  f"step, {b.bandwidth_gbs:,.0f} GB/s: {b.utilisation:.1%} of {b.gpu}'s "
+                  f"{b.gpu_bandwidth_gbs:,.0f} GB/s")
+    console.print(styled(f"note: transformers' eager decode, kernel after kernel without a serving engine's CUDA "
+                         f"graphs, fused kernels and batching, is far from one: vLLM's weight reads reach "
+                         f"{b.serving_utilisation:.0%} of the bandwidth in the speed model's fit (docs/speed.md)",
+                         "dim"))
 
 
 def _print_profile_memory(console: Console, result) -> None:
