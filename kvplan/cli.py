@@ -284,7 +284,8 @@ def estimate(
     v_dtype = cap.v_dtype if cap is not None else None
     result = run_estimate(spec, tokens, batch, kv_dtype, weights_dtype, v_dtype)
     if as_json:
-        data = result.model_dump(exclude=set() if v_dtype else {"v_dtype"}) | ({"notes": notes} if notes else {})
+        data = result.model_dump(exclude=set() if v_dtype else {"v_dtype"})
+        data["notes"] += notes
         if cap is not None:
             unset = {"sequence_limit", "v_dtype"} - {k for k in ("sequence_limit", "v_dtype") if getattr(cap, k)}
             unset |= cap.unused_extras()
