@@ -115,6 +115,9 @@ def test_no_speed_section_but_a_note_where_the_model_cannot_describe_the_deploym
         code, out, _ = run_main(monkeypatch, capsys, "estimate", "-m", "llama-3-8b", "--isl", "1k", "--osl", "1k",
                                 *args)
         assert "Speed at" not in out and "no speed estimate" in out, args
+    _, data = estimate_json(monkeypatch, capsys, "-m", "google/gemma-3-27b-it", "--isl", "1k", "--osl", "1k")
+    assert data["notes"][0].startswith("text decoder read from text_config")  # the model's notes stay
+    assert data["notes"][-1].startswith("no speed estimate")
 
 
 @pytest.mark.parametrize("args, fragment", [

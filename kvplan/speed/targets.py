@@ -12,7 +12,6 @@ describes no pipeline stages (`problem` says which is missing).
 """
 
 from math import ceil
-from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -88,6 +87,21 @@ def problem(gpu_name: str | None, engine_name: str, pp: int = 1) -> str | None:
     return None
 
 
+class SpeedFigures(BaseModel):
+    """What the command line shows of an estimate (`SpeedEstimate`'s fields of the same names), ms and tokens/s."""
+
+    decode_step_ms_bound: float | None = None
+    decode_step_ms: float | None = None
+    ttft_ms_bound: float | None = None
+    ttft_ms: float | None = None
+    tokens_per_s_per_user: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+
+    @classmethod
+    def of(cls, estimate: SpeedEstimate) -> dict:
+        return {name: getattr(estimate, name) for name in cls.model_fields}
+
+
 class Speed(BaseModel):
     """A planned deployment's speed at `concurrency` requests (`estimate`: one instance's, at ceil(concurrency /
     replicas)), the bound's tokens/s beside the estimate's, the estimate's stated error, and with targets the users
@@ -117,10 +131,7 @@ class Speed(BaseModel):
         """The flat keys `kvplan estimate --json` adds (docs/cli.md); with targets, capacity's max_concurrent_users
         and its bound are `users` and `bound` (the CLI's `_judged`)."""
         e = self.estimate
-        out = {"isl": self.isl, "osl": self.osl, "speed_concurrency": self.concurrency,
-               "decode_step_ms_bound": e.decode_step_ms_bound, "decode_step_ms": e.decode_step_ms,
-               "ttft_ms_bound": e.ttft_ms_bound, "ttft_ms": e.ttft_ms,
-               "tokens_per_s_per_user": e.tokens_per_s_per_user, "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu,
+        out = {"isl": self.isl, "osl": self.osl, "speed_concurrency": self.concurrency, **SpeedFigures.of(e),
                "tokens_per_s_per_user_bound": self.tokens_per_s_per_user_bound,
                "tokens_per_s_per_gpu_bound": self.tokens_per_s_per_gpu_bound, "decode_step_binding": e.binding,
                "speed_efficiencies": e.efficiencies, "speed_flags": e.flags,
@@ -192,17 +203,11 @@ def speed(model: ModelSpec, cap: Capacity, workload: Workload, *, concurrency: i
                  memory_users=memory, users=users, bound=bound)
 
 
-class SpeedAt(NamedTuple):
+class SpeedAt(SpeedFigures):
     """One cell of a planning table: the speed at `concurrency` requests (None where no request fits), or why the
     speed model cannot estimate it (`not_estimated`)."""
 
     concurrency: int | None = None
-    decode_step_ms_bound: float | None = None
-    decode_step_ms: float | None = None
-    ttft_ms_bound: float | None = None
-    ttft_ms: float | None = None
-    tokens_per_s_per_user: float | None = None
-    tokens_per_s_per_gpu: float | None = None
     not_estimated: str | None = None
 
 
@@ -225,9 +230,7 @@ def speed_sweep(model: ModelSpec, deployments: list[tuple[str | None, Parallelis
             if cell.not_planned is not None or not concurrency:
                 speeds.append(SpeedAt(not_estimated=cell.not_planned))
                 continue
-            e = instance.at(concurrency)
-            speeds.append(SpeedAt(concurrency, e.decode_step_ms_bound, e.decode_step_ms, e.ttft_ms_bound, e.ttft_ms,
-                                  e.tokens_per_s_per_user, e.tokens_per_s_per_gpu))
+            speeds.append(SpeedAt(concurrency=concurrency, **SpeedFigures.of(instance.at(concurrency))))
         out.append(speeds)
     return out
 
@@ -239,17 +242,11 @@ def shortfall(served: Speed, asked: int) -> str:
             f"{served.fit_limited_by}); {asked:,} asked")
 
 
-class SpeedPlanRow(PlanRow):
+class SpeedPlanRow(SpeedFigures, PlanRow):
     """A layout `kvplan plan` found, with its speed at the users asked (None where the speed model describes no
     pipeline stages), and with targets the users it serves within them: `max_concurrent_users` the fewer of
     `max_concurrent_users_memory` and `speed_fit_users`."""
 
-    decode_step_ms_bound: float | None = None
-    decode_step_ms: float | None = None
-    ttft_ms_bound: float | None = None
-    ttft_ms: float | None = None
-    tokens_per_s_per_user: float | None = None
-    tokens_per_s_per_gpu: float | None = None
     speed_flags: list[str] = []
     speed_fit_users: int | None = None
     speed_fit_limited_by: str | None = None
@@ -301,10 +298,7 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, targets: Targ
                                  ep=row.expert_parallel_size, replicas=row.data_parallel_replicas)
             one = instance(planned.gpu, layout, row.kv_dtype, row.weights_dtype_override)
             e = one.at(workload.target)
-            fields |= {"decode_step_ms_bound": e.decode_step_ms_bound, "decode_step_ms": e.decode_step_ms,
-                       "ttft_ms_bound": e.ttft_ms_bound, "ttft_ms": e.ttft_ms,
-                       "tokens_per_s_per_user": e.tokens_per_s_per_user,
-                       "tokens_per_s_per_gpu": e.tokens_per_s_per_gpu, "speed_flags": e.flags}
+            fields |= SpeedFigures.of(e) | {"speed_flags": e.flags}
             if targets:
                 fit, limited_by = one.fit(targets)
                 fields |= {"speed_fit_users": fit, "speed_fit_limited_by": limited_by,
