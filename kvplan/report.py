@@ -378,9 +378,11 @@ def print_speed(console: Console, served) -> None:
     binds a decode step, what each figure is and how far off the estimate has been, its flags, and with targets
     the users served within them."""
     e = served.estimate
-    each = f"{served.isl:,} prompt + {served.osl:,} output tokens"
-    instances = "" if served.replicas == 1 else f" ({e.concurrency:,} on each of {served.replicas:,} replicas)"
-    console.print(line("\n", (f"Speed at {_users(served.concurrency)}", "bold"), f"{instances}, each {each}"))
+    instances = "" if served.replicas == 1 else f", {e.concurrency:,} on each of {served.replicas:,} replicas"
+    console.print(line("\n", (f"Speed at {_users(served.concurrency)}", "bold"),
+                       f" of {served.isl:,} prompt + {served.osl:,} output tokens{instances}"))
+    if served.targets is not None:
+        console.print(f"targets: {served.targets.label()}")
     table = Table(box=None, padding=(0, 2), show_edge=False)
     table.add_column()
     table.add_column("bound", justify="right")
@@ -392,7 +394,7 @@ def print_speed(console: Console, served) -> None:
     table.add_row("output tokens/s per GPU", format_figure(served.tokens_per_s_per_gpu_bound),
                   format_figure(e.tokens_per_s_per_gpu))
     if served.targets is not None:
-        table.add_row(f"users within {served.targets.label()}", "", f"{served.fit_users:,}")
+        table.add_row("users within the targets", "", f"{served.fit_users:,}")
         table.add_row(f"max users at {served.ctx:,} tokens (capacity, above)", "", f"{served.memory_users:,}")
         table.add_row(styled(f"users served ({BINDS[served.bound]})", "bold"), "", styled(f"{served.users:,}", "bold"))
     print_table(console, table, whole=())

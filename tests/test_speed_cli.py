@@ -3,6 +3,7 @@
 (tests/data/speed/calibration.csv, ai-dynamo/aiconfigurator's measurements; tests/data/README.md)."""
 
 import json
+import re
 
 import pytest
 from conftest import assert_one_line_error, run_cli, run_main, run_python
@@ -151,16 +152,16 @@ def test_the_speed_block_reads_at_80_columns(monkeypatch, capsys):
     the shipped table, what binds, the users each limit allows."""
     monkeypatch.setenv("COLUMNS", "80")
     code, out, _ = run_main(monkeypatch, capsys, "estimate", *LLAMA70B_H200, "--users", "64", "--max-tpot", "35")
-    block = out[out.index("\nSpeed at 64 users"):]
+    block = out[out.index("\nSpeed at 64 users of 1,024 prompt + 1,024 output tokens\n"):]
     lines = block.strip("\n").splitlines()
     assert max(map(len, out.splitlines())) <= 80
-    assert lines[1].split() == ["bound", "estimate"]
+    assert lines[1] == "targets: TPOT <= 35 ms" and lines[2].split() == ["bound", "estimate"]
     labels = ["time per output token (TPOT)", "time to first token (TTFT)", "output tokens/s per user",
-              "output tokens/s per GPU", "users within TPOT <= 35 ms", "max users at 2,048 tokens (capacity, above)",
+              "output tokens/s per GPU", "users within the targets", "max users at 2,048 tokens (capacity, above)",
               "users served (speed binds)"]
-    for label, row in zip(labels, lines[2:], strict=False):
-        assert row.strip().startswith(label), row
-    assert lines[2].strip().endswith(" ms") and lines[8].split()[-1] == lines[6].split()[-1]
+    for label, row in zip(labels, lines[3:], strict=False):
+        assert row.strip().startswith(label) and re.search(r"\d( ms)?$", row), row  # label and figures: one line
+    assert lines[3].strip().endswith(" ms") and lines[9].split()[-1] == lines[7].split()[-1]
     error = stated()
     text = " ".join(block.split())
     for figure in ("tpot_median", "tpot_p90", "ttft_median", "ttft_p90"):
