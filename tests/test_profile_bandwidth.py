@@ -1,12 +1,14 @@
 """`kvplan profile` on a GPU: the bandwidth its decode steps reached, beside the speed model's bound. Computed here on
-the CPU from recorded GPU profiles (tests/data/gpu-record: Llama-3-8B at 8,192 tokens on an H100, batch 16 and 1;
-tests/data/README.md), against hand arithmetic."""
+the CPU from recorded GPU profiles, against hand arithmetic: tests/gpu_record/, unchanged copies of `python -m kvplan
+profile --device cuda --json` runs of Meta-Llama-3-8B (random bf16 weights, DynamicCache, SDPA) at 8,192 tokens, 8,160
+prefilled and 32 decoded, batch 16 and batch 1 (with --find-max-batch), made at kvplan commit 6019e62 on one NVIDIA
+H100 80GB HBM3, driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130, transformers 5.23.0, 2026-11-27."""
 
 import io
 import json
 
 import pytest
-from conftest import DATA
+from conftest import ROOT
 from rich.console import Console
 
 from kvplan.profiler.bandwidth import decode_bandwidth
@@ -14,7 +16,7 @@ from kvplan.profiler.run import Profile
 from kvplan.report import print_profile
 from kvplan.sources import load_model
 
-RECORDS = DATA / "gpu-record"
+RECORDS = ROOT / "tests" / "gpu_record"
 # Llama-3-8B (config.json): 8,030,261,248 params, 525,336,576 of them the token embedding (128,256 x 4,096), which a
 # decode step looks up rather than reads whole; 32 layers x 8 KV heads x 128 x (K, V) x 2 B = 131,072 B a token.
 WEIGHTS_READ = (8_030_261_248 - 128_256 * 4_096) * 2
