@@ -203,3 +203,57 @@ def counts(**flags: int | None) -> None:
         if value is not None and not 1 <= value <= MAX_COUNT:
             shown = f"{value}" if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
             raise KvplanError(f"{flag} must be between 1 and {MAX_COUNT:,}, got {shown}")
+
+
+def request_lengths(ctx: int | str | None, isl: int | str | None,
+                    osl: int | str | None) -> tuple[int, int | None, int | None]:
+    """(--ctx, --isl, --osl) in tokens. --isl and --osl go together; --ctx defaults to their sum, and given beside
+    them must be at least that: memory is planned for what each user may hold (--ctx), speed for the requests
+    (--isl, --osl)."""
+    from kvplan.units import parse_tokens
+
+    ctxs, isl, osl = contexts([parse_tokens(ctx)] if ctx is not None else None, isl, osl)
+    return ctxs[0], isl, osl
+
+
+def contexts(ctxs: list[int] | None, isl: int | str | None,
+             osl: int | str | None) -> tuple[list[int], int | None, int | None]:
+    """(the contexts, --isl, --osl) as `request_lengths` takes them, for each of several contexts."""
+    from kvplan.units import parse_tokens
+
+    if (isl is None) != (osl is None):
+        raise KvplanError("--isl and --osl go together: give both (prompt and output tokens per request)")
+    if isl is None:
+        if ctxs is None:
+            raise KvplanError("give --ctx, or --isl and --osl (--ctx is then their sum)")
+        return ctxs, None, None
+    prompt, output = parse_tokens(isl, "isl"), parse_tokens(osl, "osl")
+    if output < 2:
+        raise KvplanError(f"--osl must be at least 2 tokens (a time per output token is the time between two), got "
+                          f"{output:,}")
+    if ctxs is None:
+        return [prompt + output], prompt, output
+    if min(ctxs) < prompt + output:
+        raise KvplanError(f"--ctx {min(ctxs):,} is shorter than --isl + --osl = {prompt + output:,}: a request of "
+                          f"{prompt:,} + {output:,} tokens needs at least that (or leave --ctx out)")
+    return ctxs, prompt, output
+
+
+def targets(max_tpot: float | None, max_ttft: float | None, min_tps: float | None,
+            isl: int | None) -> tuple[str, dict] | None:
+    """(the first target flag given, the targets by `kvplan.speed.targets.Targets`' names), or None: each a number
+    above 0, and --isl and --osl given."""
+    given = {flag: value for flag, value in (("--max-tpot", max_tpot), ("--max-ttft", max_ttft),
+                                             ("--min-tps", min_tps)) if value is not None}
+    for flag, value in given.items():
+        number(flag, value)
+        if not 0 < value < float("inf"):
+            unit = "output tokens/s" if flag == "--min-tps" else "milliseconds"
+            raise KvplanError(f"{flag} must be a number of {unit} above 0, got {value:g}")
+    if not given:
+        return None
+    first = next(iter(given))
+    if isl is None:
+        raise KvplanError(f"{first} needs --isl and --osl: the prompt and output tokens per request the speed model "
+                          "times")
+    return first, {"max_tpot_ms": max_tpot, "max_ttft_ms": max_ttft, "min_tokens_per_s_per_user": min_tps}

@@ -35,10 +35,11 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_print_
     """VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users."""
 
 # --help panels (`Panels`), in this order, as `vllm serve --help` groups its flags
-MODEL, WORKLOAD, HARDWARE, PARALLEL = "Model", "Workload", "GPUs, engine and budget", "Parallelism"
+MODEL, WORKLOAD, SPEED = "Model", "Workload", "Speed targets"
+HARDWARE, PARALLEL = "GPUs, engine and budget", "Parallelism"
 VLLM, VLLM_SGLANG, SGLANG, LLAMACPP = "vLLM", "vLLM and SGLang", "SGLang", "llama.cpp"
 TRANSFORMERS, SPECULATIVE = "transformers", "Speculative decoding"
-PANELS = ("Arguments", MODEL, WORKLOAD, HARDWARE, PARALLEL, SPECULATIVE, VLLM, VLLM_SGLANG, SGLANG, LLAMACPP,
+PANELS = ("Arguments", MODEL, WORKLOAD, SPEED, HARDWARE, PARALLEL, SPECULATIVE, VLLM, VLLM_SGLANG, SGLANG, LLAMACPP,
           TRANSFORMERS, "Options")
 
 
@@ -72,6 +73,17 @@ Token = _flag(str | None, "Hugging Face token for gated or private repos (defaul
               panel=MODEL)
 Json = _flag(bool, "print one JSON object (sizes in bytes)", "--json")
 Ctx = _flag(str, "tokens each sequence holds: 8192, 8k, 128K, 1M (k = 1,024)", panel=WORKLOAD)
+RequestCtx = _flag(str | None, "tokens each sequence holds: 8192, 8k, 128K, 1M (k = 1,024); default --isl + --osl",
+                   "--ctx", panel=WORKLOAD)
+Isl = _flag(str | None, "prompt tokens per request, like --ctx (with --osl: the speed model's workload)", "--isl",
+            panel=WORKLOAD)
+Osl = _flag(str | None, "output tokens per request, like --ctx (with --isl)", "--osl", panel=WORKLOAD)
+MaxTpot = _flag(float | None, "serve only as many users as keep the time per output token within this many ms "
+                "(with --isl, --osl and --gpu)", "--max-tpot", panel=SPEED)
+MaxTtft = _flag(float | None, "serve only as many users as keep the time to first token within this many ms",
+                "--max-ttft", panel=SPEED)
+MinTps = _flag(float | None, "serve only as many users as each get at least this many output tokens/s",
+               "--min-tps", panel=SPEED)
 KvDtype = _flag(str | None, "KV cache dtype (default: the model's)", panel=MODEL)
 WeightsDtype = _flag(str | None, "weights dtype (default: the checkpoint's)", panel=MODEL)
 
@@ -173,11 +185,14 @@ DisableRadixCache = _flag(bool, "no radix cache: no prefix kept once, and 1 Mamb
 @app.command(cls=Panels)
 def estimate(
     model: Model,
-    ctx: Ctx,
+    ctx: RequestCtx = None,
+    isl: Isl = None,
+    osl: Osl = None,
     revision: Revision = None,
     token: Token = None,
     gguf_file: GgufFile = None,
-    batch: Annotated[int, typer.Option(help="concurrent sequences", rich_help_panel=WORKLOAD)] = 1,
+    batch: Annotated[int | None, typer.Option(help="concurrent sequences (default 1)",
+                                              rich_help_panel=WORKLOAD)] = None,
     kv_dtype: KvDtype = None,
     weights_dtype: WeightsDtype = None,
     gpu: Gpu = None, vram: Vram = None, gpus: Gpus = None, tp: Tp = None, pp: Pp = None, dp: Dp = None,
@@ -199,10 +214,11 @@ def estimate(
     mamba_ssm_cache_dtype: MambaSsmDtype = None, lora: Lora = None,
     max_mamba_cache_size: MaxMambaCache = None, mamba_full_memory_ratio: MambaRatio = None,
     max_num_seqs: MaxNumSeqs = None, disable_radix_cache: DisableRadixCache = False,
+    max_tpot: MaxTpot = None, max_ttft: MaxTtft = None, min_tps: MinTps = None,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
-    budget, also how many users fit and whether the target does."""
+    budget, also how many users fit and whether the target does; with --isl and --osl on a GPU, how fast."""
     flags = dict(locals())
     from kvplan import api
 
@@ -229,8 +245,10 @@ def _call(function, flags: dict, *own: str):
 @app.command(cls=Panels)
 def plan(
     model: Model,
-    ctx: Ctx,
     users: Annotated[int, typer.Option(help="concurrent users to serve", rich_help_panel=WORKLOAD)],
+    ctx: RequestCtx = None,
+    isl: Isl = None,
+    osl: Osl = None,
     revision: Revision = None,
     token: Token = None,
     gguf_file: GgufFile = None,
@@ -250,10 +268,12 @@ def plan(
     max_mamba_cache_size: MaxMambaCache = None, mamba_full_memory_ratio: MambaRatio = None,
     max_num_seqs: MaxNumSeqs = None, disable_radix_cache: DisableRadixCache = False,
     max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider", rich_help_panel=HARDWARE)] = 64,
+    max_tpot: MaxTpot = None, max_ttft: MaxTtft = None, min_tps: MinTps = None,
     as_json: Json = False,
 ) -> None:
     """The configurations that serve USERS at CTX on a GPU type: GPU count, TP, KV and weights dtypes,
-    ranked by GPUs needed, with the KV memory left over."""
+    ranked by GPUs needed, with the KV memory left over; with --isl and --osl their speed, and with targets only
+    those that meet them."""
     flags = dict(locals())
     from kvplan import api
 
@@ -331,7 +351,10 @@ def models(
 Models = _flag(str | None, "models: a comma list (library names, Hub ids, config.json, YAML specs), or @FILE "
                "or FILE.txt with one per line (# comments)", "--models", "-m", panel=MODEL)
 Filter = _flag(str | None, "add the library models whose id or alias contains this text", "--filter", panel=MODEL)
-Ctxs = _flag(str, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024)", "--ctx", panel=WORKLOAD)
+Ctxs = _flag(str | None, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024); default --isl + --osl", "--ctx",
+             panel=WORKLOAD)
+SpeedUsers = _flag(int | None, "with --isl and --osl: the users the speed figures are at (default: those memory "
+                   "holds in each cell)", "--users", panel=WORKLOAD)
 Gpus_ = _flag(str | None, "GPUs from the catalogue, a comma list (h100,l40s,4xh100): adds max users on each GPU "
               "set", panel=HARDWARE)
 Vrams = _flag(str | None, "memory of GPUs not in the catalogue, a comma list: 24GiB,48GB", panel=HARDWARE)
@@ -345,8 +368,8 @@ TableOut = _flag(str | None, "write the table to this file (replaced whole, neve
                  "-o")
 Force = _flag(bool, "--out: write through a symbolic link to the file it points to", "--force")
 Pivot = _flag(bool, "contexts as columns, one value a cell (--metric)", "--pivot")
-Metric = _flag(str | None, "the --pivot value: kv (KV per sequence), total, or users (default: users with a "
-               "GPU, else kv)")
+Metric = _flag(str | None, "the --pivot value: kv (KV per sequence), total, users (default: users with a GPU, "
+               "else kv); with --isl and --osl tpot, ttft, tps-user or tps-gpu (estimated ms, output tokens/s)")
 KvDtypes = _flag(str | None, "KV cache dtype (default: the model's, or the engine's)", panel=MODEL)
 
 
@@ -355,12 +378,15 @@ TABLE_OUTPUT = ("fmt", "out", "pivot", "metric", "force")  # how `table` and `pl
 
 @app.command(name="table", cls=Panels)
 def table_command(
-    ctx: Ctxs,
+    ctx: Ctxs = None,
+    isl: Isl = None,
+    osl: Osl = None,
     models: Models = None,
     filter: Filter = None,
     revision: Revision = None,
     token: Token = None,
     batch: Annotated[int, typer.Option(help="sequences per model in the total column", rich_help_panel=WORKLOAD)] = 1,
+    users: SpeedUsers = None,
     gpu: Gpus_ = None, vram: Vrams = None, engine: TableEngine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
     kv_dtype: KvDtypes = None, weights_dtype: WeightsDtype = None,
@@ -368,13 +394,15 @@ def table_command(
     keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
     """A planning table: KV per token and per sequence, weights, total and max users on each GPU, for every
-    model x context, as rich, GitHub Markdown, CSV or JSON (docs/tables.md)."""
+    model x context, as rich, GitHub Markdown, CSV or JSON (docs/tables.md); with --isl and --osl, TPOT, TTFT and
+    tokens/s on each GPU too."""
     flags = dict(locals())
     from kvplan import api
     from kvplan import tables as planning
 
     fmt = planning.parse_format(fmt, out)
     planning.check_view(fmt, pivot, metric)
+    planning.check_metric(metric, gpu is not None or vram is not None, isl is not None or osl is not None)
     result = _call(api.table, flags, *TABLE_OUTPUT)
     if fmt == "rich" and out is None and sys.stdout.isatty():
         planning.print_rich(_console(), result.grid, pivot=pivot, metric=metric)
@@ -396,7 +424,7 @@ def _report_written(written: str, result) -> None:
 
 PLOT_CTX = "1k,2k,4k,8k,16k,32k,64k,128k"
 PlotKind = _flag(str, "kv: KV cache vs context, with GPU memory lines; users: max users on each GPU vs "
-                 "context")
+                 "context; with --isl and --osl tpot, ttft, tps-user or tps-gpu: the estimated speed on each GPU")
 
 
 @app.command(name="plot", cls=Panels)
@@ -406,10 +434,14 @@ def plot_command(
     filter: Filter = None,
     revision: Revision = None,
     token: Token = None,
-    ctx: Annotated[str, typer.Option(help="contexts, a comma list (k = 1,024)", rich_help_panel=WORKLOAD)] = PLOT_CTX,
+    ctx: Annotated[str | None, typer.Option(help="contexts, a comma list (k = 1,024; default 1k to 128k, from --isl "
+                                            "+ --osl with them)", rich_help_panel=WORKLOAD)] = None,
+    isl: Isl = None,
+    osl: Osl = None,
     kind: PlotKind = "kv",
     batch: Annotated[int, typer.Option(help="sequences whose KV cache the kv chart shows",
                                        rich_help_panel=WORKLOAD)] = 1,
+    users: SpeedUsers = None,
     with_weights: Annotated[bool, typer.Option("--with-weights", help="kv chart: plot weights + KV")] = False,
     gpu: Gpus_ = None, vram: Vrams = None, engine: TableEngine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
@@ -418,14 +450,21 @@ def plot_command(
     title: Annotated[str | None, typer.Option(help="chart title (default: says what is plotted)")] = None,
     keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
-    """Chart KV memory or max users against context for several models, as PNG or SVG (needs matplotlib:
-    pip install '.[plot]' in kvplan's source directory)."""
+    """Chart KV memory, max users or the estimated speed against context for several models, as PNG or SVG (needs
+    matplotlib: pip install '.[plot]' in kvplan's source directory)."""
     flags = dict(locals())
     from kvplan import api, plot
 
     plot.output_format(out)
-    plot.check_kind(kind, gpu is not None or vram is not None)
+    plot.check_kind(kind, gpu is not None or vram is not None, isl is not None and osl is not None)
     plot.require_matplotlib()
+    if ctx is None:  # 1k to 128k, or from a request's length up
+        from kvplan import arguments
+        from kvplan.tables import parse_ctxs
+
+        shortest = arguments.contexts(None, isl, osl)[0][0] if isl is not None or osl is not None else 0
+        flags["ctx"] = ",".join(str(c) for c in dict.fromkeys([shortest, *parse_ctxs(PLOT_CTX)])
+                                if c >= shortest and c)
     result = _call(api.table, flags, "out", "kind", "with_weights", "y_scale", "title", "force")
     _, written = plot.draw(result.grid, kind, out, with_weights=with_weights, title=title, y_scale=y_scale,
                            inputs=tuple(result.input_files), force=force)

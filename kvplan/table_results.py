@@ -50,13 +50,31 @@ class TableGpuRow(TableRow):
     not_planned: str | None = Field(description="why the engine cannot plan this model on this GPU set")
 
 
+class TableSpeedRow(TableGpuRow):
+    """With --isl and --osl: the speed of requests of isl + osl tokens at `speed_concurrency` users (by default the
+    users memory holds in the cell), in ms and output tokens/s; null where no user fits or the speed model cannot
+    estimate it (`speed_not_estimated` says why)."""
+
+    isl: int
+    osl: int
+    speed_concurrency: int | None
+    decode_step_ms_bound: float | None
+    decode_step_ms: float | None = Field(description="the estimated time per output token (TPOT)")
+    ttft_ms_bound: float | None
+    ttft_ms: float | None
+    tokens_per_s_per_user: float | None
+    tokens_per_s_per_gpu: float | None
+    speed_not_estimated: str | None
+
+
 class TableDocument(BaseModel):
     """`kvplan table --format json`: one record per model x ctx (x GPU set), and the models left out."""
 
     model_config = ConfigDict(defer_build=True)
 
     schema_version: str = version_field()
-    rows: list[TableGpuRow | TableRow] = Field(description="one per model x ctx, or per model x ctx x GPU set")
+    rows: list[TableSpeedRow | TableGpuRow | TableRow] = Field(description="one per model x ctx, or per model x "
+                                                                "ctx x GPU set")
     failures: list[str] = Field(description="the models left out (keep_going), one message each")
 
 
@@ -76,7 +94,7 @@ class TableResult:
         return self.grid.failures
 
     @cached_property
-    def rows(self) -> list[TableGpuRow | TableRow]:
+    def rows(self) -> list[TableSpeedRow | TableGpuRow | TableRow]:
         """The records of the JSON output, typed."""
         return TableDocument.model_validate(self.model_dump()).rows
 

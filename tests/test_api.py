@@ -69,6 +69,29 @@ def test_estimate_is_the_command_on_every_gpu(model, gpu, extra, monkeypatch, ca
     assert (code == 0) == result.fits
 
 
+@pytest.mark.parametrize("keywords", [
+    {"model": "meta-llama/Llama-3.1-8B", "isl": "1k", "osl": "1k"},  # no GPU: a note, no speed
+    {"model": "meta-llama/Llama-3.1-8B", "isl": 1024, "osl": 512, "ctx": "8k", "gpu": "h100", "users": 32},
+    {"model": "openai/gpt-oss-120b", "isl": "2k", "osl": "1k", "gpu": "h200", "users": 256, "max_tpot": 20},
+    {"model": "Qwen/Qwen3-32B", "isl": "4k", "osl": "1k", "gpu": "2xh100", "engine": "sglang", "max_ttft": 2000,
+     "min_tps": 20.5},
+    {"model": "meta-llama/Llama-3.1-70B", "isl": "1k", "osl": "1k", "gpu": "4xh100", "pp": 2},  # no speed: PP
+], ids=["no-gpu", "users", "tpot", "sglang-ttft-tps", "pp"])
+def test_estimate_with_requests_is_the_command(keywords, monkeypatch, capsys):
+    result = kvplan.estimate(**keywords)
+    args = command_line(keywords)
+    code, output = cli_json(monkeypatch, capsys, "estimate", *args)
+    same_as_cli(result, output)
+    assert (code == 0) == result.fits
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out, _ = run_main(monkeypatch, capsys, "estimate", *args)
+    assert result.report() == out
+    if "max_tpot" in keywords:  # memory holds the 256 users asked; the target serves fewer, and says so
+        assert result.capacity.fits and not result.fits and result.capacity.max_concurrent_users >= 256
+        assert result.max_concurrent_users == result.speed.users < 256
+        assert result.max_concurrent_users_bound == "speed"
+
+
 def test_estimate_without_capacity_and_its_attributes(monkeypatch, capsys):
     result = kvplan.estimate("meta-llama/Llama-3-8B", ctx=8192)
     _, output = cli_json(monkeypatch, capsys, "estimate", "-m", "meta-llama/Llama-3-8B", "--ctx", "8192")
@@ -114,6 +137,19 @@ def test_table_is_the_command(keywords, monkeypatch, capsys):
         assert result.render(fmt) == text
 
 
+def test_table_with_requests_is_the_command(monkeypatch, capsys):
+    keywords = {"models": "meta-llama/Llama-3.1-8B,openai/gpt-oss-20b", "isl": "1k", "osl": "1k", "ctx": "2k,8k",
+                "gpu": "h100,l40s", "users": 16}
+    result = kvplan.table(**keywords)
+    _, out, _ = run_main(monkeypatch, capsys, "table", *command_line(keywords), "--format", "json")
+    same_as_cli(result, json.loads(out))
+    assert {row.speed_concurrency for row in result.rows} == {16} and result.rows[0].decode_step_ms > 0
+    for metric in ("tpot", "tps-gpu"):
+        _, text, _ = run_main(monkeypatch, capsys, "table", *command_line(keywords), "--format", "csv", "--pivot",
+                              "--metric", metric)
+        assert result.render("csv", pivot=True, metric=metric) == text
+
+
 def test_table_writes_as_the_command_does(tmp_path, monkeypatch, capsys):
     keywords = {"models": "meta-llama/Llama-3.1-8B,Qwen/Qwen3-32B", "ctx": "8k,32k", "gpu": "h100"}
     result = kvplan.table(**keywords)
@@ -137,6 +173,23 @@ def test_plan_is_the_command(keywords, monkeypatch, capsys):
     code, output = cli_json(monkeypatch, capsys, "plan", *command_line(keywords))
     same_as_cli(result, output)
     assert (code == 0) == bool(result.rows)
+
+
+@pytest.mark.parametrize("keywords", [
+    {"model": "openai/gpt-oss-120b", "isl": 1024, "osl": 1024, "users": 256, "gpu": "h200", "max_tpot": 20},
+    {"model": "meta-llama/Llama-3.1-70B", "isl": "1k", "osl": "1k", "ctx": "8k", "users": 64, "gpu": "h100"},
+    {"model": "meta-llama/Llama-3.1-8B", "isl": "1k", "osl": "1k", "users": 8, "vram": "24GiB",
+     "engine": "llama.cpp"},  # the speed model has no llama.cpp: a note
+], ids=["tpot", "requests", "no-speed"])
+def test_plan_with_requests_is_the_command(keywords, monkeypatch, capsys):
+    result = kvplan.plan(**keywords)
+    args = command_line(keywords)
+    code, output = cli_json(monkeypatch, capsys, "plan", *args)
+    same_as_cli(result, output)
+    assert (code == 0) == bool(result.rows)
+    monkeypatch.setenv("COLUMNS", "80")
+    _, out, _ = run_main(monkeypatch, capsys, "plan", *args)
+    assert result.report() == out
 
 
 def keywords_of(command: str) -> set[str]:
@@ -172,7 +225,17 @@ def test_every_flag_is_a_keyword_of_the_same_name(command, function, own):
     (lambda: kvplan.table("llama-3-8b", "8k", pp=0), ["table", "-m", "llama-3-8b", "--ctx", "8k", "--pp", "0"]),
     (lambda: kvplan.table("llama-3-8b,nope/none-such", "8k"), ["table", "-m", "llama-3-8b,nope/none-such",
                                                                "--ctx", "8k"]),
-], ids=["ctx", "model", "batch", "gpu", "fraction", "plan-gpu", "pp", "table-model"])
+    (lambda: kvplan.estimate("llama-3-8b", isl="1k"), ["estimate", "-m", "llama-3-8b", "--isl", "1k"]),
+    (lambda: kvplan.estimate("llama-3-8b", "8k", max_tpot=20), ["estimate", "-m", "llama-3-8b", "--ctx", "8k",
+                                                                "--max-tpot", "20"]),
+    (lambda: kvplan.estimate("llama-3-8b", isl="1k", osl="1k", max_ttft=500),
+     ["estimate", "-m", "llama-3-8b", "--isl", "1k", "--osl", "1k", "--max-ttft", "500"]),
+    (lambda: kvplan.plan("llama-3-8b", "1k", 8, isl="1k", osl="1k", gpu="h100"),
+     ["plan", "-m", "llama-3-8b", "--ctx", "1k", "--users", "8", "--isl", "1k", "--osl", "1k", "--gpu", "h100"]),
+    (lambda: kvplan.table("llama-3-8b", "8k", users=4), ["table", "-m", "llama-3-8b", "--ctx", "8k", "--users",
+                                                         "4"]),
+], ids=["ctx", "model", "batch", "gpu", "fraction", "plan-gpu", "pp", "table-model", "isl-alone", "target-alone",
+        "target-no-gpu", "ctx-short", "users-alone"])
 def test_errors_are_the_command_s_line(call, args, monkeypatch, capsys):
     with pytest.raises(kvplan.KvplanError) as raised:
         call()
@@ -187,10 +250,11 @@ def test_errors_are_the_command_s_line(call, args, monkeypatch, capsys):
     (lambda: kvplan.estimate("llama-3-8b", 8192, gpu="h100", gpu_memory_utilization="0.9"),
      "--gpu-memory-utilization must be a number, got '0.9'"),
     (lambda: kvplan.estimate(["llama-3-8b"], 8192), "--model is a name or a path (a str), got list"),
-    (lambda: kvplan.estimate("llama-3-8b", None), "--ctx None is not a token count"),
+    (lambda: kvplan.estimate("llama-3-8b"), "give --ctx, or --isl and --osl"),
+    (lambda: kvplan.estimate("llama-3-8b", isl="1k", osl="1k", max_tpot="20"), "--max-tpot must be a number"),
     (lambda: kvplan.table(None, None, filter="llama"), "give --ctx"),
     (lambda: kvplan.profile(kvplan.load_model("llama-3-8b"), 8192), "give --model as a name or a path"),
-], ids=["batch", "tp", "fraction", "model", "ctx", "table-ctx", "profile-spec"])
+], ids=["batch", "tp", "fraction", "model", "ctx", "target", "table-ctx", "profile-spec"])
 def test_a_script_s_wrong_types_are_one_clear_error(call, says):
     with pytest.raises(kvplan.KvplanError) as raised:
         call()

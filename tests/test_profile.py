@@ -229,6 +229,7 @@ def test_cli_json_keys(monkeypatch, capsys, tmp_path):
                 "components", "by_kind", "verdict", "torch_version", "transformers_version"):
         assert key in data
     assert data["prompt_tokens"] == 37 and data["decode_steps"] == 3
+    assert data["decode_bandwidth"] is None  # a CPU's bandwidth is not known: none is made up
 
 
 def test_cli_human_output(monkeypatch, capsys, tmp_path):
@@ -241,6 +242,7 @@ def test_cli_human_output(monkeypatch, capsys, tmp_path):
     for text in ("predicted (kvplan, transformers engine) vs measured", "KV after decode", "sliding window 16",
                  "verdict", "to the byte", "mxfp4 weight quantisation dropped", "first 2 of 24 layers"):
         assert text in out
+    assert "GB/s" not in out and "bandwidth" not in out  # nothing on the CPU's
 
 
 def test_cli_past_max_context_says_so_and_shows_the_name_as_text(monkeypatch, capsys, tmp_path):

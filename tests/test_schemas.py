@@ -23,15 +23,24 @@ ESTIMATES = [
     ("meta-llama/Llama-3.1-8B", "8k", "--gpu", "h100", "--enable-lora", "--speculative-method", "ngram",
      "--speculative-tokens", "3"),
     ("openai/gpt-oss-120b", "128k", "--gpu", "l40s"),  # does not fit: exit 1, the JSON printed all the same
+    ("meta-llama/Llama-3.1-8B", "8k", "--isl", "1k", "--osl", "1k"),  # no GPU: a note, no speed
+    ("meta-llama/Llama-3.1-8B", "8k", "--isl", "1k", "--osl", "1k", "--gpu", "h100", "--users", "32"),
+    ("openai/gpt-oss-120b", "4k", "--isl", "2k", "--osl", "1k", "--gpu", "h200", "--max-tpot", "20",
+     "--min-tps", "30"),
 ]
 TABLES = [
     ("--models", "meta-llama/Llama-3.1-8B,openai/gpt-oss-20b", "--ctx", "8k,1M"),
     ("--models", "meta-llama/Llama-3.1-8B,google-bert/bert-base-uncased,MiniMaxAI/MiniMax-M2", "--ctx", "8k",
      "--gpu", "h100,4xa100-80gb,m2-ultra", "--engine", "vllm"),
+    ("--models", "meta-llama/Llama-3.1-8B,openai/gpt-oss-20b", "--isl", "1k", "--osl", "1k", "--ctx", "2k,8k",
+     "--gpu", "h100,m2-ultra", "--engine", "vllm"),
 ]
 PLANS = [
     ("--model", "meta-llama/Llama-3.1-70B", "--ctx", "32k", "--users", "64", "--gpu", "h100"),
     ("--model", "meta-llama/Llama-3.1-70B", "--ctx", "1M", "--users", "64", "--gpu", "rtx-4090", "--max-gpus", "2"),
+    ("--model", "meta-llama/Llama-3.1-70B", "--isl", "1k", "--osl", "1k", "--users", "64", "--gpu", "h100"),
+    ("--model", "openai/gpt-oss-120b", "--isl", "1k", "--osl", "1k", "--users", "256", "--gpu", "h200",
+     "--max-tpot", "20"),
 ]
 
 
@@ -69,8 +78,11 @@ def test_estimate_output_holds_to_its_schema(args, monkeypatch, capsys):
     assert code in (0, 1), err
     output = json.loads(out)
     check("estimate", output)
-    capacity = shipped("estimate")["dependentRequired"]["engine"]
-    assert ("engine" in output) == bool(flags) and (not flags or set(capacity) <= set(output))
+    required = shipped("estimate")["dependentRequired"]
+    planned = "--gpu" in flags or "--vram" in flags
+    assert ("engine" in output) == planned and (not planned or set(required["engine"]) <= set(output))
+    assert ("decode_step_ms" in output) == (planned and "--isl" in flags)
+    assert ("speed_fit_users" in output) == ("--max-tpot" in flags)
 
 
 @pytest.mark.parametrize("args", TABLES, ids=lambda args: " ".join(args))

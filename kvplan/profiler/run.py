@@ -7,7 +7,8 @@ Measured:
     weights        parameter storage (tied embeddings once); buffers apart
     allocator      torch.cuda memory_allocated / max_memory_allocated / memory_reserved around each phase
     driver         NVML device used memory and this process's used memory
-    time           time to first token (prefill and first token) and decode tokens/s
+    time           time to first token (prefill and first token) and decode tokens/s; on a catalogue GPU the
+                   bandwidth the decode steps reached beside the speed model's bound (`bandwidth.py`)
 Predicted: weights = kvplan.memory.weights_bytes in the profile dtype; KV = TransformersPool.bytes_held and
 bytes_after_prefill; activations = the prefill's peak (engines.PrefillActivations); the allocator's reserve = the
 run's allocations replayed through torch's caching allocator (the pool's DeviceRun, as capacity plans it, with
@@ -34,6 +35,7 @@ from kvplan.memory import kind_label, weights_bytes
 from kvplan.model import ModelSpec
 from kvplan.profiler import config as profile_config
 from kvplan.profiler import runtime
+from kvplan.profiler.bandwidth import DecodeBandwidth, decode_bandwidth
 
 TOTAL_TOLERANCE = 0.03  # total VRAM within 3%
 MAX_BATCH_TOLERANCE = 0.05  # predicted max batch within 5% of the measured one
@@ -144,6 +146,7 @@ class Profile(BaseModel):
     ttft_s: float | None = None
     prefill_tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
+    decode_bandwidth: DecodeBandwidth | None = None
     by_kind: list[KindRow] = []
     components: list[Component] = []
     memory: list[runtime.Snapshot] = []
@@ -375,6 +378,12 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         result.measured_weights_bytes, result.measured_buffer_bytes = runtime.model_bytes(built)
         result.memory.append(probe.snapshot("after build"))
         _decode_run(session, probe, result, predicted, spec, progress, times)
+        if device.startswith("cuda") and result.decode_tokens_per_s:
+            result.decode_bandwidth = decode_bandwidth(spec, result.device_name, dtype, batch, prompt, decode_steps,
+                                                       result.decode_tokens_per_s)
+            if result.decode_bandwidth is None:
+                result.notes.append(f"{result.device_name} is not in the GPU catalogue (`kvplan gpus`): its "
+                                    "bandwidth, and the decode steps' share of it, are unknown")
         if compare_recompute:
             result.recompute = _compare_recompute(session, probe, ctx, decode_steps, progress)
         if find_max_batch:
