@@ -347,6 +347,27 @@ def test_max_batch_search(largest):
 # ---------------------------------------------------------------------------------------------- --layers
 
 
+def test_prediction_of_a_deep_model_grows_with_its_layers(write_json):
+    """The prediction of 100,000 interleaved layers takes seconds; it once built a pool, which reads the whole model,
+    for every layer (about 54 minutes before the profile printed anything). Killed after 60 s."""
+    layers = 100_000
+    config = {**raw("google__gemma-3-4b-it.json")["text_config"], "model_type": "gemma3_text", **SMALL,
+              "num_hidden_layers": layers, "intermediate_size": 64}
+    path = write_json(config)
+    done = run_python(
+        "from kvplan.profiler import config, run\n"
+        f"source = config.resolve({str(path)!r})\n"
+        "spec = config.first_layers(source, None)[1]\n"
+        "engine = run.transformers_engine('5.23.0', 'dynamic')\n"
+        "print(run.predict(spec, 4096, 1, 4064, 'bf16', engine).by_kind)", timeout=60)
+    assert done.returncode == 0, done.stderr
+    # every sixth layer global (sliding_window_pattern 6), the others a window of 1,024; 4 KV heads x 256 x 2 x 2 B
+    per_token = 4 * 256 * 2 * 2
+    globals_ = layers // 6
+    assert eval(done.stdout) == {"sliding window 1,024": (layers - globals_, (layers - globals_) * 1024 * per_token),
+                                 "full attention": (globals_, globals_ * 4096 * per_token)}
+
+
 @pytest.mark.parametrize("filename, layers", [
     ("google__gemma-3-27b-it.json", 7), ("ai21labs__Jamba-v0.1.json", 5), ("openai__gpt-oss-20b.json", 3),
     ("deepseek-ai__DeepSeek-V2-Lite.json", 2), ("Qwen__Qwen3-Next-80B-A3B-Thinking.json", 4),

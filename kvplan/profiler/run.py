@@ -16,6 +16,7 @@ overhead; total = weights + the larger of (KV after prefill + activations) and K
 import inspect
 import math
 import platform
+from collections import Counter
 from contextlib import contextmanager, nullcontext
 
 from pydantic import BaseModel
@@ -196,15 +197,36 @@ def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engi
     caches = engine.cached_layers(spec)
     pool = engine.pool(gpu_layers(caches, [spec.num_layers], 1)[0], spec, kv)
     by_kind: dict[str, tuple[int, int]] = {}
-    for index, originals in layer_caches(spec.caches).items():
-        one = engine.pool([(c.model_copy(update={"layer": 0}), 1) for c in caches if c.layer == index], spec, kv)
-        label = layer_label(originals)
-        layers, size = by_kind.get(label, (0, 0))
-        by_kind[label] = (layers + 1, size + one.bytes_held(batch, ctx))
+    for kind, count in Counter(layer_kinds(spec, caches, engine, kv)).items():
+        layers, size = by_kind.get(kind.label, (0, 0))
+        by_kind[kind.label] = (layers + count, size + count * kind.pool.bytes_held(batch, ctx))
     return Prediction(kv=pool.bytes_held(batch, ctx), kv_after_prefill=pool.bytes_after_prefill(batch, prompt, ctx),
                       weights=weights_bytes(spec, dtype)[0], activations=pool.activations.peak(batch, prompt),
                       cuda_context=engine.overhead().cuda_context, by_kind=by_kind,
                       notes=pool.activations.notes())
+
+
+class LayerKind:
+    """Layers that cache alike: kvplan's label for them and the transformers pool of one such layer alone."""
+
+    def __init__(self, label: str, pool: engines.KVPool):
+        self.label, self.pool = label, pool
+
+
+def layer_kinds(spec: ModelSpec, caches, engine: engines.Engine, kv) -> list[LayerKind]:
+    """The kind of each layer, in layer order, from the engine's `caches`; alike layers share one LayerKind, so the
+    prediction's time grows with the layers, not their square (a pool reads the whole model)."""
+    stored = layer_caches(caches)
+    kinds: dict[tuple, LayerKind] = {}
+    out = []
+    for index, originals in layer_caches(spec.caches).items():
+        own = stored.get(index, [])
+        key = (tuple(c.alike_key() for c in originals), tuple(c.alike_key() for c in own))
+        if key not in kinds:
+            pool = engine.pool([(c.model_copy(update={"layer": 0}), 1) for c in own], spec, kv)
+            kinds[key] = LayerKind(layer_label(originals), pool)
+        out.append(kinds[key])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- the run
