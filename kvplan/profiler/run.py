@@ -128,6 +128,10 @@ class Profile(BaseModel):
     measured_buffer_bytes: int | None = None
     predicted_activation_bytes: int
     measured_activation_peak_bytes: int | None = None
+    predicted_prefill_activation_bytes: int
+    measured_prefill_activation_bytes: int | None = None
+    predicted_decode_above_cache_bytes: int
+    measured_decode_above_cache_bytes: int | None = None
     predicted_cuda_context_bytes: int
     measured_non_torch_bytes: int | None = None
     predicted_total_bytes: int
@@ -172,10 +176,18 @@ class Prediction(BaseModel):
     kv: int
     kv_after_prefill: int
     weights: int
-    activations: int
+    activations: int  # the prefill's peak above the cache it filled
+    decode_above_cache: int  # the decode phase's peak above the cache it ends with
+    workspace: int  # cuBLAS's workspace, allocated by the first matmul on a GPU and kept
     cuda_context: int
     by_kind: dict[str, tuple[int, int]]  # kind label -> (layers, bytes)
     notes: list[str]  # what the activation figure rests on
+
+    @property
+    def activations_and_other(self) -> int:
+        """The measured component's counterpart: the larger of the two phases' peaks above their cache, and the
+        workspace held through both."""
+        return max(self.activations, self.decode_above_cache) + self.workspace
 
     @property
     def total(self) -> int:
@@ -191,19 +203,59 @@ def transformers_engine(version: str, cache: str) -> engines.Engine:
     return engines.engine("transformers", options)
 
 
-def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engine: engines.Engine) -> Prediction:
-    """The transformers engine's prediction for the (cut) model: KV after decode and after prefill, per kind."""
+def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engine: engines.Engine,
+            device: str = "cuda", workspace: int = 0) -> Prediction:
+    """The transformers engine's prediction for the (cut) model on `device`: KV after decode and after prefill,
+    per kind, the prefill's activations and the decode phase's peak."""
     kv = kv_dtype(dtype)
     caches = engine.cached_layers(spec)
     pool = engine.pool(gpu_layers(caches, [spec.num_layers], 1)[0], spec, kv)
+    kinds = layer_kinds(spec, caches, engine, kv)
     by_kind: dict[str, tuple[int, int]] = {}
-    for kind, count in Counter(layer_kinds(spec, caches, engine, kv)).items():
+    for kind, count in Counter(kinds).items():
         layers, size = by_kind.get(kind.label, (0, 0))
         by_kind[kind.label] = (layers + count, size + count * kind.pool.bytes_held(batch, ctx))
+    activations = engines.PrefillActivations(spec, kv, device)
     return Prediction(kv=pool.bytes_held(batch, ctx), kv_after_prefill=pool.bytes_after_prefill(batch, prompt, ctx),
-                      weights=weights_bytes(spec, dtype)[0], activations=pool.activations.peak(batch, prompt),
-                      cuda_context=engine.overhead().cuda_context, by_kind=by_kind,
-                      notes=pool.activations.notes())
+                      weights=weights_bytes(spec, dtype)[0], activations=activations.peak(batch, prompt),
+                      decode_above_cache=decode_above_cache(kinds, batch, prompt, ctx), workspace=workspace,
+                      cuda_context=engine.overhead().cuda_context, by_kind=by_kind, notes=activations.notes())
+
+
+def decode_above_cache(kinds: list["LayerKind"], batch: int, prompt: int, ctx: int) -> int:
+    """The decode phase's peak above the cache it ends with. A layer's update makes its new tensors before it lets
+    go of the old, so a step peaks at some layer, those before it updated, those after it not. A DynamicCache's
+    full layer concatenates its keys, then its values, each replacing the old (`DynamicLayer.update`); a sliding
+    layer makes both before either replaces the old, and on the first step cuts the whole prompt it held to its
+    window (`DynamicSlidingWindowLayer.update`); a StaticCache writes in place. So the first step starts from the
+    cache right after prefill, the last ends at the final cache: the peak is at one of them. For a sliding model
+    it is the first, the prompt's keys and values on every sliding layer above the windows they keep."""
+    first = {kind: (kind.pool.bytes_after_prefill(batch, prompt, ctx), kind.pool.bytes_held(batch, prompt + 1),
+                    _update_bytes(kind.pool, batch, prompt + 1)) for kind in set(kinds)}
+    last = {kind: (kind.pool.bytes_held(batch, ctx - 1), kind.pool.bytes_held(batch, ctx),
+                   _update_bytes(kind.pool, batch, ctx)) for kind in set(kinds)}
+    final = sum(last[kind][1] for kind in kinds)
+    return max(_step_peak(kinds, first), _step_peak(kinds, last)) - final
+
+
+def _update_bytes(pool: engines.KVPool, batch: int, tokens: int) -> int:
+    """What a layer's cache update makes before it frees the tensors it replaces: nothing in a StaticCache; one of
+    a full layer's keys and values (alike in size); the whole of any other cache."""
+    if pool.static:
+        return 0
+    held = pool.bytes_held(batch, tokens)
+    return held // 2 if all(row.kind == "full" for row in pool.table) else held
+
+
+def _step_peak(kinds: list["LayerKind"], sizes: dict) -> int:
+    """One decode step over the layers in order: each holds `before` until its update makes `new` beside it, then
+    holds `after`."""
+    held = peak = sum(sizes[kind][0] for kind in kinds)
+    for kind in kinds:
+        before, after, new = sizes[kind]
+        peak = max(peak, held + new)
+        held += after - before
+    return peak
 
 
 class LayerKind:
@@ -311,7 +363,7 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     dtype = dtype or ("bf16" if spec.dtype not in FLOAT_DTYPES else spec.dtype)
     prompt = ctx - decode_steps
     engine = transformers_engine(transformers.__version__, cache)
-    predicted = predict(spec, ctx, batch, prompt, dtype, engine)
+    predicted = predict(spec, ctx, batch, prompt, dtype, engine, device, runtime.cublas_workspace(torch, device))
     if device == "cpu":
         _check_ram(predicted, source.name, spec.num_layers)
         progress.notice(_cpu_time_notice(torch, spec, dtype, batch, ctx))
@@ -325,7 +377,10 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         cuda_version=torch.version.cuda if device.startswith("cuda") else None, driver_version=probe.driver,
         gpu_memory_bytes=probe.gpu_total, model_class="", predicted_kv_bytes=predicted.kv,
         predicted_kv_after_prefill_bytes=predicted.kv_after_prefill, predicted_weights_bytes=predicted.weights,
-        predicted_activation_bytes=predicted.activations, predicted_cuda_context_bytes=predicted.cuda_context,
+        predicted_activation_bytes=predicted.activations_and_other,
+        predicted_prefill_activation_bytes=predicted.activations + predicted.workspace,
+        predicted_decode_above_cache_bytes=predicted.decode_above_cache + predicted.workspace,
+        predicted_cuda_context_bytes=predicted.cuda_context,
         predicted_total_bytes=predicted.total, notes=[*notes, *spec.notes, *predicted.notes],
     )
     if spec.max_context and ctx > spec.max_context:
@@ -442,13 +497,12 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
     built_allocated = result.memory[-1].allocated
     cache = session.new_cache()
     ids = session.tokens(batch, result.prompt_tokens)
-    peaks = []
-    # torch.cuda counts the allocator's peak on a GPU; on the CPU the tensors are counted op by op
-    tensors = None if device.startswith("cuda") else runtime.tensor_peak(torch)
+    # torch.cuda counts the allocator's peak on a GPU; on the CPU the allocator's own records (allocator_peak)
+    counted = runtime.allocator_peak if not device.startswith("cuda") else lambda torch: nullcontext()
     with torch.inference_mode():
         with progress.phase(f"prefill: {batch:,} x {result.prompt_tokens:,} tokens"):
             probe.reset_peak()
-            with runtime.timed(torch, device, times, "prefill"), tensors or nullcontext():
+            with runtime.timed(torch, device, times, "prefill"), counted(torch) as prefill:
                 token = session.prefill(ids, cache)
         result.ttft_s = times["prefill"]
         result.prefill_tokens_per_s = batch * result.prompt_tokens / times["prefill"]
@@ -457,13 +511,13 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
         result.measured_kv_after_prefill_bytes = sum(layer.kv_storage for layer in after_prefill)
         snap = probe.snapshot("after prefill")
         result.memory.append(snap)
-        if snap.max_allocated is not None:
-            peaks.append(snap.max_allocated - built_allocated - result.measured_kv_after_prefill_bytes)
-        elif tensors is not None:
-            result.measured_activation_peak_bytes = tensors.peak - result.measured_kv_after_prefill_bytes
+        # allocated above the built model: at the prefill's peak, and once it is done
+        peak, held = (snap.max_allocated - built_allocated, snap.allocated - built_allocated) if prefill is None \
+            else (prefill.peak, prefill.net)
+        result.measured_prefill_activation_bytes = peak - result.measured_kv_after_prefill_bytes
         with progress.phase(f"decode: {result.decode_steps:,} steps", total=result.decode_steps) as advance:
             probe.reset_peak()
-            with runtime.timed(torch, device, times, "decode"):
+            with runtime.timed(torch, device, times, "decode"), counted(torch) as decode:
                 for _ in range(result.decode_steps):
                     token = session.step(token, cache)
                     advance()
@@ -474,15 +528,16 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
     result.cache_bookkeeping_bytes = sum(layer.storage.get("bookkeeping", 0) for layer in final)
     snap = probe.snapshot("after decode")
     result.memory.append(snap)
-    if snap.max_allocated is not None:
-        peaks.append(snap.max_allocated - built_allocated - result.measured_kv_bytes)
-        result.measured_activation_peak_bytes = max(peaks)
-        if snap.process_used is not None:
-            result.measured_non_torch_bytes = snap.process_used - snap.reserved
-            result.measured_total_bytes = snap.process_used
-        elif snap.device_used is not None and result.memory[0].device_used is not None:
-            result.measured_total_bytes = snap.device_used - result.memory[0].device_used
-            result.measured_non_torch_bytes = result.measured_total_bytes - snap.reserved
+    peak = snap.max_allocated - built_allocated if decode is None else held + decode.peak
+    result.measured_decode_above_cache_bytes = peak - result.measured_kv_bytes
+    result.measured_activation_peak_bytes = max(result.measured_prefill_activation_bytes,
+                                                 result.measured_decode_above_cache_bytes)
+    if snap.process_used is not None:
+        result.measured_non_torch_bytes = snap.process_used - snap.reserved
+        result.measured_total_bytes = snap.process_used
+    elif snap.device_used is not None and result.memory[0].device_used is not None:
+        result.measured_total_bytes = snap.device_used - result.memory[0].device_used
+        result.measured_non_torch_bytes = result.measured_total_bytes - snap.reserved
     result.by_kind = _by_kind(final, spec.caches, predicted, result)
 
 
@@ -542,7 +597,7 @@ def _judge(result: Profile, predicted: Prediction) -> None:
              Component.of("KV after decode", predicted.kv, result.measured_kv_bytes),
              Component.of("KV right after prefill", predicted.kv_after_prefill,
                           result.measured_kv_after_prefill_bytes),
-             Component.of("activations and other (peak)", predicted.activations,
+             Component.of("activations and other (peak)", predicted.activations_and_other,
                           result.measured_activation_peak_bytes),
              Component.of("CUDA context and non-torch", predicted.cuda_context, result.measured_non_torch_bytes),
              Component.of("total", predicted.total, result.measured_total_bytes)]

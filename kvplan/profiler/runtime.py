@@ -6,6 +6,7 @@ import inspect
 import os
 import re
 import resource
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -487,42 +488,70 @@ class Probe:
         return sum(used) if used else None
 
 
-def tensor_peak(torch):
-    """A context that measures the peak bytes of tensor storage created inside it, op by op, on any device:
-    what torch.cuda's max_memory_allocated gives on a GPU, for the CPU. Every storage an aten op returns that
-    none of its inputs owns (views and in-place results are not new memory) is counted from its creation until
-    it is freed (a weakref finaliser on the storage)."""
-    import weakref
+def cublas_workspace(torch, device: str) -> int:
+    """The cuBLAS workspace torch allocates through its caching allocator at a GPU's first matmul and keeps, one per
+    handle and stream (`parseChosenWorkspaceSize`, aten/src/ATen/cuda/CublasHandlePool.cpp, torch 2.11):
+    CUBLAS_WORKSPACE_CONFIG's :SIZE:COUNT pairs (KiB) where set, else 32 MiB on sm90 (Hopper), else :4096:2:16:8;
+    cuBLASLt shares it. None on the CPU."""
+    if not device.startswith("cuda"):
+        return 0
+    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    pairs = re.findall(r":([0-9]+):([0-9]+)", config or "")
+    if pairs:
+        return sum(int(size) * 1024 * int(count) for size, count in pairs)
+    if torch.cuda.get_device_capability(device) == (9, 0):
+        return 4096 * 1024 * 8
+    return 4096 * 1024 * 2 + 16 * 1024 * 8
 
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
 
-    class TensorPeak(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.live = self.peak = 0
-            self.sizes: dict[int, int] = {}  # storage address -> bytes, for storages alive and counted
+class AllocatorPeak:
+    """What `allocator_peak` measured: the most bytes allocated at any moment above those allocated when it
+    started (`peak`), and those still allocated above them when it ended (`net`)."""
 
-        def _freed(self, address: int) -> None:
-            self.live -= self.sizes.pop(address)
+    peak = net = 0
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            owned = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
-                     if isinstance(t, torch.Tensor)}
-            for tensor in tree_leaves(out):
-                if not isinstance(tensor, torch.Tensor):
-                    continue
-                storage = tensor.untyped_storage()
-                address, size = storage.data_ptr(), storage.nbytes()
-                if size and address not in owned and address not in self.sizes:
-                    self.sizes[address] = size
-                    self.live += size
-                    weakref.finalize(storage, self._freed, address)
-            self.peak = max(self.peak, self.live)
-            return out
 
-    return TensorPeak()
+@contextmanager
+def allocator_peak(torch):
+    """The CPU's counterpart of torch.cuda's max_memory_allocated: every allocation and free of torch's CPU
+    allocator inside the block, from the allocator's own records (torch.profiler with profile_memory), summed in
+    time order. It sees what an op allocates inside itself, as torch.cuda does: SDPA's additive copy of a boolean
+    mask, the math fallback's scores, a kernel's scratch. (A TorchDispatchMode sees only an op's outputs, and
+    makes composite ops take their tensor-subclass branches, which allocate otherwise.)
+
+    The profiler's start and stop lines (kineto writes them to the process's stderr) are kept off the terminal."""
+    from torch.profiler import ProfilerActivity, profile
+
+    result = AllocatorPeak()
+    recorder = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_stderr():
+        recorder.__enter__()
+    try:
+        yield result
+    finally:
+        with _quiet_stderr():
+            recorder.__exit__(None, None, None)
+    records = [event for event in recorder.profiler.kineto_results.events() if event.name() == "[memory]"]
+    live = 0
+    for event in sorted(records, key=lambda event: event.start_ns()):
+        live += event.nbytes()
+        result.peak = max(result.peak, live)
+    result.net = live
+
+
+@contextmanager
+def _quiet_stderr():
+    """File descriptor 2 pointed at the null device for the block (for output written below Python)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def available_ram() -> int | None:
