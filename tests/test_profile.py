@@ -238,14 +238,29 @@ def test_profile_record_tables_from_profile_json(tmp_path):
     assert wrong.returncode == 1 and "no run named nope" in wrong.stderr
 
 
-def test_compare_recompute(tmp_path):
-    path = test_copy(tmp_path, "meta-llama__Meta-Llama-3-8B.json", intermediate_size=64)
-    result = profile_run.run_profile(path, 32, 1, device="cpu", layers=1, decode_steps=2, compare_recompute=True)
-    assert [row.tokens for row in result.recompute] == profile_run.recompute_lengths(32, 2) == [8, 16, 32]
+def test_compare_recompute_warms_up_and_the_speedup_grows_with_the_context(tmp_path):
+    """Each length's steps are timed one by one after untimed ones (the model ran them), the table gives each
+    way's median within its p10-p90 range, and on a model whose forward costs grow with the tokens it runs (two
+    layers of 256, a gated MLP of 1,024) recomputing 512 tokens a step costs far more than recomputing 128, while a
+    cached step costs about the same: the speedup at 512 exceeds the one at 128 (a 4x longer context)."""
+    path = test_copy(tmp_path, "meta-llama__Meta-Llama-3-8B.json", hidden_size=256, intermediate_size=1024,
+                     num_attention_heads=4, num_key_value_heads=2)
+    result = profile_run.run_profile(path, 512, 1, device="cpu", dtype="fp32", layers=2, decode_steps=2,
+                                     compare_recompute=True)
+    assert [row.tokens for row in result.recompute] == profile_run.recompute_lengths(512) == [128, 256, 512]
     for row in result.recompute:
-        assert row.steps == 2 and row.cached_s_per_token > 0 and row.recompute_s_per_token > 0
-        assert row.cache_bytes == row.tokens * 8 * 128 * 2 * 2
+        assert row.steps == profile_run.RECOMPUTE_STEPS and row.warmup_steps == profile_run.RECOMPUTE_WARMUP
+        for spread in (row.cached, row.recompute):
+            assert 0 < spread.p10 <= spread.median <= spread.p90
+        assert row.speedup_low <= row.speedup <= row.speedup_high
+        assert row.cache_bytes == 2 * row.tokens * 2 * 64 * 2 * 4  # 2 layers, 2 KV heads of 64, K and V, fp32
         assert row.recompute_peak_bytes is None  # the allocator's figure is CUDA's
+    assert result.recompute[-1].speedup > result.recompute[0].speedup
+    short = tmp_path / "short"
+    short.mkdir()
+    with pytest.raises(KvplanError, match="--ctx must be at least 19"):
+        profile_run.run_profile(test_copy(short, "meta-llama__Meta-Llama-3-8B.json", intermediate_size=64), 16,
+                                device="cpu", layers=1, decode_steps=2, compare_recompute=True)
 
 
 # ---------------------------------------------------------------------------------------------- the CLI
@@ -274,6 +289,36 @@ def test_cli_human_output(monkeypatch, capsys, tmp_path):
     for text in ("predicted (kvplan, transformers engine) vs measured", "KV after decode", "sliding window 16",
                  "verdict", "to the byte", "mxfp4 weight quantisation dropped", "first 2 of 24 layers"):
         assert text in out
+
+
+def test_every_profile_table_fits_80_columns(monkeypatch, capsys, tmp_path):
+    """On an 80-column terminal the tables keep their boxes and every number and class name whole: a CPU profile with
+    --compare-recompute and a sliding model, and the H100 record's batch-16 run (tests/gpu_record), whose byte counts
+    are the widest a profile prints (tens of GB)."""
+    from rich.cells import cell_len
+    from rich.console import Console
+
+    from kvplan import report
+
+    monkeypatch.setenv("COLUMNS", "80")
+    path = test_copy(tmp_path, "google__gemma-3-4b-it.json", intermediate_size=64, sliding_window=16,
+                     sliding_window_pattern=2)
+    code, out, err = run_main(monkeypatch, capsys, "profile", "--model", path, "--ctx", "40", "--device", "cpu",
+                              "--layers", "2", "--decode-steps", "2", "--compare-recompute")
+    assert code == 0, err
+    assert max(map(cell_len, out.splitlines())) <= 80, out
+    for text in ("DynamicSlidingWindowLayer", "DynamicLayer", "speedup", "sliding window 16 (1 layer)"):
+        assert text in out
+    record = json.loads((Path(__file__).parent / "gpu_record" / "llama3-8b-b16-h100.json").read_text("utf-8"))
+    console = Console(width=80, record=True, color_system=None, force_terminal=False)
+    report.print_profile(console, profile_run.Profile.model_validate(record))
+    text = console.export_text()
+    assert max(map(cell_len, text.splitlines())) <= 80, text
+    memory = {phase["phase"]: phase for phase in record["memory"]}
+    for number in (record["predicted_total_bytes"], record["measured_total_bytes"], record["measured_kv_bytes"],
+                   record["measured_kv_after_prefill_bytes"], record["predicted_weights_bytes"]):
+        assert f"{number:,}" in text
+    assert "52.44 GiB" in text and memory["after prefill"]["reserved"] == 56_306_434_048  # 52.44 GiB, whole
 
 
 def test_cli_past_max_context_says_so_and_shows_the_name_as_text(monkeypatch, capsys, tmp_path):

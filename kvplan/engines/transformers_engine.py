@@ -166,14 +166,16 @@ class PrefillActivations:
         SDPA     3 x hidden x b + H x dq x b (the rotated query; keys and values are the cache's) + H x (dk + dv) x b
                  where transformers repeats the KV heads (`repeat_kv`: GQA with a mask, or dk != dv, or over
                  256; `use_gqa_in_sdpa`) + the kernel's output H x dv x b and log-sum-exp H x 4
-    and per sequence, for the layers a mask is passed to, P x P x b: torch's SDPA turns a boolean mask into an
-    additive one in the query dtype, materialised for each sequence (`convert_boolean_attn_mask`, attention.cpp);
-    on CUDA the memory-efficient kernel pads a mask whose rows are not a multiple of 8 long (`preprocess_mask`),
-    another P x P x b while both live. Where no fused kernel takes the shapes, SDPA's math fallback
-    (`_scaled_dot_product_attention_math`) holds the scores and their softmax, 2 x H x P x P x s (s = 4: it
-    upcasts bf16 and fp16), and fp32 copies of the query, key and value: torch's fused kernels need equal query
-    and key widths and equal heads (or enable_gqa), the CPU's also an equal value width (sdp_utils_cpp.cpp), so
-    MLA (dq != dv) falls back on the CPU and Falcon's multi-query heads on both.
+    and per sequence the logits moment (`logits`: the last token's logits, vocab x b, and on the CPU in half
+    precision a copy of the output projection), and, for the layers a mask is passed to, P x P x b: torch's SDPA
+    turns a boolean mask into an additive one in the query dtype, materialised for each sequence
+    (`convert_boolean_attn_mask`, attention.cpp); on CUDA the memory-efficient kernel pads a mask whose rows are
+    not a multiple of 8 long (`preprocess_mask`), another P x P x b while both live. Where no fused kernel takes
+    the shapes, SDPA's math fallback (`_scaled_dot_product_attention_math`) holds the scores and their softmax,
+    each with a boolean of masked pairs, H x (2s + 1) per token pair (s = 4: it upcasts bf16 and fp16), and fp32
+    copies of the query, key and value: torch's fused kernels need equal query and key widths and equal heads (or
+    enable_gqa), the CPU's also an equal value width (sdp_utils_cpp.cpp), so MLA (dq != dv) falls back on the CPU
+    and Falcon's multi-query heads on both.
 
     Shared by the batch, once per forward: a P x P boolean mask where one is materialised (`sdpa_mask`: a window
     or chunk the prompt reaches, Falcon's always, MASK_ALWAYS), the position tables every layer reads (rotary cos
@@ -228,6 +230,7 @@ class PrefillActivations:
         self.rotary_kinds = 0 if self.kv is None or model.architecture in self.LEARNED_POSITIONS else \
             len({is_windowed(c) for c in attention}) if model.architecture in self.ROPE_PER_LAYER_TYPE else 1
         self.learned_positions = model.architecture in self.LEARNED_POSITIONS
+        self.vocab = model.vocab_size or 0
         mamba = [c for c in model.caches if c.kind == "recurrent" and c.mixer == "mamba" and c.conv_kernel]
         # (SSM elements, d_inner) of the widest Mamba mixer: d_inner channels, each conv_kernel - 1 conv inputs
         self.scan = max(((c.ssm_elements, c.conv_elements // (c.conv_kernel - 1)) for c in mamba), default=None)
@@ -287,6 +290,20 @@ class PrefillActivations:
         scores = heads * (2 * s + 1) * prompt**2
         return math.ceil(prompt * per_token + scores + mask), 0 if masked else prompt**2 * s
 
+    def logits(self, prompt: int) -> int:
+        """One sequence's logits moment: the last token's logits over the vocabulary beside the residual stream and
+        the final norm's output; on the CPU a half-precision matmul of that one row (oneDNN, torch 2.13) copies the
+        whole output projection first, vocab x hidden, once per sequence."""
+        b, hidden = self.bytes, self.widths.hidden
+        copy = self.vocab * hidden * b if not self.cuda and b < 4 else 0
+        return math.ceil(prompt * (self.residuals - 1) * hidden * b + self.vocab * b + copy)
+
+    def decode_step(self, users: int) -> int:
+        """A decode step's logits moment above the cache: each sequence's logits beside its hidden rows."""
+        if self.widths is None:
+            return 0
+        return math.ceil(users * (self.vocab + self.residuals * self.widths.hidden) * self.bytes)
+
     def shared(self, prompt: int) -> int:
         """What the whole batch shares: the boolean mask, the position tables, the cache positions, and the math
         fallback's causal mask."""
@@ -304,14 +321,14 @@ class PrefillActivations:
             return GiB
         layer = prompt * self.per_token()
         if self.eager is None:
-            return users * max(layer, self.attention(prompt)[0]) + self.shared(prompt)
+            return users * max(layer, self.attention(prompt)[0], self.logits(prompt)) + self.shared(prompt)
         sinks, score_tensors, fp32_softmax = self.eager
         b = self.bytes
         per_score = score_tensors * b + ((8 if b < 4 else 4) if fp32_softmax else 0)
         scores = self.heads * prompt * (prompt + sinks)
         attention = prompt * self.residuals * self.widths.hidden * b + scores * per_score
         masks = 2 * prompt**2 * b
-        return users * math.ceil(masks + max(layer + scores * b, attention)) + self.shared(prompt)
+        return users * math.ceil(masks + max(layer + scores * b, attention, self.logits(prompt))) + self.shared(prompt)
 
     def notes(self) -> list[str]:
         if self.widths is None:

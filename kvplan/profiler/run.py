@@ -16,6 +16,7 @@ overhead; total = weights + the larger of (KV after prefill + activations) and K
 import inspect
 import math
 import platform
+import statistics
 from collections import Counter
 from contextlib import contextmanager, nullcontext
 
@@ -33,7 +34,9 @@ from kvplan.profiler import runtime
 TOTAL_TOLERANCE = 0.03  # total VRAM within 3%
 MAX_BATCH_TOLERANCE = 0.05  # predicted max batch within 5% of the measured one
 MAX_BATCH_LIMIT = 1 << 14
-RECOMPUTE_STEPS = 8
+RECOMPUTE_STEPS = 16  # timed steps per length and way: enough for a median and its p10-p90 spread
+RECOMPUTE_WARMUP = 2  # untimed steps per length and way first: kernels chosen, memory allocated
+RECOMPUTE_SHORTEST = RECOMPUTE_WARMUP + RECOMPUTE_STEPS + 1  # a prompt of one token, then the steps
 
 
 class Component(BaseModel):
@@ -84,14 +87,39 @@ class MaxBatch(BaseModel):
     within_target: bool | None
 
 
+class Spread(BaseModel):
+    """Seconds per token over the timed steps: their median and 10th and 90th percentiles."""
+
+    median: float
+    p10: float
+    p90: float
+
+    @classmethod
+    def of(cls, seconds: list[float]) -> "Spread":
+        ordered = sorted(seconds)
+        return cls(median=statistics.median(ordered), p10=_percentile(ordered, 0.1), p90=_percentile(ordered, 0.9))
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values, linear between the nearest two (numpy's default)."""
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
 class RecomputeRow(BaseModel):
-    """--compare-recompute at one length: decode with the cache vs recomputing the whole prefix per token."""
+    """--compare-recompute at one length: decode with the cache vs recomputing the whole prefix per token, each
+    timed step by step after `warmup_steps` untimed ones at that length."""
 
     tokens: int
     steps: int
-    cached_s_per_token: float
-    recompute_s_per_token: float
-    speedup: float
+    warmup_steps: int
+    cached: Spread
+    recompute: Spread
+    speedup: float  # the medians' ratio
+    speedup_low: float  # recompute's p10 over cached's p90
+    speedup_high: float  # recompute's p90 over cached's p10
     cache_bytes: int
     recompute_peak_bytes: int | None  # CUDA: peak allocated above the weights while recomputing
 
@@ -128,9 +156,9 @@ class Profile(BaseModel):
     measured_buffer_bytes: int | None = None
     predicted_activation_bytes: int
     measured_activation_peak_bytes: int | None = None
-    predicted_prefill_activation_bytes: int
+    predicted_prefill_activation_bytes: int | None = None  # (None in records of kvplan before they were kept)
     measured_prefill_activation_bytes: int | None = None
-    predicted_decode_above_cache_bytes: int
+    predicted_decode_above_cache_bytes: int | None = None
     measured_decode_above_cache_bytes: int | None = None
     predicted_cuda_context_bytes: int
     measured_non_torch_bytes: int | None = None
@@ -218,7 +246,8 @@ def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engi
     activations = engines.PrefillActivations(spec, kv, device)
     return Prediction(kv=pool.bytes_held(batch, ctx), kv_after_prefill=pool.bytes_after_prefill(batch, prompt, ctx),
                       weights=weights_bytes(spec, dtype)[0], activations=activations.peak(batch, prompt),
-                      decode_above_cache=decode_above_cache(kinds, batch, prompt, ctx), workspace=workspace,
+                      decode_above_cache=max(decode_above_cache(kinds, batch, prompt, ctx),
+                                             activations.decode_step(batch)), workspace=workspace,
                       cuda_context=engine.overhead().cuda_context, by_kind=by_kind, notes=activations.notes())
 
 
@@ -294,6 +323,7 @@ class Session:
         self.torch, self.transformers, self.model = torch, transformers, model
         self.device, self.vocab, self.cache, self.ctx = device, vocab, cache, ctx
         self.whole_sequence, self.sequence = whole_sequence, None
+        self.forwards = 0  # forward passes run
         parameters = inspect.signature(model.forward).parameters
         self.logits_to_keep = "logits_to_keep" in parameters
         self.cache_name = runtime.cache_argument(transformers, model)
@@ -321,6 +351,7 @@ class Session:
         """The next token of each sequence; an OOM propagates (a finding), any other failure of the model's code
         becomes a one-line error."""
         kwargs = {"logits_to_keep": 1} if last_only and self.logits_to_keep else {}
+        self.forwards += 1
         try:
             if cache is None:
                 out = self.model(input_ids=ids, use_cache=False, **kwargs)
@@ -348,6 +379,9 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     if not 1 <= decode_steps < ctx:
         raise KvplanError(f"--decode-steps must be at least 1 and below --ctx ({ctx:,}) so that a prompt is left "
                           f"to prefill, got {decode_steps}")
+    if compare_recompute and ctx < RECOMPUTE_SHORTEST:
+        raise KvplanError(f"--compare-recompute decodes {RECOMPUTE_WARMUP} untimed and {RECOMPUTE_STEPS} timed steps "
+                          f"after a prompt: --ctx must be at least {RECOMPUTE_SHORTEST}, got {ctx:,}")
     if cache not in ("dynamic", "static"):
         raise KvplanError(f"--cache-implementation is dynamic or static, got {cache!r}")
     if dtype is not None and dtype not in FLOAT_DTYPES:
@@ -412,7 +446,7 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         result.memory.append(probe.snapshot("after build"))
         _decode_run(session, probe, result, predicted, spec, progress, times)
         if compare_recompute:
-            result.recompute = _compare_recompute(session, probe, ctx, decode_steps, progress)
+            result.recompute = _compare_recompute(session, probe, ctx, progress)
         if find_max_batch:
             result.max_batch = _find_max_batch(session, probe, spec, source, ctx, batch, prompt, decode_steps,
                                                dtype, engine, progress)
@@ -637,44 +671,80 @@ def _signed(comp: Component) -> str:
 # ---------------------------------------------------------------------------------------------- --compare-recompute
 
 
-def recompute_lengths(ctx: int, steps: int) -> list[int]:
-    """A quarter, half and all of ctx (each long enough to decode `steps` tokens)."""
-    return sorted({max(steps + 1, ctx // 4), max(steps + 1, ctx // 2), ctx})
+def recompute_lengths(ctx: int) -> list[int]:
+    """A quarter, half and all of ctx, each long enough for a prompt, the warm-up and the timed steps."""
+    return sorted({max(RECOMPUTE_SHORTEST, ctx // 4), max(RECOMPUTE_SHORTEST, ctx // 2), ctx})
 
 
-def _compare_recompute(session: Session, probe, ctx: int, decode_steps: int, progress: Progress) -> list:
+def _compare_recompute(session: Session, probe, ctx: int, progress: Progress) -> list[RecomputeRow]:
+    """At each length, the sequence reaches it by RECOMPUTE_WARMUP untimed and then RECOMPUTE_STEPS timed steps:
+    with the cache (one token a step), then recomputing the whole sequence (use_cache=False) from the same prompt.
+    The first steps at a length pay for choosing kernels and allocating (timed with them, the cached time per token
+    fell as the context grew: an H100's 0.274 s at 2k and 0.038 s at 8k for Llama-3-8B), so only the later ones
+    are timed, each on its own."""
     torch, device = session.torch, session.device
-    steps = min(decode_steps, RECOMPUTE_STEPS)
+    lengths = recompute_lengths(ctx)
+    per_length = RECOMPUTE_WARMUP + RECOMPUTE_STEPS
     rows = []
-    lengths = recompute_lengths(ctx, steps)
-    with torch.inference_mode(), progress.phase("cache vs recompute", total=2 * len(lengths) * steps) as advance:
+    with torch.inference_mode(), progress.phase("cache vs recompute", total=2 * len(lengths) * per_length) as advance:
         for length in lengths:
-            ids = session.tokens(1, length - steps)
+            ids = session.tokens(1, length - per_length)
             cache = session.new_cache()
-            token = session.prefill(ids, cache)
-            times: dict[str, float] = {}
-            with runtime.timed(torch, device, times, "cached"):
-                for _ in range(steps):
-                    token = session.step(token, cache)
-                    advance()
+            cached, warm_cached = _timed_steps(session, _cached_steps(session, ids, cache), advance)
             cache_bytes = sum(layer.kv_storage for layer in runtime.cache_layers(cache, session.model))
             del cache
             runtime.free(torch, device)
             base = probe.snapshot("recompute").allocated
             probe.reset_peak()
-            sequence = ids
-            with runtime.timed(torch, device, times, "recompute"):
-                for _ in range(steps):
-                    token = session.forward(sequence, None)
-                    sequence = torch.cat([sequence, token], dim=-1)
-                    advance()
+            recompute, warm_recompute = _timed_steps(session, _recompute_steps(session, ids), advance)
             peak = probe.snapshot("recompute").max_allocated
             rows.append(RecomputeRow(
-                tokens=length, steps=steps, cached_s_per_token=times["cached"] / steps,
-                recompute_s_per_token=times["recompute"] / steps,
-                speedup=times["recompute"] / times["cached"] if times["cached"] else math.inf,
+                tokens=length, steps=RECOMPUTE_STEPS, warmup_steps=min(warm_cached, warm_recompute),
+                cached=cached, recompute=recompute, speedup=recompute.median / cached.median,
+                speedup_low=recompute.p10 / cached.p90, speedup_high=recompute.p90 / cached.p10,
                 cache_bytes=cache_bytes, recompute_peak_bytes=None if peak is None else peak - base))
     return rows
+
+
+def _cached_steps(session: Session, ids, cache):
+    """Prefill `ids`, then one cached decode step per iteration."""
+    token = session.prefill(ids, cache)
+    while True:
+        yield
+        token = session.step(token, cache)
+
+
+def _recompute_steps(session: Session, ids):
+    """One forward of the whole sequence so far per iteration (no cache), the token it makes appended."""
+    sequence = ids
+    while True:
+        yield
+        sequence = session.torch.cat([sequence, session.forward(sequence, None)], dim=-1)
+
+
+def _timed_steps(session: Session, steps, advance) -> tuple[Spread, int]:
+    """RECOMPUTE_WARMUP untimed steps of the generator `steps` (started first: a prefill is no step), then
+    RECOMPUTE_STEPS timed one by one (synchronised): the spread of the timed ones, and the forward passes the model
+    ran in the untimed ones."""
+    import time
+
+    torch, device = session.torch, session.device
+    next(steps)
+    before = session.forwards
+    for _ in range(RECOMPUTE_WARMUP):
+        next(steps)
+        advance()
+    warm = session.forwards - before
+    runtime.sync(torch, device)
+    seconds = []
+    for _ in range(RECOMPUTE_STEPS):
+        start = time.perf_counter()
+        next(steps)
+        runtime.sync(torch, device)
+        seconds.append(max(time.perf_counter() - start, 1e-9))
+        advance()
+    steps.close()  # lets go of the cache or sequence it holds
+    return Spread.of(seconds), warm
 
 
 # ---------------------------------------------------------------------------------------------- --find-max-batch

@@ -519,17 +519,17 @@ def allocator_peak(torch):
     mask, the math fallback's scores, a kernel's scratch. (A TorchDispatchMode sees only an op's outputs, and
     makes composite ops take their tensor-subclass branches, which allocate otherwise.)
 
-    The profiler's start and stop lines (kineto writes them to the process's stderr) are kept off the terminal."""
+    What the profiler and the allocator write below Python meanwhile (kineto's start and stop lines, the warning
+    for a block allocated before profiling and freed during it) is kept off the terminal."""
     from torch.profiler import ProfilerActivity, profile
 
     result = AllocatorPeak()
     recorder = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _quiet_stderr():
+    with _native_stderr_silenced():
         recorder.__enter__()
-    try:
-        yield result
-    finally:
-        with _quiet_stderr():
+        try:
+            yield result
+        finally:
             recorder.__exit__(None, None, None)
     records = [event for event in recorder.profiler.kineto_results.events() if event.name() == "[memory]"]
     live = 0
@@ -540,16 +540,27 @@ def allocator_peak(torch):
 
 
 @contextmanager
-def _quiet_stderr():
-    """File descriptor 2 pointed at the null device for the block (for output written below Python)."""
-    sys.stderr.flush()
+def _native_stderr_silenced():
+    """File descriptor 2 pointed at the null device for the block, so that native code's writes go nowhere, while
+    Python's own stderr (the progress display), where it is that descriptor, writes to a copy of it."""
+    python_stderr = sys.stderr
+    python_stderr.flush()
     saved = os.dup(2)
     null = os.open(os.devnull, os.O_WRONLY)
     os.dup2(null, 2)
     os.close(null)
     try:
+        if python_stderr.fileno() == 2:
+            sys.stderr = open(saved, "w", encoding=python_stderr.encoding, errors="backslashreplace",
+                              closefd=False, buffering=1)
+    except (AttributeError, OSError, ValueError):  # a stream with no descriptor (captured): descriptor 2 is not it
+        pass
+    try:
         yield
     finally:
+        if sys.stderr is not python_stderr:
+            sys.stderr.flush()
+            sys.stderr = python_stderr
         os.dup2(saved, 2)
         os.close(saved)
 
