@@ -165,6 +165,8 @@ class Profile(BaseModel):
     predicted_total_bytes: int
     measured_total_bytes: int | None = None
     build_s: float | None = None
+    estimated_prefill_s: float | None = None  # CPU: the notice's estimate, from a pilot, beside ttft_s
+    estimated_decode_s: float | None = None
     ttft_s: float | None = None
     prefill_tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
@@ -400,7 +402,6 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     predicted = predict(spec, ctx, batch, prompt, dtype, engine, device, runtime.cublas_workspace(torch, device))
     if device == "cpu":
         _check_ram(predicted, source.name, spec.num_layers)
-        progress.notice(_cpu_time_notice(torch, spec, dtype, batch, ctx))
     config = runtime.make_config(transformers, model_type, fields)
     probe = runtime.Probe(torch, device)
     result = Profile(
@@ -444,6 +445,8 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         result.build_s = times["build"]
         result.measured_weights_bytes, result.measured_buffer_bytes = runtime.model_bytes(built)
         result.memory.append(probe.snapshot("after build"))
+        if device == "cpu":
+            progress.notice(_cpu_time_notice(session, spec, result, compare_recompute))
         _decode_run(session, probe, result, predicted, spec, progress, times)
         if compare_recompute:
             result.recompute = _compare_recompute(session, probe, ctx, progress)
@@ -469,25 +472,72 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     return result
 
 
-CPU_PROBE = 512  # matrix size of the throughput probe: milliseconds in fp32, large enough to reach a CPU's GEMM rate
+CPU_PILOTS = (64, 256)  # prompt tokens of the two pilot prefills that time a CPU profile before it runs
+CPU_PROBE = 1024  # matrix size of the dtype probe: a CPU's GEMM rate, not a small matrix's
 
 
-def _cpu_time_notice(torch, spec: ModelSpec, dtype: str, batch: int, ctx: int) -> str:
-    """What a CPU profile will cost: its matmul work, 2 x the layers' active parameters x tokens (embeddings are
-    lookups, and only the last token's logits are computed), at the rate this CPU runs a matmul in the profile dtype
-    (measured here), and how to make it cheaper. A CPU without native bf16 (AVX512-BF16, AMX) emulates bf16 matmuls
-    several times slower than fp32."""
-    rates = {name: _matmul_rate(torch, name) for name in dict.fromkeys((dtype, "fp32"))}
-    layers = spec.params.active - spec.params.embedding - spec.params.lm_head
-    work = 2 * layers * batch * ctx
-    seconds = work / rates[dtype]
-    text = (f"a CPU profile: about {_flop(work)} of matmuls, roughly {_duration(seconds)} at the "
-            f"{rates[dtype] / 1e9:,.0f} GFLOP/s this CPU runs in {dtype}")
-    if dtype != "fp32" and rates["fp32"] > 1.5 * rates[dtype]:
-        text += f" (--dtype fp32 runs at {rates['fp32'] / 1e9:,.0f} GFLOP/s here: this CPU has no fast {dtype})"
-    if seconds > 60:
+def _cpu_time_notice(session: Session, spec: ModelSpec, result: Profile, compare_recompute: bool) -> str:
+    """What a CPU profile will cost, timed on the model just built: two pilot prefills (after an untimed one that
+    pays for the first call's allocations) give a forward pass's fixed cost and its cost per unit of work
+    (`_work`), which scale to the run's prompt; a pilot decode step times the decode. A rate measured on one small
+    matrix, times the FLOPs, said 17 s for a prefill that took 111 s: a CPU's rate depends on the shapes and its
+    load, a forward pass is more than its matmuls (norms in fp32), and in bf16 oneDNN reorders every weight on
+    every call, a cost per pass that does not grow with the prompt. Where this CPU runs the profile dtype much
+    slower than fp32 (no AVX512-BF16 or AMX: emulated), it says so."""
+    import time
+
+    torch, batch = session.torch, result.batch
+    long = min(CPU_PILOTS[1], result.prompt_tokens)
+    short = max(1, min(CPU_PILOTS[0], long // 4))
+    timed = {}
+    with torch.inference_mode():
+        session.forward(session.tokens(batch, 16), None)
+        for tokens in (short, long):
+            cache = session.new_cache()
+            start = time.perf_counter()
+            token = session.prefill(session.tokens(batch, tokens), cache)
+            timed[tokens] = time.perf_counter() - start
+        start = time.perf_counter()
+        session.step(token, cache)
+        step = time.perf_counter() - start
+    del cache
+    works = {tokens: _work(spec, batch, tokens) for tokens in (short, long)}
+    per_work = max(timed[long] - timed[short], 0.0) / (works[long] - works[short]) if long > short else 0.0
+    fixed = max(timed[short] - per_work * works[short], 0.0)
+
+    def prefill_s(sequences: int, tokens: int) -> float:
+        return fixed + per_work * _work(spec, sequences, tokens) if per_work else timed[long] * tokens / long
+
+    result.estimated_prefill_s = prefill_s(batch, result.prompt_tokens)
+    result.estimated_decode_s = step * result.decode_steps
+    total = result.estimated_prefill_s + result.estimated_decode_s
+    if compare_recompute:  # per length, each way's steps at batch 1: a cached step, a forward of the whole sequence
+        runs = RECOMPUTE_WARMUP + RECOMPUTE_STEPS
+        total += sum(runs * (step + prefill_s(1, length)) for length in recompute_lengths(result.ctx))
+    text = (f"a CPU profile: about {_duration(total)} here (prefill {_duration(result.estimated_prefill_s)}, "
+            f"decode {_duration(result.estimated_decode_s)}), timed on pilot prefills of {short:,} and {long:,} "
+            "tokens of the model just built")
+    rates = {name: _matmul_rate(torch, name) for name in dict.fromkeys((result.dtype, "fp32"))}
+    if result.dtype != "fp32" and rates["fp32"] > 1.5 * rates[result.dtype]:
+        text += (f"; this CPU runs {result.dtype} matmuls at {rates[result.dtype] / 1e9:,.0f} GFLOP/s and fp32 at "
+                 f"{rates['fp32'] / 1e9:,.0f}: --dtype fp32 is faster here")
+    if total > 60:
         text += "; --layers N builds fewer layers and cuts the time in proportion"
     return text
+
+
+def _work(spec: ModelSpec, batch: int, tokens: int) -> float:
+    """FLOPs of a prefill of `tokens` per sequence: 2 x the layers' active parameters per token (embeddings are
+    lookups, and one token's logits are computed), and on each attention layer 4 x heads x head_dim per token pair
+    it computes: half of them under a causal mask, all of them where a window mask is passed (SDPA then computes
+    every block)."""
+    layers = spec.params.active - spec.params.embedding - spec.params.lm_head
+    pairs = 0.0
+    for cache in spec.caches:
+        if cache.kind in ("full", "sliding", "chunked"):
+            window = cache.chunk if cache.kind == "chunked" else getattr(cache, "window", None)
+            pairs += cache.head_dim * (tokens**2 if window and tokens >= window else tokens**2 / 2)
+    return batch * (2 * layers * tokens + 4 * spec.num_attention_heads * pairs)
 
 
 def _matmul_rate(torch, dtype: str) -> float:
@@ -501,10 +551,6 @@ def _matmul_rate(torch, dtype: str) -> float:
         a @ a
         best = min(best, time.perf_counter() - start)
     return 2 * CPU_PROBE**3 / max(best, 1e-9)
-
-
-def _flop(work: float) -> str:
-    return f"{work / 1e12:,.1f} TFLOP" if work >= 1e12 else f"{work / 1e9:,.1f} GFLOP"
 
 
 def _duration(seconds: float) -> str:
