@@ -477,13 +477,13 @@ CPU_PROBE = 1024  # matrix size of the dtype probe: a CPU's GEMM rate, not a sma
 
 
 def _cpu_time_notice(session: Session, spec: ModelSpec, result: Profile, compare_recompute: bool) -> str:
-    """What a CPU profile will cost, timed on the model just built: two pilot prefills (after an untimed one that
-    pays for the first call's allocations) give a forward pass's fixed cost and its cost per unit of work
-    (`_work`), which scale to the run's prompt; a pilot decode step times the decode. A rate measured on one small
-    matrix, times the FLOPs, said 17 s for a prefill that took 111 s: a CPU's rate depends on the shapes and its
-    load, a forward pass is more than its matmuls (norms in fp32), and in bf16 oneDNN reorders every weight on
-    every call, a cost per pass that does not grow with the prompt. Where this CPU runs the profile dtype much
-    slower than fp32 (no AVX512-BF16 or AMX: emulated), it says so."""
+    """What a CPU profile will cost, timed on the model just built: two pilot prefills (after an untimed one of up
+    to 16 tokens that pays for the first call's allocations) give a forward pass's fixed cost and its cost per
+    unit of work (`_work`), which scale to the run's prompt; a pilot decode step times the decode. A rate measured
+    on one small matrix, times the FLOPs, said 17 s for a prefill that took 111 s: a CPU's rate depends on the
+    shapes and its load, a forward pass is more than its matmuls (norms in fp32), and in bf16 oneDNN reorders every
+    weight on every call, a cost per pass that does not grow with the prompt. Where this CPU runs the profile dtype
+    much slower than fp32 (no AVX512-BF16 or AMX: emulated), it says so."""
     import time
 
     torch, batch = session.torch, result.batch
@@ -491,7 +491,7 @@ def _cpu_time_notice(session: Session, spec: ModelSpec, result: Profile, compare
     short = max(1, min(CPU_PILOTS[0], long // 4))
     timed = {}
     with torch.inference_mode():
-        session.forward(session.tokens(batch, 16), None)
+        session.forward(session.tokens(batch, min(16, long)), None)
         for tokens in (short, long):
             cache = session.new_cache()
             start = time.perf_counter()
