@@ -236,12 +236,7 @@ class PrefillActivations:
         self.scan = max(((c.ssm_elements, c.conv_elements // (c.conv_kernel - 1)) for c in mamba), default=None)
         self.unmodelled = sorted({c.mixer for c in model.caches if c.kind == "recurrent"} - self.MODELLED_MIXERS)
 
-    @property
-    def masked(self) -> bool:
-        """Whether some prompt has a P x P mask built for it (Falcon's, or the window mask once P reaches it)."""
-        return self.mask_always or self.smallest_window is not None
-
-    def _masked(self, prompt: int) -> bool:
+    def masked(self, prompt: int) -> bool:
         """`sdpa_mask` skips the mask (SDPA's is_causal instead) unless a window or chunk is no longer than the
         prompt (`_ignore_causal_mask_sdpa`), or the model asks for it always."""
         return self.mask_always or (self.smallest_window is not None and prompt >= self.smallest_window)
@@ -272,7 +267,7 @@ class PrefillActivations:
             return 0, 0
         b, heads = self.bytes, self.heads
         kv_heads, dk, dv = self.kv
-        masked = self._masked(prompt)
+        masked = self.masked(prompt)
         unequal = self.unrepeated_kv and kv_heads < heads  # heads SDPA gets as they are
         repeat = not unequal and kv_heads < heads and (masked or dk != dv or dk > 256)  # `use_gqa_in_sdpa`
         per_token = (self.residuals - 1) * self.widths.hidden * b + heads * dk * b
@@ -307,7 +302,7 @@ class PrefillActivations:
     def shared(self, prompt: int) -> int:
         """What the whole batch shares: the boolean mask, the position tables, the cache positions, and the math
         fallback's causal mask."""
-        mask = prompt**2 if self._masked(prompt) and self.eager is None else 0  # eager's are its own, below
+        mask = prompt**2 if self.masked(prompt) and self.eager is None else 0  # eager's are its own, below
         if self.learned_positions:
             tables = self.widths.hidden * self.bytes
         else:
