@@ -4,6 +4,9 @@ Each cache kind is a small immutable type that knows two things, as vLLM's `kv_c
 how many bytes one token costs it (`bytes_per_token`) and how many tokens it keeps for a sequence that holds
 `ctx` tokens (`tokens_held`). Everything else (per sequence, per batch, per GPU) is arithmetic on those two,
 in `kvplan.memory`. A new architecture is a new reader rule in `kvplan.sources`, not a new branch here.
+
+What a model is planned for is here too: the GPU (`Hardware`), the parallel layout (`Parallelism`) and the users
+and their context (`Workload`).
 """
 
 from typing import Annotated, Literal
@@ -545,3 +548,59 @@ class ModelSpec(BaseModel):
     eagle: Annotated[EagleHead, AS_BUILT] | None = Field(
         None, description="an EAGLE draft head's own fields, where the config states it is one: such a model is a "
                           "draft, not a model to serve")
+
+
+# ------------------------------------------------------------------ what a model is planned for: GPU, layout, users
+
+
+class Hardware(BaseModel):
+    """The GPU: its catalogue name (None for --vram) and the memory it may use; nothing with --kv-budget."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    name: str | None = None
+    memory_bytes: int | None = None
+
+
+class Parallelism(BaseModel):
+    """A layout: `replicas` independent copies, each `dp` data-parallel attention ranks of `tp` x `pp` GPUs (tp:
+    the attention tensor parallelism of one rank), the routed experts over the dp x tp GPUs of a stage, whole on
+    `ep` expert-parallel ranks (1: sliced by TP)."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    replicas: int = 1
+    from_gpus: bool = Field(False, description="TP or PP taken from --gpus, not given")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.replicas
+
+    @property
+    def ranks(self) -> int:
+        """The KV pools that serve users on their own: DP ranks x replicas."""
+        return self.dp * self.replicas
+
+
+class Workload(BaseModel):
+    """Users each holding ctx tokens (prompt plus output); avg_ctx: their mean length; shared_prefix: the
+    tokens of a system prompt every user starts with, cached once by prefix caching; isl and osl: the prompt and
+    output tokens of each request, which the speed model times (`kvplan.speed`), at most ctx together (memory is
+    planned for what a user may hold, speed for the requests)."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    ctx: int
+    users: int | None = None
+    avg_ctx: int | None = None
+    shared_prefix: int = 0
+    isl: int | None = None
+    osl: int | None = None
+
+    @property
+    def target(self) -> int:
+        return self.users or 1

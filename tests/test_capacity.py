@@ -16,8 +16,8 @@ from kvplan.capacity import (
     max_users,
     parallelism,
     plan,
-    stage_bounds,
 )
+from kvplan.capacity.layout import stage_bounds
 from kvplan.engines import EngineOptions, KVPool
 from kvplan.errors import KvplanError
 from kvplan.model import FullAttention, ModelSpec, ParamCounts, SlidingWindow
@@ -317,7 +317,7 @@ def test_vllm_counts_users_as_the_search_finds_them():
     shared prefix and budget tried, both as reserved and in steady decode."""
     import random
 
-    from kvplan.capacity import Hardware, Parallelism, _deploy, search_users
+    from kvplan.capacity import Hardware, Parallelism, deploy, search_users
     from kvplan.engines import EngineOptions
     from kvplan.sources import load_model
 
@@ -329,7 +329,7 @@ def test_vllm_counts_users_as_the_search_finds_them():
     for name in names:
         model = load_model(name)
         for options in (EngineOptions(), EngineOptions(async_scheduling=False, block_size=32)):
-            deployment = _deploy(model, [Workload(ctx=1024)], "vllm", options,
+            deployment = deploy(model, [Workload(ctx=1024)], "vllm", options,
                                  Hardware(name="NVIDIA H100 SXM", memory_bytes=80 * GiB), Parallelism(), None, None,
                                  kv_budget=None, overhead=None)
             pool = deployment.pools[0]
@@ -351,7 +351,7 @@ def test_pools_that_free_nothing_in_decode_hold_their_reservation(engine):
     only the pool's bytes, checks that for every model kind and budget tried; and the vLLM pools that do free
     blocks (sliding, chunked, cross-attention) must somewhere hold more users in steady decode, or the flag says
     nothing."""
-    from kvplan.capacity import Hardware, Parallelism, _deploy, engine_dtypes, search_users
+    from kvplan.capacity import Hardware, Parallelism, deploy, engine_dtypes, search_users
 
     names = ["meta-llama/Llama-3.1-8B", "google/gemma-3-27b-it", "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V3",
              "Qwen/Qwen3-Next-80B-A3B-Thinking", "openai/whisper-large-v3",
@@ -361,7 +361,7 @@ def test_pools_that_free_nothing_in_decode_hold_their_reservation(engine):
         model = load_model(name)
         kv, weights = engine_dtypes(model, engine)
         try:
-            deployment = _deploy(model, [Workload(ctx=1024)], engine, EngineOptions(),
+            deployment = deploy(model, [Workload(ctx=1024)], engine, EngineOptions(),
                                  Hardware(name="NVIDIA H100 SXM", memory_bytes=80 * GiB), Parallelism(), kv,
                                  weights, kv_budget=None, overhead=None)
         except KvplanError:  # an engine that does not run this model

@@ -16,8 +16,8 @@ from pydantic import BaseModel
 from kvplan.errors import KvplanError
 from kvplan.text import brief
 
-INSTALL_HINT = ("pip install 'kvplan[profile]' (without an NVIDIA GPU, first the CPU build of torch: pip install "
-                "torch --index-url https://download.pytorch.org/whl/cpu)")
+INSTALL_HINT = ("pip install '.[profile]' in kvplan's source directory (without an NVIDIA GPU, first the CPU build "
+                "of torch: pip install torch --index-url https://download.pytorch.org/whl/cpu)")
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # Attributes of a transformers cache layer, by what they hold.
 ROLES = {"keys": "kv", "values": "kv", "indexer_keys": "kv", "idx_keys": "kv", "conv_states": "conv",
@@ -486,22 +486,6 @@ class Probe:
             self.notes.append("NVML does not list this process (PID namespace): process_used is blank; "
                               "device_used still counts it")
         return sum(used) if used else None
-
-
-def cublas_workspace(torch, device: str) -> int:
-    """The cuBLAS workspace torch allocates through its caching allocator at a GPU's first matmul and keeps, one per
-    handle and stream (`parseChosenWorkspaceSize`, aten/src/ATen/cuda/CublasHandlePool.cpp, torch 2.11):
-    CUBLAS_WORKSPACE_CONFIG's :SIZE:COUNT pairs (KiB) where set, else 32 MiB on sm90 (Hopper), else :4096:2:16:8;
-    cuBLASLt shares it. None on the CPU."""
-    if not device.startswith("cuda"):
-        return 0
-    config = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    pairs = re.findall(r":([0-9]+):([0-9]+)", config or "")
-    if pairs:
-        return sum(int(size) * 1024 * int(count) for size, count in pairs)
-    if torch.cuda.get_device_capability(device) == (9, 0):
-        return 4096 * 1024 * 8
-    return 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
 class AllocatorPeak:
