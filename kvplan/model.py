@@ -444,6 +444,10 @@ class Widths(BaseModel):
     experts: int = Field(0, ge=0, description="routed experts per MoE layer (what expert parallelism divides); 0 "
                                               "without MoE")
     expert_intermediate: int = Field(0, ge=0, description="one routed expert's intermediate size")
+    query_head_dim: int = Field(0, ge=0, description="a query (and key) head's width where attention works in "
+                                "other widths than it caches: MLA's qk_nope + qk_rope; 0: the cached head_dim")
+    value_head_dim: int = Field(0, ge=0, description="the value head's width there: MLA's v_head_dim; 0: the "
+                                "cached head_dim_v")
 
 
 class MultimodalInput(BaseModel):

@@ -618,7 +618,9 @@ def _error(comp) -> tuple[str, str]:
 
 
 def print_profile(console: Console, result) -> None:
-    """kvplan.profiler.run.Profile: predicted vs measured per component and per layer kind, time, verdict."""
+    """kvplan.profiler.run.Profile: predicted vs measured per component and per layer kind, time, verdict. Every
+    table fits 80 columns without cutting a number or a class name: exact bytes in four columns at most, sizes
+    where a column more is needed, what a row is stored as below its table."""
     cut = f"first {result.layers} of {result.total_layers} layers" if result.layers < result.total_layers \
         else f"{result.layers} layers"
     console.print(line((result.model, "bold"), f" ({result.architecture}, {cut}): {result.batch:,} x "
@@ -633,25 +635,32 @@ def print_profile(console: Console, result) -> None:
                          f"{result.cache_class or '-'}, attention {result.attn_implementation or '-'}", "dim"))
     cuda = result.device.startswith("cuda")
     table = Table(title="predicted (kvplan, transformers engine) vs measured, bytes", title_justify="left")
-    for column in ("component", "predicted", "measured", "error", "error %", "measured size"):
+    for column in ("component", "predicted", "measured", "error", "error %"):
         table.add_column(column, justify="left" if column == "component" else "right")
     for comp in result.components:
         if comp.measured is None and not cuda:
-            continue  # activations, CUDA context and total are the allocator's and the driver's figures
+            continue  # CUDA context and total are the allocator's and the driver's figures
         error, pct = _error(comp)
-        table.add_row(comp.name, _count(comp.predicted), _count(comp.measured), error, pct,
-                      "-" if comp.measured is None else format_bytes(comp.measured))
-    print_table(console, table)
+        table.add_row(comp.name, _count(comp.predicted), _count(comp.measured), error, pct)
+    print_table(console, table, whole=())  # the labels wrap, the numbers stay whole
+    if result.measured_prefill_activation_bytes is not None:
+        console.print(styled(
+            f"activations and other, by phase (predicted / measured): prefill "
+            f"{_count(result.predicted_prefill_activation_bytes)} / {_count(result.measured_prefill_activation_bytes)}"
+            f"; decode, above the cache it ends with, {_count(result.predicted_decode_above_cache_bytes)} / "
+            f"{_count(result.measured_decode_above_cache_bytes)}", "dim"))
     if result.by_kind:
         kinds = Table(title=f"KV cache by layer kind after decode ({result.cache_class}), bytes",
                       title_justify="left")
-        for column in ("layer kind", "layers", "tokens held", "predicted", "measured", "visible", "stored as"):
-            kinds.add_column(column, justify="left" if column in ("layer kind", "stored as") else "right")
+        for column in ("layer kind", "tokens held", "predicted", "measured", "visible"):
+            kinds.add_column(column, justify="left" if column == "layer kind" else "right")
         for row in result.by_kind:
-            kinds.add_row(plain(row.kind), str(row.layers), _count(row.tokens_measured), _count(row.predicted),
-                          _count(row.measured), _count(row.measured_view),
-                          f"{row.cache_layer_class} ({', '.join(row.dtypes)})")
-        print_table(console, kinds)
+            layers = f"{row.layers:,} layer{'s' if row.layers != 1 else ''}"
+            kinds.add_row(f"{plain(row.kind)} ({layers})", _count(row.tokens_measured), _count(row.predicted),
+                          _count(row.measured), _count(row.measured_view))
+        print_table(console, kinds, whole=())
+        console.print("stored as: " + "; ".join(f"{plain(row.kind)}: {row.cache_layer_class} "
+                                                 f"({', '.join(row.dtypes)})" for row in result.by_kind))
     _print_profile_memory(console, result)
     if result.ttft_s is not None:
         timing = (f"time to first token {result.ttft_s * 1000:,.1f} ms ({result.prefill_tokens_per_s:,.0f} prefill "
@@ -662,16 +671,7 @@ def print_profile(console: Console, result) -> None:
     if result.decode_bandwidth is not None:
         _print_decode_bandwidth(console, result.decode_bandwidth)
     if result.recompute:
-        rec = Table(title="decode with the KV cache vs recomputing the prefix per token (batch 1)",
-                    title_justify="left")
-        for column in ("tokens", "cached s/token", "recompute s/token", "speedup", "cache memory",
-                       "recompute peak"):
-            rec.add_column(column, justify="right")
-        for row in result.recompute:
-            rec.add_row(f"{row.tokens:,}", f"{row.cached_s_per_token:.4f}", f"{row.recompute_s_per_token:.4f}",
-                        f"{row.speedup:,.1f}x", format_bytes(row.cache_bytes),
-                        "-" if row.recompute_peak_bytes is None else format_bytes(row.recompute_peak_bytes))
-        print_table(console, rec)
+        _print_recompute(console, result.recompute)
     if result.max_batch is not None:
         mb = result.max_batch
         error = "-" if mb.error_pct is None else f"{mb.error_pct:+.1f}%"
@@ -699,17 +699,46 @@ def _print_decode_bandwidth(console: Console, b) -> None:
                          "dim"))
 
 
-def _print_profile_memory(console: Console, result) -> None:
-    cuda = result.device.startswith("cuda")
-    columns = ("allocated", "max allocated", "reserved", "device used", "process used") if cuda \
-        else ("resident (RSS)", "peak RSS")
-    fields = ("allocated", "max_allocated", "reserved", "device_used", "process_used") if cuda \
-        else ("rss", "max_rss")
-    table = Table(title="memory after each phase" + ("" if cuda else " (process, CPU)"), title_justify="left")
-    table.add_column("phase")
-    for column in columns:
+def _print_recompute(console: Console, rows) -> None:
+    """Per length: each way's median time per token over its p10-p90 range, and their ratio."""
+    peaks = any(row.recompute_peak_bytes is not None for row in rows)
+    table = Table(title=f"decode with the KV cache vs recomputing the prefix per token (batch 1; median over "
+                        f"p10-p90 of {rows[0].steps} timed steps, after {rows[0].warmup_steps} untimed)",
+                  title_justify="left")
+    columns = ["tokens", "cached, per token", "recompute, per token", "speedup", "cache memory"]
+    for column in columns + (["recompute peak"] if peaks else []):
         table.add_column(column, justify="right")
+    for row in rows:
+        cells = [f"{row.tokens:,}", _time_spread(row.cached), _time_spread(row.recompute),
+                 f"{row.speedup:,.1f}x\n{row.speedup_low:,.1f}-{row.speedup_high:,.1f}x", format_bytes(row.cache_bytes)]
+        if peaks:
+            cells.append("-" if row.recompute_peak_bytes is None else format_bytes(row.recompute_peak_bytes))
+        table.add_row(*cells)
+    print_table(console, table)
+
+
+def _time_spread(spread) -> str:
+    """'43.5 ms' over '43.1-44.0': three significant figures, the range in the median's unit."""
+    scale, unit = next(((s, u) for s, u in ((1, "s"), (1e-3, "ms")) if spread.median >= s), (1e-6, "\u00b5s"))
+    return f"{_figures(spread.median / scale)} {unit}\n{_figures(spread.p10 / scale)}-{_figures(spread.p90 / scale)}"
+
+
+def _figures(value: float) -> str:
+    """Three significant figures (trailing zeros kept), whole numbers from 100 up."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:#.3g}".rstrip(".")
+
+
+def _print_profile_memory(console: Console, result) -> None:
+    """One column per phase, one row per figure (allocator and driver on a GPU, the process's RSS on the CPU)."""
+    cuda = result.device.startswith("cuda")
+    rows = (("allocated", "allocated"), ("max allocated", "max_allocated"), ("reserved", "reserved"),
+            ("device used", "device_used"), ("process used", "process_used")) if cuda \
+        else (("resident (RSS)", "rss"), ("peak RSS", "max_rss"))
+    table = Table(title="memory after each phase" + ("" if cuda else " (process, CPU)"), title_justify="left")
+    table.add_column("")
     for phase in result.memory:
-        table.add_row(phase.phase, *("-" if getattr(phase, f) is None else format_bytes(getattr(phase, f))
-                                     for f in fields))
+        table.add_column(phase.phase, justify="right")
+    for label, field in rows:
+        table.add_row(label, *("-" if getattr(phase, field) is None else format_bytes(getattr(phase, field))
+                               for phase in result.memory))
     print_table(console, table)

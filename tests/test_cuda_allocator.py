@@ -143,7 +143,7 @@ def test_profile_predicts_the_total_nvml_counted(name, expandable):
     data = record(name)
     engine = profile_run.transformers_engine(data["transformers_version"], "dynamic", data["device_name"], expandable)
     predicted = profile_run.predict(load_model("meta-llama/Llama-3-8B"), data["ctx"], data["batch"],
-                                    data["prompt_tokens"], "bf16", engine, data["cuda_version"])
+                                    data["prompt_tokens"], "bf16", engine, "cuda", data["cuda_version"])
     assert predicted.total == data["measured_total_bytes"]
     assert predicted.cuda_context == data["measured_non_torch_bytes"]
 

@@ -307,7 +307,8 @@ def test_transformers_prefill_activations_llama3_8b_by_hand():
     # act(gate), up and their product 3 x 14,336 x 2 = 86,016 B per prompt token
     llama = activations("meta-llama/Llama-3-8B")
     assert llama.per_token() == 118_784
-    assert llama.peak(2, 8191) == 2 * 8191 * 118_784
+    # once for the batch: the rotary cos and sin tables, 2 x 128 x 2 B per token, and the int64 cache positions
+    assert llama.peak(2, 8191) == 2 * 8191 * 118_784 + 8191 * (2 * 128 * 2 + 8)
     assert llama.peak(0, 8191) == 0
 
 
@@ -319,12 +320,13 @@ def test_transformers_capacity_is_what_torchs_allocator_leaves_room_for():
     # them (split and cached blocks beyond the live tensors) lets 27, the largest batch that ran on that H100.
     budget = 81_559 * MiB - 2 * 8_030_261_248 - 721_420_288 - 512_557_056
     per_user = 8192 * 131_072 + 8191 * 118_784
+    shared = 8191 * (2 * 128 * 2 + 8)  # the batch's rotary tables and cache positions
     cap = capacity(load_model("meta-llama/Llama-3-8B"), Workload(ctx=8192, users=4), engine_name="transformers",
                    hardware=Hardware(name="H100", memory_bytes=81_559 * MiB))
     assert cap.kv_budget_bytes == budget
-    assert budget // per_user == 33 and cap.max_concurrent_users == 27
-    assert cap.engine_activation_bytes_for_users == 4 * 8191 * 118_784
-    assert cap.headroom_bytes == budget - 4 * per_user
+    assert (budget - shared) // per_user == 33 and cap.max_concurrent_users == 27
+    assert cap.engine_activation_bytes_for_users == 4 * 8191 * 118_784 + shared
+    assert cap.headroom_bytes == budget - 4 * per_user - shared
     # other engines size activations as fixed overhead: nothing per user
     assert capacity(load_model("meta-llama/Llama-3-8B"), Workload(ctx=8192), kv_budget=BUDGET
                     ).engine_activation_bytes_for_users == 0
@@ -336,13 +338,21 @@ def test_transformers_prefill_activations_by_layer_kind():
     assert activations("deepseek-ai/DeepSeek-V2-Lite").per_token() == 163_840
     # GPT-2 (fp32, gelu_new's tanh formula op by op): 4 x 768 x 4 + 4 x 3,072 x 4
     assert activations("gpt2", "fp32").per_token() == 4 * 768 * 4 + 4 * 3072 * 4
-    # Falcon-7B: plain GELU MLP 2 x 18,176, and a P x P boolean mask for any prompt
+    # Falcon-7B: its one KV head goes to SDPA unrepeated, which no fused kernel takes: the math fallback's fp32
+    # scores and softmax with their masked-pair booleans, 71 heads x (4 + 4 + 1) B per token pair, beside the
+    # additive copy of its P x P mask (2 B a pair); per token the residual stream 3 x 4,544 x 2, the query 71 x 64 x
+    # 2, its fp32 copy and the keys' and values' (71 x 64 + 2 x 64) x 4, the scaled query 71 x 64 x 4 and key
+    # 64 x 4. Once for the batch: the boolean mask, the rotary tables 2 x 64 x 2 and the cache positions 8 per token
     falcon = activations("tiiuae/falcon-7b")
-    assert falcon.peak(1, 1000) == 1000 * (4 * 4544 * 2 + 2 * 18176 * 2) + 1000**2
+    per_token = 3 * 4544 * 2 + 71 * 64 * 2 + (71 * 64 + 2 * 64) * 4 + 71 * 64 * 4 + 64 * 4
+    assert falcon.peak(1, 1000) == 1000 * per_token + 71 * 9 * 1000**2 + 2 * 1000**2 + 1000**2 + 1000 * (256 + 8)
+    # the MLP moment (plain GELU, 2 x 18,176) is well below it
+    assert falcon.per_token() == 4 * 4544 * 2 + 2 * 18176 * 2
     # gpt-oss runs eager attention: quadratic in the prompt, each sequence its own scores
     oss = activations("openai/gpt-oss-20b")
     assert oss.peak(1, 8000) > 3.5 * oss.peak(1, 4000)
-    assert oss.peak(2, 8000) == 2 * oss.peak(1, 8000)
+    shared = oss.shared(8000)  # the batch's rotary tables and cache positions
+    assert oss.peak(2, 8000) - shared == 2 * (oss.peak(1, 8000) - shared)
 
 
 def test_transformers_yaml_spec_without_widths_gets_a_flat_allowance(tmp_path):
@@ -355,7 +365,9 @@ def test_transformers_yaml_spec_without_widths_gets_a_flat_allowance(tmp_path):
     plain = engines.PrefillActivations(read_yaml_spec(tmp_path / "plain.yaml"), kv_dtype("bf16"))
     assert plain.peak(1, 10) == plain.peak(9, 10_000) == GiB and "flat 1 GiB" in plain.notes()[0]
     wide = engines.PrefillActivations(read_yaml_spec(tmp_path / "wide.yaml"), kv_dtype("bf16"))
-    assert wide.peak(3, 100) == 3 * 100 * (3 * 512 * 2 + 3 * 2048 * 2)  # a one-layer spec: 3 residual tensors
+    # a one-layer spec: 3 residual tensors; 8 heads of 64 rotate their queries and keys (one rotary table of
+    # cos and sin, 2 x 64 x 2 B per token for the batch, and the cache positions)
+    assert wide.peak(3, 100) == 3 * 100 * (3 * 512 * 2 + 3 * 2048 * 2) + 100 * (2 * 64 * 2 + 8)
 
 
 def test_transformers_prefill_activations_mamba_scan_and_unmodelled_mixers():

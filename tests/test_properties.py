@@ -131,16 +131,15 @@ def test_total_is_weights_plus_kv(spec, ctx, batch):
 @FAST
 @given(models, st.integers(min_value=0, max_value=4096), contexts, contexts, st.sampled_from(["bf16", "fp32"]))
 def test_prefill_activations_grow_with_batch_and_prompt(spec, users, a, b, dtype):
-    """The transformers engine's prefill activations: none without users, every sequence its own share (the
-    batch-shared window mask aside), and never less for a longer prompt."""
+    """The transformers engine's prefill activations: none without users, every sequence its own share (what the
+    batch shares aside: its masks, position tables and cache positions), and never less for a longer prompt."""
     activations = PrefillActivations(spec, kv_dtype(dtype))
     short, long = sorted((a, b))
     assert activations.peak(0, short) == 0
     assert activations.peak(users, short) <= activations.peak(users, long)
     assert activations.peak(users, short) <= activations.peak(users + 1, short)
-    shared_mask = short**2 if activations.masked and activations.eager is None else 0
-    assert activations.peak(users, short) == users * (activations.peak(1, short) - shared_mask) + \
-        (shared_mask if users else 0)
+    shared = activations.shared(short) if activations.widths is not None else 0
+    assert activations.peak(users, short) == users * (activations.peak(1, short) - shared) + (shared if users else 0)
 
 
 # ---------------------------------------------------------------------------------------------- the fuzzer

@@ -186,6 +186,13 @@ class DeviceRun:
         """torch.cuda.memory_reserved() at the end of the run (its peak: nothing is released)."""
         return self.phases(users, prompt, steps)[-1].reserved
 
+    def live_peaks(self, users: int, prompt: int, steps: int) -> tuple[int, int]:
+        """The prefill's and the decode's peak of live tensors above the built model, as torch.cuda's
+        max_memory_allocated counts them above memory_allocated after the build: the batch's cache, token ids,
+        activations and the BLAS workspace."""
+        built, prefill, decode = self.phases(users, prompt, steps)
+        return prefill.peak_allocated - built.allocated, decode.peak_allocated - built.allocated
+
     def process_bytes(self, users: int, prompt: int, steps: int) -> int:
         return self.reserved(users, prompt, steps) + self.context
 
@@ -259,11 +266,14 @@ def transformers_state(cache: LayerCache) -> LayerCache:
 
 
 class PrefillActivations:
-    """The activation peak of one transformers forward pass over a batch of prompts, above the weights and
-    the cache: inference mode, SDPA attention (eager where transformers has no SDPA path), logits for the last
-    token only, as generate() prefills. Measured tensor by tensor on transformers 5.23 by `kvplan profile`
-    (docs/accuracy.md); b is the model dtype's bytes. Per token, the largest of a layer's three moments (a
-    one-layer model holds one hidden-sized tensor fewer: its layer input is the embedding output):
+    """The activation peak of one transformers forward pass over a batch of prompts, above the weights and the
+    cache: inference mode, SDPA attention (eager where transformers has no SDPA path), logits for the last token
+    only, as generate() prefills. Measured on transformers 5.23 by `kvplan profile` (docs/accuracy.md): on the CPU
+    through the allocator's own records, on an H100 by torch.cuda. b is the model dtype's bytes, P the prompt, H
+    the query heads, h the KV heads, dq, dk, dv the query, key and value head widths.
+
+    Per sequence, the largest of a layer's moments. Per token (a one-layer model holds one hidden-sized tensor
+    fewer: its layer input is the embedding output):
         norm     3 x hidden x b (embedding output, layer input, residual) + the norm's fp32 upcast:
                  2 x hidden x 4 (1 x when the model runs in fp32)
         MLP      4 x hidden x b (the same and the normed input) + f x intermediate x b, f = 3 gated (act(gate),
@@ -275,34 +285,88 @@ class PrefillActivations:
         Mamba    4 x hidden x b + 3 x d_inner x d_state x 4 (the reference selective scan's fp32 discretised
                  A, B and B x u, when mamba_ssm is not installed) + d_inner x (6b + 8) (in_proj output,
                  the conv and gate outputs, fp32 dt and skip)
-    Per prompt of P tokens, with h attention heads: SDPA on windowed layers (and Falcon, MASK_ALWAYS) adds one
-    P x P boolean mask for the batch. Eager attention (EAGER_ATTENTION: models transformers has no SDPA path for)
-    adds two P x P masks in the model dtype per sequence, and its h x P x C probabilities (C = P + sinks columns)
-    outlive attention (the layer returns them) into the MLP moment, while attention itself holds s bytes per
-    score (gpt-oss: 3b, scores with sinks and max-subtracted; Gemma 2: b + 4 + b, masked scores, their fp32
-    softmax and its cast back, the cast skipped in fp32):
-        peak = batch x (2 P^2 b + max(P x per token + h P C b, P x 4 x hidden x b + h P C s))
+        rotary   3 x hidden x b + the larger of (4 x H x dq + h x (dk + dv)) x b, the query's turn in
+                 `apply_rotary_pos_emb` (q, q x cos, rotate_half(q) and its product with sin, the key and value
+                 waiting), and (2 x H x dq + 4 x h x dk + h x dv) x b, the key's (the query and its rotated copy
+                 alive), less the last attention layer's cache per token, which that layer has not yet made: the
+                 figure is the peak above the whole cache
+        SDPA     3 x hidden x b + H x dq x b (the rotated query; keys and values are the cache's) + H x (dk + dv) x b
+                 where transformers repeats the KV heads (`repeat_kv`: GQA with a mask, or dk != dv, or over
+                 256; `use_gqa_in_sdpa`) + the kernel's output H x dv x b and log-sum-exp H x 4
+    and per sequence the logits moment (`logits`: the last token's logits, vocab x b, and on the CPU in half
+    precision a copy of the output projection), and, for the layers a mask is passed to, P x P x b: torch's SDPA
+    turns a boolean mask into an additive one in the query dtype, materialised for each sequence
+    (`convert_boolean_attn_mask`, attention.cpp); on CUDA the memory-efficient kernel pads a mask whose rows are
+    not a multiple of 8 long (`preprocess_mask`), another P x P x b while both live. Where no fused kernel takes
+    the shapes, SDPA's math fallback (`_scaled_dot_product_attention_math`) holds the scores and their softmax,
+    each with a boolean of masked pairs, H x (2s + 1) per token pair (s = 4: it upcasts bf16 and fp16), and fp32
+    copies of the query, key and value: torch's fused kernels need equal query and key widths and equal heads (or
+    enable_gqa), the CPU's also an equal value width (sdp_utils_cpp.cpp), so MLA (dq != dv) falls back on the CPU
+    and Falcon's multi-query heads on both.
+
+    Shared by the batch, once per forward: a P x P boolean mask where one is materialised (`sdpa_mask`: a window
+    or chunk the prompt reaches, Falcon's always, MASK_ALWAYS), the position tables every layer reads (rotary cos
+    and sin, 2 x dk x b per token for each rotary kind: one per layer type for ROPE_PER_LAYER_TYPE; learned
+    position embeddings, hidden x b, for LEARNED_POSITIONS) and the int64 cache positions.
+
+    Eager attention (EAGER_ATTENTION: models transformers has no SDPA path for) adds two P x P masks in the model
+    dtype per sequence, and its h x P x C probabilities (C = P + sinks columns) outlive attention (the layer
+    returns them) into the MLP moment, while attention itself holds s bytes per score (gpt-oss: 3b, scores with
+    sinks and max-subtracted; Gemma 2: b + 4 + 4, masked scores, their fp32 copy and its softmax, b + 4 in fp32,
+    where the copy is the scores themselves):
+        peak = batch x (2 P^2 b + max(P x per token + h P C b, P x 4 x hidden x b + h P C s)) + shared
     Without widths (a YAML spec without them, NAS blocks) a flat 1 GiB."""
 
     # `_supports_sdpa = False`: architecture -> (sink columns, score tensors in the model dtype, fp32 softmax);
     # DeepSeek V4's eager_attention_forward is gpt-oss's
     EAGER_ATTENTION = {"gpt_oss": (1, 3, False), "gemma2": (0, 1, True), "deepseek_v4": (1, 3, False)}
-    GATE_TENSORS = {"gpt_oss": 10}  # expert-intermediate-wide tensors of a routed token's gating, default 4
+    GATE_TENSORS = {"gpt_oss": 9}  # expert-intermediate-wide tensors of a routed token's gating, default 4
     PYTHON_GELU = frozenset({"gelu_new"})  # NewGELUActivation
     MODELLED_MIXERS = frozenset({"mamba"})  # others' scans (Gated DeltaNet's chunked fp32 one) are not
     MASK_ALWAYS = frozenset({"falcon"})  # builds its P x P mask even for SDPA (allow_is_causal_skip=False)
+    # rotary tables per layer type (`position_embeddings[layer_type]`, Gemma3TextModel.forward and alike)
+    ROPE_PER_LAYER_TYPE = frozenset({"gemma3", "gemma3_text", "gemma3n", "gemma3n_text", "gemma4", "gemma4_text",
+                                     "olmo3", "modernbert-decoder"})
+    LEARNED_POSITIONS = frozenset({"gpt2"})  # wpe(position_ids): a hidden-wide row per prompt token
+    # hand SDPA their one KV head as it is (FalconAttention.forward, multi_query), where transformers' own attention
+    # repeats it or sets enable_gqa: no fused kernel of torch 2.11 (CUDA) or 2.13 (CPU) takes unequal heads without
+    UNREPEATED_KV = frozenset({"falcon"})
+    ATTENTION_KINDS = ("full", "sliding", "chunked", "mla")
 
-    def __init__(self, model: ModelSpec, dtype: DType):
+    def __init__(self, model: ModelSpec, dtype: DType, device: str = "cuda"):
         self.widths, self.bytes = model.widths, dtype.block_bytes / dtype.block_elements
+        self.cuda = device.startswith("cuda")
         self.eager = self.EAGER_ATTENTION.get(model.architecture)
         self.heads = model.num_attention_heads
         self.gate_tensors = self.GATE_TENSORS.get(model.architecture, 4)
         self.residuals = 4 if model.num_layers > 1 else 3  # the first layer's input is the embedding output
-        self.masked = model.architecture in self.MASK_ALWAYS or any(is_windowed(c) for c in model.caches)
+        attention = [c for c in model.caches if c.kind in self.ATTENTION_KINDS]
+        windows = [c.window if c.kind != "chunked" else c.chunk for c in attention if is_windowed(c)]
+        self.smallest_window = min(windows, default=None)
+        self.mask_always = model.architecture in self.MASK_ALWAYS
+        self.unrepeated_kv = model.architecture in self.UNREPEATED_KV
+        # the widest attention layer's (KV heads, key width, value width)
+        self.kv = max(((c.kv_heads, c.head_dim, c.head_dim_v) if c.kind != "mla" else (self.heads, 0, 0)
+                       for c in attention), key=lambda shape: shape[0] * (shape[1] + shape[2]), default=None)
+        if self.kv is not None and self.widths is not None and self.widths.query_head_dim:  # MLA
+            self.kv = (self.heads, self.widths.query_head_dim, self.widths.value_head_dim)
+        # the last attention layer's cache per token: not yet made while that layer rotates its query and key, the
+        # moment's figure above the whole cache is that much less
+        last = max(attention, key=lambda c: c.layer, default=None)
+        self.last_layer_kv = last.bytes_per_token(dtype) if last is not None and last.kind != "mla" else 0
+        self.rotary_kinds = 0 if self.kv is None or model.architecture in self.LEARNED_POSITIONS else \
+            len({is_windowed(c) for c in attention}) if model.architecture in self.ROPE_PER_LAYER_TYPE else 1
+        self.learned_positions = model.architecture in self.LEARNED_POSITIONS
+        self.vocab = model.vocab_size or 0
         mamba = [c for c in model.caches if c.kind == "recurrent" and c.mixer == "mamba" and c.conv_kernel]
         # (SSM elements, d_inner) of the widest Mamba mixer: d_inner channels, each conv_kernel - 1 conv inputs
         self.scan = max(((c.ssm_elements, c.conv_elements // (c.conv_kernel - 1)) for c in mamba), default=None)
         self.unmodelled = sorted({c.mixer for c in model.caches if c.kind == "recurrent"} - self.MODELLED_MIXERS)
+
+    def masked(self, prompt: int) -> bool:
+        """`sdpa_mask` skips the mask (SDPA's is_causal instead) unless a window or chunk is no longer than the
+        prompt (`_ignore_causal_mask_sdpa`), or the model asks for it always."""
+        return self.mask_always or (self.smallest_window is not None and prompt >= self.smallest_window)
 
     def per_token(self) -> int:
         w, b = self.widths, self.bytes
@@ -316,7 +380,61 @@ class PrefillActivations:
         if w.experts_per_token:
             gathered = max(w.hidden * b + self.gate_tensors * w.expert_intermediate * b, w.hidden * (2 * b + 8))
             moments.append(stream + w.experts_per_token * gathered)
+        if self.kv is not None and self.rotary_kinds:
+            kv_heads, dk, dv = self.kv
+            query, keys = self.heads * dk, kv_heads * dk
+            rotating = max(4 * query + keys + kv_heads * dv, 2 * query + 4 * keys + kv_heads * dv)
+            moments.append((self.residuals - 1) * w.hidden * b + rotating * b - self.last_layer_kv)
         return math.ceil(max(moments))
+
+    def attention(self, prompt: int) -> tuple[int, int]:
+        """The SDPA moment: (one sequence's share, per token and, for a mask or the math fallback's scores, per
+        token pair; the batch's shared part, the causal mask the math fallback builds once)."""
+        if self.kv is None:
+            return 0, 0
+        b, heads = self.bytes, self.heads
+        kv_heads, dk, dv = self.kv
+        masked = self.masked(prompt)
+        unequal = self.unrepeated_kv and kv_heads < heads  # heads SDPA gets as they are
+        repeat = not unequal and kv_heads < heads and (masked or dk != dv or dk > 256)  # `use_gqa_in_sdpa`
+        per_token = (self.residuals - 1) * self.widths.hidden * b + heads * dk * b
+        per_token += heads * (dk + dv) * b if repeat else 0
+        mask = prompt**2 * b if masked else 0  # the additive copy of the boolean mask
+        if self.cuda and masked and prompt % 8:
+            mask *= 2  # the padded copy beside it
+        if not unequal and (dk == dv or self.cuda) and dk % 8 == dv % 8 == 0:  # a fused kernel
+            return math.ceil(prompt * (per_token + heads * dv * b + heads * 4) + mask), 0
+        s = 4 if b < 4 else b  # the math fallback works in fp32
+        upcast = (heads * dk + kv_heads * (dk + dv)) * 4 if b < 4 else 0
+        per_token += upcast + heads * dk * s + kv_heads * dk * s  # the fp32 copies, the scaled query and keys
+        # the scores and their softmax, each with its boolean row of masked pairs (`_safe_softmax`); without a
+        # mask the causal one it builds, in fp32, once for the batch
+        scores = heads * (2 * s + 1) * prompt**2
+        return math.ceil(prompt * per_token + scores + mask), 0 if masked else prompt**2 * s
+
+    def logits(self, prompt: int) -> int:
+        """One sequence's logits moment: the last token's logits over the vocabulary beside the residual stream and
+        the final norm's output; on the CPU a half-precision matmul of that one row (oneDNN, torch 2.13) copies the
+        whole output projection first, vocab x hidden, once per sequence."""
+        b, hidden = self.bytes, self.widths.hidden
+        copy = self.vocab * hidden * b if not self.cuda and b < 4 else 0
+        return math.ceil(prompt * (self.residuals - 1) * hidden * b + self.vocab * b + copy)
+
+    def decode_step(self, users: int) -> int:
+        """A decode step's logits moment above the cache: each sequence's logits beside its hidden rows."""
+        if self.widths is None:
+            return 0
+        return math.ceil(users * (self.vocab + self.residuals * self.widths.hidden) * self.bytes)
+
+    def shared(self, prompt: int) -> int:
+        """What the whole batch shares: the boolean mask, the position tables, the cache positions, and the math
+        fallback's causal mask."""
+        mask = prompt**2 if self.masked(prompt) and self.eager is None else 0  # eager's are its own, below
+        if self.learned_positions:
+            tables = self.widths.hidden * self.bytes
+        else:
+            tables = 2 * self.rotary_kinds * self.kv[1] * self.bytes if self.kv is not None else 0
+        return math.ceil(mask + prompt * (tables + 8)) + (self.attention(prompt)[1] if self.eager is None else 0)
 
     def peak(self, users: int, prompt: int) -> int:
         if not users:
@@ -325,14 +443,14 @@ class PrefillActivations:
             return GiB
         layer = prompt * self.per_token()
         if self.eager is None:
-            return users * layer + (prompt**2 if self.masked else 0)
+            return users * max(layer, self.attention(prompt)[0], self.logits(prompt)) + self.shared(prompt)
         sinks, score_tensors, fp32_softmax = self.eager
         b = self.bytes
-        per_score = score_tensors * b + (4 + (b if b < 4 else 0) if fp32_softmax else 0)
+        per_score = score_tensors * b + ((8 if b < 4 else 4) if fp32_softmax else 0)
         scores = self.heads * prompt * (prompt + sinks)
         attention = prompt * self.residuals * self.widths.hidden * b + scores * per_score
         masks = 2 * prompt**2 * b
-        return users * math.ceil(masks + max(layer + scores * b, attention))
+        return users * math.ceil(masks + max(layer + scores * b, attention, self.logits(prompt))) + self.shared(prompt)
 
     def notes(self) -> list[str]:
         if self.widths is None:
@@ -439,9 +557,14 @@ class Transformers(Engine):
         shape = transformers_allocations.shape_of(model, kv.block_bytes // kv.block_elements, weights, layers)
         if shape is None:
             return None
-        workspace = transformers_allocations.workspace_bytes(vendor(self.gpu_name or ""),
-                                                             compute_capability(self.gpu_name or ""))
-        return DeviceRun(shape, workspace, bool(self.options.expandable_segments), cuda_context(PLANNED_RUNTIME))
+        return DeviceRun(shape, self.blas_workspace(), bool(self.options.expandable_segments),
+                         cuda_context(PLANNED_RUNTIME))
+
+    def blas_workspace(self) -> int:
+        """The BLAS workspace torch allocates at this GPU's first matmul and keeps
+        (`transformers_allocations.workspace_bytes`)."""
+        return transformers_allocations.workspace_bytes(vendor(self.gpu_name or ""),
+                                                        compute_capability(self.gpu_name or ""))
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> TransformersPool:
         """The cache is in the dtype the model runs in (no separate KV dtype), conv states included."""

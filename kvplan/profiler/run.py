@@ -10,18 +10,21 @@ Measured:
     time           time to first token (prefill and first token) and decode tokens/s; on a catalogue GPU the
                    bandwidth the decode steps reached beside the speed model's bound (`bandwidth.py`)
 Predicted: weights = kvplan.memory.weights_bytes in the profile dtype; KV = TransformersPool.bytes_held and
-bytes_after_prefill; activations = the prefill's peak (engines.PrefillActivations); the allocator's reserve = the
-run's allocations replayed through torch's caching allocator (the pool's DeviceRun, as capacity plans it, with
+bytes_after_prefill; activations = the prefill's peak (engines.PrefillActivations) and the decode phase's above its
+cache (`decode_above_cache`), and on a GPU the BLAS workspace; the allocator's reserve = the run's allocations
+replayed through torch's caching allocator (the pool's DeviceRun, as capacity plans it, with
 PYTORCH_CUDA_ALLOC_CONF's expandable_segments as set); CUDA context = what the process holds outside the allocator
 under this CUDA runtime (engines.transformers_engine.CUDA_CONTEXT); total = the reserve + the CUDA context, or, for a
-model whose allocations kvplan does not replay, weights + the larger of (KV after prefill + activations) and KV after
-decode + the CUDA context.
+model whose allocations kvplan does not replay, the peak of live tensors (`Prediction.live_peak`) + the CUDA
+context.
 """
 
 import inspect
 import math
 import os
 import platform
+import statistics
+from collections import Counter
 from contextlib import contextmanager, nullcontext
 
 from pydantic import BaseModel
@@ -40,7 +43,9 @@ from kvplan.profiler.bandwidth import DecodeBandwidth, decode_bandwidth
 TOTAL_TOLERANCE = 0.03  # total VRAM within 3%
 MAX_BATCH_TOLERANCE = 0.05  # predicted max batch within 5% of the measured one
 MAX_BATCH_LIMIT = 1 << 14
-RECOMPUTE_STEPS = 8
+RECOMPUTE_STEPS = 16  # timed steps per length and way: enough for a median and its p10-p90 spread
+RECOMPUTE_WARMUP = 2  # untimed steps per length and way first: kernels chosen, memory allocated
+RECOMPUTE_SHORTEST = RECOMPUTE_WARMUP + RECOMPUTE_STEPS + 1  # a prompt of one token, then the steps
 
 
 class Component(BaseModel):
@@ -91,14 +96,39 @@ class MaxBatch(BaseModel):
     within_target: bool | None
 
 
+class Spread(BaseModel):
+    """Seconds per token over the timed steps: their median and 10th and 90th percentiles."""
+
+    median: float
+    p10: float
+    p90: float
+
+    @classmethod
+    def of(cls, seconds: list[float]) -> "Spread":
+        ordered = sorted(seconds)
+        return cls(median=statistics.median(ordered), p10=_percentile(ordered, 0.1), p90=_percentile(ordered, 0.9))
+
+
+def _percentile(ordered: list[float], q: float) -> float:
+    """The q-quantile of sorted values, linear between the nearest two (numpy's default)."""
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
 class RecomputeRow(BaseModel):
-    """--compare-recompute at one length: decode with the cache vs recomputing the whole prefix per token."""
+    """--compare-recompute at one length: decode with the cache vs recomputing the whole prefix per token, each
+    timed step by step after `warmup_steps` untimed ones at that length."""
 
     tokens: int
     steps: int
-    cached_s_per_token: float
-    recompute_s_per_token: float
-    speedup: float
+    warmup_steps: int
+    cached: Spread
+    recompute: Spread
+    speedup: float  # the medians' ratio
+    speedup_low: float  # recompute's p10 over cached's p90
+    speedup_high: float  # recompute's p90 over cached's p10
     cache_bytes: int
     recompute_peak_bytes: int | None  # CUDA: peak allocated above the weights while recomputing
 
@@ -135,6 +165,10 @@ class Profile(BaseModel):
     measured_buffer_bytes: int | None = None
     predicted_activation_bytes: int
     measured_activation_peak_bytes: int | None = None
+    predicted_prefill_activation_bytes: int | None = None  # (None in records of kvplan before they were kept)
+    measured_prefill_activation_bytes: int | None = None
+    predicted_decode_above_cache_bytes: int | None = None
+    measured_decode_above_cache_bytes: int | None = None
     predicted_reserved_bytes: int | None = None
     measured_reserved_bytes: int | None = None
     predicted_cuda_context_bytes: int
@@ -143,6 +177,8 @@ class Profile(BaseModel):
     predicted_total_bytes: int
     measured_total_bytes: int | None = None
     build_s: float | None = None
+    estimated_prefill_s: float | None = None  # CPU: the notice's estimate, from a pilot, beside ttft_s
+    estimated_decode_s: float | None = None
     ttft_s: float | None = None
     prefill_tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
@@ -183,17 +219,26 @@ class Prediction(BaseModel):
     kv: int
     kv_after_prefill: int
     weights: int
-    activations: int
+    activations: int  # the prefill's peak above the cache it filled
+    decode_above_cache: int  # the decode phase's peak above the cache it ends with
+    workspace: int  # cuBLAS's workspace, allocated by the first matmul on a GPU and kept
     reserved: int | None  # torch's memory_reserved after decode, where kvplan replays the model's allocations
     cuda_context: int
     by_kind: dict[str, tuple[int, int]]  # kind label -> (layers, bytes)
     notes: list[str]  # what the activation figure rests on
 
     @property
+    def activations_and_other(self) -> int:
+        """The measured component's counterpart: the larger of the two phases' peaks above their cache, and the
+        workspace held through both."""
+        return max(self.activations, self.decode_above_cache) + self.workspace
+
+    @property
     def live_peak(self) -> int:
-        """The peak of live tensors: the weights, and the larger of the prefill's (KV and activations) and the
-        cache after decode."""
-        return self.weights + max(self.kv_after_prefill + self.activations, self.kv)
+        """The peak of live tensors: the weights, the workspace, and the larger of the prefill's (its cache and
+        activations) and the decode phase's (the final cache and what a step holds above it)."""
+        return self.weights + self.workspace + max(self.kv_after_prefill + self.activations,
+                                                   self.kv + self.decode_above_cache)
 
     @property
     def total(self) -> int:
@@ -220,31 +265,97 @@ def expandable_segments(setting: str | None) -> bool:
 
 
 def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engine: engines.Engine,
-            cuda: str | None = None) -> Prediction:
-    """The transformers engine's prediction for the (cut) model: KV after decode and after prefill, per kind, and
-    what torch's allocator reserves for the run (`TransformersPool.device`, as capacity plans it) under CUDA runtime
-    `cuda` ("13.0"; None: the runtime kvplan plans for)."""
+            device: str = "cuda", cuda: str | None = None) -> Prediction:
+    """The transformers engine's prediction for the (cut) model on `device`: KV after decode and after prefill, per
+    kind, the prefill's activations and the decode phase's peak, and on a GPU the BLAS workspace and what torch's
+    allocator reserves for the run (`TransformersPool.device`, as capacity plans it) under CUDA runtime `cuda`
+    ("13.0"; None: the runtime kvplan plans for)."""
     kv = kv_dtype(dtype)
     caches = engine.cached_layers(spec)
     pool = engine.pool(gpu_layers(caches, [spec.num_layers], 1)[0], spec, kv)
+    kinds = layer_kinds(spec, caches, engine, kv)
     by_kind: dict[str, tuple[int, int]] = {}
-    for index, originals in layer_caches(spec.caches).items():
-        one = engine.pool([(c.model_copy(update={"layer": 0}), 1) for c in caches if c.layer == index], spec, kv)
-        label = layer_label(originals)
-        layers, size = by_kind.get(label, (0, 0))
-        by_kind[label] = (layers + 1, size + one.bytes_held(batch, ctx))
-    device = getattr(pool, "device", None)
-    reserved = None if device is None else device.reserved(batch, prompt, ctx - prompt)
-    return Prediction(kv=pool.bytes_held(batch, ctx), kv_after_prefill=pool.bytes_after_prefill(batch, prompt, ctx),
-                      weights=weights_bytes(spec, dtype)[0], activations=pool.activations.peak(batch, prompt),
-                      reserved=reserved, cuda_context=cuda_context(runtime_major(cuda)),
-                      by_kind=by_kind, notes=pool.activations.notes())
-
+    for kind, count in Counter(kinds).items():
+        layers, size = by_kind.get(kind.label, (0, 0))
+        by_kind[kind.label] = (layers + count, size + count * kind.pool.bytes_held(batch, ctx))
+    activations = engines.PrefillActivations(spec, kv, device)
+    kv_held, kv_after_prefill = pool.bytes_held(batch, ctx), pool.bytes_after_prefill(batch, prompt, ctx)
+    workspace = engine.blas_workspace() if device.startswith("cuda") else 0
+    run = pool.device if device.startswith("cuda") else None
+    if run is None:
+        prefill = activations.peak(batch, prompt)
+        decode = max(decode_above_cache(kinds, batch, prompt, ctx), activations.decode_step(batch))
+    else:  # the replayed allocations' own peaks, the same events as the reserve
+        prefill_peak, decode_peak = run.live_peaks(batch, prompt, ctx - prompt)
+        prefill, decode = prefill_peak - kv_after_prefill - workspace, decode_peak - kv_held - workspace
+    return Prediction(kv=kv_held, kv_after_prefill=kv_after_prefill, weights=weights_bytes(spec, dtype)[0],
+                      activations=prefill, decode_above_cache=decode, workspace=workspace,
+                      reserved=None if run is None else run.reserved(batch, prompt, ctx - prompt),
+                      cuda_context=cuda_context(runtime_major(cuda)), by_kind=by_kind, notes=activations.notes())
 
 def runtime_major(cuda: str | None) -> int:
     """The major version of a CUDA runtime ("13.0" -> 13); the one kvplan plans for where unknown."""
     major = (cuda or "").split(".")[0]
     return int(major) if major.isdigit() else PLANNED_RUNTIME
+
+
+def decode_above_cache(kinds: list["LayerKind"], batch: int, prompt: int, ctx: int) -> int:
+    """The decode phase's peak above the cache it ends with. A layer's update makes its new tensors before it lets
+    go of the old, so a step peaks at some layer, those before it updated, those after it not. A DynamicCache's
+    full layer concatenates its keys, then its values, each replacing the old (`DynamicLayer.update`); a sliding
+    layer makes both before either replaces the old, and on the first step cuts the whole prompt it held to its
+    window (`DynamicSlidingWindowLayer.update`); a StaticCache writes in place. So the first step starts from the
+    cache right after prefill, the last ends at the final cache: the peak is at one of them. For a sliding model
+    it is the first, the prompt's keys and values on every sliding layer above the windows they keep."""
+    first = {kind: (kind.pool.bytes_after_prefill(batch, prompt, ctx), kind.pool.bytes_held(batch, prompt + 1),
+                    _update_bytes(kind.pool, batch, prompt + 1)) for kind in set(kinds)}
+    last = {kind: (kind.pool.bytes_held(batch, ctx - 1), kind.pool.bytes_held(batch, ctx),
+                   _update_bytes(kind.pool, batch, ctx)) for kind in set(kinds)}
+    final = sum(last[kind][1] for kind in kinds)
+    return max(_step_peak(kinds, first), _step_peak(kinds, last)) - final
+
+
+def _update_bytes(pool: engines.KVPool, batch: int, tokens: int) -> int:
+    """What a layer's cache update makes before it frees the tensors it replaces: nothing in a StaticCache; one of
+    a full layer's keys and values (alike in size); the whole of any other cache."""
+    if pool.static:
+        return 0
+    held = pool.bytes_held(batch, tokens)
+    return held // 2 if all(row.kind == "full" for row in pool.table) else held
+
+
+def _step_peak(kinds: list["LayerKind"], sizes: dict) -> int:
+    """One decode step over the layers in order: each holds `before` until its update makes `new` beside it, then
+    holds `after`."""
+    held = peak = sum(sizes[kind][0] for kind in kinds)
+    for kind in kinds:
+        before, after, new = sizes[kind]
+        peak = max(peak, held + new)
+        held += after - before
+    return peak
+
+
+class LayerKind:
+    """Layers that cache alike: kvplan's label for them and the transformers pool of one such layer alone."""
+
+    def __init__(self, label: str, pool: engines.KVPool):
+        self.label, self.pool = label, pool
+
+
+def layer_kinds(spec: ModelSpec, caches, engine: engines.Engine, kv) -> list[LayerKind]:
+    """The kind of each layer, in layer order, from the engine's `caches`; alike layers share one LayerKind, so the
+    prediction's time grows with the layers, not their square (a pool reads the whole model)."""
+    stored = layer_caches(caches)
+    kinds: dict[tuple, LayerKind] = {}
+    out = []
+    for index, originals in layer_caches(spec.caches).items():
+        own = stored.get(index, [])
+        key = (tuple(c.alike_key() for c in originals), tuple(c.alike_key() for c in own))
+        if key not in kinds:
+            pool = engine.pool([(c.model_copy(update={"layer": 0}), 1) for c in own], spec, kv)
+            kinds[key] = LayerKind(layer_label(originals), pool)
+        out.append(kinds[key])
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -260,6 +371,7 @@ class Session:
         self.torch, self.transformers, self.model = torch, transformers, model
         self.device, self.vocab, self.cache, self.ctx = device, vocab, cache, ctx
         self.whole_sequence, self.sequence = whole_sequence, None
+        self.forwards = 0  # forward passes run
         parameters = inspect.signature(model.forward).parameters
         self.logits_to_keep = "logits_to_keep" in parameters
         self.cache_name = runtime.cache_argument(transformers, model)
@@ -287,6 +399,7 @@ class Session:
         """The next token of each sequence; an OOM propagates (a finding), any other failure of the model's code
         becomes a one-line error."""
         kwargs = {"logits_to_keep": 1} if last_only and self.logits_to_keep else {}
+        self.forwards += 1
         try:
             if cache is None:
                 out = self.model(input_ids=ids, use_cache=False, **kwargs)
@@ -314,6 +427,9 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     if not 1 <= decode_steps < ctx:
         raise KvplanError(f"--decode-steps must be at least 1 and below --ctx ({ctx:,}) so that a prompt is left "
                           f"to prefill, got {decode_steps}")
+    if compare_recompute and ctx < RECOMPUTE_SHORTEST:
+        raise KvplanError(f"--compare-recompute decodes {RECOMPUTE_WARMUP} untimed and {RECOMPUTE_STEPS} timed steps "
+                          f"after a prompt: --ctx must be at least {RECOMPUTE_SHORTEST}, got {ctx:,}")
     if cache not in ("dynamic", "static"):
         raise KvplanError(f"--cache-implementation is dynamic or static, got {cache!r}")
     if dtype is not None and dtype not in FLOAT_DTYPES:
@@ -332,10 +448,9 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
     probe = runtime.Probe(torch, device)
     expandable = bool(cuda) and expandable_segments(os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
     engine = transformers_engine(transformers.__version__, cache, probe.gpu_name, expandable)
-    predicted = predict(spec, ctx, batch, prompt, dtype, engine, cuda)
+    predicted = predict(spec, ctx, batch, prompt, dtype, engine, device, cuda)
     if device == "cpu":
         _check_ram(predicted, source.name, spec.num_layers)
-        progress.notice(_cpu_time_notice(torch, spec, dtype, batch, ctx))
     config = runtime.make_config(transformers, model_type, fields)
     result = Profile(
         model=source.name, architecture=spec.architecture, layers=spec.num_layers,
@@ -344,7 +459,9 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         torch_version=torch.__version__, transformers_version=transformers.__version__,
         cuda_version=cuda, driver_version=probe.driver, gpu_memory_bytes=probe.gpu_total, model_class="",
         predicted_kv_bytes=predicted.kv, predicted_kv_after_prefill_bytes=predicted.kv_after_prefill,
-        predicted_weights_bytes=predicted.weights, predicted_activation_bytes=predicted.activations,
+        predicted_weights_bytes=predicted.weights, predicted_activation_bytes=predicted.activations_and_other,
+        predicted_prefill_activation_bytes=predicted.activations + predicted.workspace,
+        predicted_decode_above_cache_bytes=predicted.decode_above_cache + predicted.workspace,
         predicted_reserved_bytes=predicted.reserved, predicted_cuda_context_bytes=predicted.cuda_context,
         predicted_total_bytes=predicted.total, notes=[*notes, *spec.notes, *predicted.notes],
     )
@@ -377,6 +494,8 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         result.build_s = times["build"]
         result.measured_weights_bytes, result.measured_buffer_bytes = runtime.model_bytes(built)
         result.memory.append(probe.snapshot("after build"))
+        if device == "cpu":
+            progress.notice(_cpu_time_notice(session, spec, result, compare_recompute))
         _decode_run(session, probe, result, predicted, spec, progress, times)
         if device.startswith("cuda") and result.decode_tokens_per_s:
             result.decode_bandwidth = decode_bandwidth(spec, result.device_name, dtype, batch, prompt, decode_steps,
@@ -385,7 +504,7 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
                 result.notes.append(f"{result.device_name} is not in the GPU catalogue (`kvplan gpus`): its "
                                     "bandwidth, and the decode steps' share of it, are unknown")
         if compare_recompute:
-            result.recompute = _compare_recompute(session, probe, ctx, decode_steps, progress)
+            result.recompute = _compare_recompute(session, probe, ctx, progress)
         if find_max_batch:
             result.max_batch = _find_max_batch(session, probe, spec, source, ctx, batch, prompt, decode_steps,
                                                dtype, engine, progress)
@@ -431,25 +550,72 @@ def _context_notes(result: Profile) -> list[str]:
     return []
 
 
-CPU_PROBE = 512  # matrix size of the throughput probe: milliseconds in fp32, large enough to reach a CPU's GEMM rate
+CPU_PILOTS = (64, 256)  # prompt tokens of the two pilot prefills that time a CPU profile before it runs
+CPU_PROBE = 1024  # matrix size of the dtype probe: a CPU's GEMM rate, not a small matrix's
 
 
-def _cpu_time_notice(torch, spec: ModelSpec, dtype: str, batch: int, ctx: int) -> str:
-    """What a CPU profile will cost: its matmul work, 2 x the layers' active parameters x tokens (embeddings are
-    lookups, and only the last token's logits are computed), at the rate this CPU runs a matmul in the profile dtype
-    (measured here), and how to make it cheaper. A CPU without native bf16 (AVX512-BF16, AMX) emulates bf16 matmuls
-    several times slower than fp32."""
-    rates = {name: _matmul_rate(torch, name) for name in dict.fromkeys((dtype, "fp32"))}
-    layers = spec.params.active - spec.params.embedding - spec.params.lm_head
-    work = 2 * layers * batch * ctx
-    seconds = work / rates[dtype]
-    text = (f"a CPU profile: about {_flop(work)} of matmuls, roughly {_duration(seconds)} at the "
-            f"{rates[dtype] / 1e9:,.0f} GFLOP/s this CPU runs in {dtype}")
-    if dtype != "fp32" and rates["fp32"] > 1.5 * rates[dtype]:
-        text += f" (--dtype fp32 runs at {rates['fp32'] / 1e9:,.0f} GFLOP/s here: this CPU has no fast {dtype})"
-    if seconds > 60:
+def _cpu_time_notice(session: Session, spec: ModelSpec, result: Profile, compare_recompute: bool) -> str:
+    """What a CPU profile will cost, timed on the model just built: two pilot prefills (after an untimed one of up
+    to 16 tokens that pays for the first call's allocations) give a forward pass's fixed cost and its cost per
+    unit of work (`_work`), which scale to the run's prompt; a pilot decode step times the decode. A rate measured
+    on one small matrix, times the FLOPs, said 17 s for a prefill that took 111 s: a CPU's rate depends on the
+    shapes and its load, a forward pass is more than its matmuls (norms in fp32), and in bf16 oneDNN reorders every
+    weight on every call, a cost per pass that does not grow with the prompt. Where this CPU runs the profile dtype
+    much slower than fp32 (no AVX512-BF16 or AMX: emulated), it says so."""
+    import time
+
+    torch, batch = session.torch, result.batch
+    long = min(CPU_PILOTS[1], result.prompt_tokens)
+    short = max(1, min(CPU_PILOTS[0], long // 4))
+    timed = {}
+    with torch.inference_mode():
+        session.forward(session.tokens(batch, min(16, long)), None)
+        for tokens in (short, long):
+            cache = session.new_cache()
+            start = time.perf_counter()
+            token = session.prefill(session.tokens(batch, tokens), cache)
+            timed[tokens] = time.perf_counter() - start
+        start = time.perf_counter()
+        session.step(token, cache)
+        step = time.perf_counter() - start
+    del cache
+    works = {tokens: _work(spec, batch, tokens) for tokens in (short, long)}
+    per_work = max(timed[long] - timed[short], 0.0) / (works[long] - works[short]) if long > short else 0.0
+    fixed = max(timed[short] - per_work * works[short], 0.0)
+
+    def prefill_s(sequences: int, tokens: int) -> float:
+        return fixed + per_work * _work(spec, sequences, tokens) if per_work else timed[long] * tokens / long
+
+    result.estimated_prefill_s = prefill_s(batch, result.prompt_tokens)
+    result.estimated_decode_s = step * result.decode_steps
+    total = result.estimated_prefill_s + result.estimated_decode_s
+    if compare_recompute:  # per length, each way's steps at batch 1: a cached step, a forward of the whole sequence
+        runs = RECOMPUTE_WARMUP + RECOMPUTE_STEPS
+        total += sum(runs * (step + prefill_s(1, length)) for length in recompute_lengths(result.ctx))
+    text = (f"a CPU profile: about {_duration(total)} here (prefill {_duration(result.estimated_prefill_s)}, "
+            f"decode {_duration(result.estimated_decode_s)}), timed on pilot prefills of {short:,} and {long:,} "
+            "tokens of the model just built")
+    rates = {name: _matmul_rate(torch, name) for name in dict.fromkeys((result.dtype, "fp32"))}
+    if result.dtype != "fp32" and rates["fp32"] > 1.5 * rates[result.dtype]:
+        text += (f"; this CPU runs {result.dtype} matmuls at {rates[result.dtype] / 1e9:,.0f} GFLOP/s and fp32 at "
+                 f"{rates['fp32'] / 1e9:,.0f}: --dtype fp32 is faster here")
+    if total > 60:
         text += "; --layers N builds fewer layers and cuts the time in proportion"
     return text
+
+
+def _work(spec: ModelSpec, batch: int, tokens: int) -> float:
+    """FLOPs of a prefill of `tokens` per sequence: 2 x the layers' active parameters per token (embeddings are
+    lookups, and one token's logits are computed), and on each attention layer 4 x heads x head_dim per token pair
+    it computes: half of them under a causal mask, all of them where a window mask is passed (SDPA then computes
+    every block)."""
+    layers = spec.params.active - spec.params.embedding - spec.params.lm_head
+    pairs = 0.0
+    for cache in spec.caches:
+        if cache.kind in ("full", "sliding", "chunked"):
+            window = cache.chunk if cache.kind == "chunked" else getattr(cache, "window", None)
+            pairs += cache.head_dim * (tokens**2 if window and tokens >= window else tokens**2 / 2)
+    return batch * (2 * layers * tokens + 4 * spec.num_attention_heads * pairs)
 
 
 def _matmul_rate(torch, dtype: str) -> float:
@@ -463,10 +629,6 @@ def _matmul_rate(torch, dtype: str) -> float:
         a @ a
         best = min(best, time.perf_counter() - start)
     return 2 * CPU_PROBE**3 / max(best, 1e-9)
-
-
-def _flop(work: float) -> str:
-    return f"{work / 1e12:,.1f} TFLOP" if work >= 1e12 else f"{work / 1e9:,.1f} GFLOP"
 
 
 def _duration(seconds: float) -> str:
@@ -493,13 +655,12 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
     built_allocated = result.memory[-1].allocated
     cache = session.new_cache()
     ids = session.tokens(batch, result.prompt_tokens)
-    peaks = []
-    # torch.cuda counts the allocator's peak on a GPU; on the CPU the tensors are counted op by op
-    tensors = None if device.startswith("cuda") else runtime.tensor_peak(torch)
+    # torch.cuda counts the allocator's peak on a GPU; on the CPU the allocator's own records (allocator_peak)
+    counted = runtime.allocator_peak if not device.startswith("cuda") else lambda torch: nullcontext()
     with torch.inference_mode():
         with progress.phase(f"prefill: {batch:,} x {result.prompt_tokens:,} tokens"):
             probe.reset_peak()
-            with runtime.timed(torch, device, times, "prefill"), tensors or nullcontext():
+            with runtime.timed(torch, device, times, "prefill"), counted(torch) as prefill:
                 token = session.prefill(ids, cache)
         result.ttft_s = times["prefill"]
         result.prefill_tokens_per_s = batch * result.prompt_tokens / times["prefill"]
@@ -508,13 +669,13 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
         result.measured_kv_after_prefill_bytes = sum(layer.kv_storage for layer in after_prefill)
         snap = probe.snapshot("after prefill")
         result.memory.append(snap)
-        if snap.max_allocated is not None:
-            peaks.append(snap.max_allocated - built_allocated - result.measured_kv_after_prefill_bytes)
-        elif tensors is not None:
-            result.measured_activation_peak_bytes = tensors.peak - result.measured_kv_after_prefill_bytes
+        # allocated above the built model: at the prefill's peak, and once it is done
+        peak, held = (snap.max_allocated - built_allocated, snap.allocated - built_allocated) if prefill is None \
+            else (prefill.peak, prefill.net)
+        result.measured_prefill_activation_bytes = peak - result.measured_kv_after_prefill_bytes
         with progress.phase(f"decode: {result.decode_steps:,} steps", total=result.decode_steps) as advance:
             probe.reset_peak()
-            with runtime.timed(torch, device, times, "decode"):
+            with runtime.timed(torch, device, times, "decode"), counted(torch) as decode:
                 for _ in range(result.decode_steps):
                     token = session.step(token, cache)
                     advance()
@@ -525,17 +686,19 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
     result.cache_bookkeeping_bytes = sum(layer.storage.get("bookkeeping", 0) for layer in final)
     snap = probe.snapshot("after decode")
     result.memory.append(snap)
-    if snap.max_allocated is not None:
-        peaks.append(snap.max_allocated - built_allocated - result.measured_kv_bytes)
-        result.measured_activation_peak_bytes = max(peaks)
+    peak = snap.max_allocated - built_allocated if decode is None else held + decode.peak
+    result.measured_decode_above_cache_bytes = peak - result.measured_kv_bytes
+    result.measured_activation_peak_bytes = max(result.measured_prefill_activation_bytes,
+                                                 result.measured_decode_above_cache_bytes)
+    if snap.reserved is not None:
         result.measured_reserved_bytes = snap.reserved
         result.measured_cuda_context_bytes = result.memory[0].process_used
-        if snap.process_used is not None:
-            result.measured_non_torch_bytes = snap.process_used - snap.reserved
-            result.measured_total_bytes = snap.process_used
-        elif snap.device_used is not None and result.memory[0].device_used is not None:
-            result.measured_total_bytes = snap.device_used - result.memory[0].device_used
-            result.measured_non_torch_bytes = result.measured_total_bytes - snap.reserved
+    if snap.process_used is not None:
+        result.measured_non_torch_bytes = snap.process_used - snap.reserved
+        result.measured_total_bytes = snap.process_used
+    elif snap.device_used is not None and result.memory[0].device_used is not None:
+        result.measured_total_bytes = snap.device_used - result.memory[0].device_used
+        result.measured_non_torch_bytes = result.measured_total_bytes - snap.reserved
     result.by_kind = _by_kind(final, spec.caches, predicted, result)
 
 
@@ -595,7 +758,7 @@ def _judge(result: Profile, predicted: Prediction) -> None:
              Component.of("KV after decode", predicted.kv, result.measured_kv_bytes),
              Component.of("KV right after prefill", predicted.kv_after_prefill,
                           result.measured_kv_after_prefill_bytes),
-             Component.of("activations and other (peak)", predicted.activations,
+             Component.of("activations and other (peak)", predicted.activations_and_other,
                           result.measured_activation_peak_bytes),
              Component.of("allocator reserved", predicted.reserved, result.measured_reserved_bytes),
              Component.of("CUDA context and non-torch", predicted.cuda_context, result.measured_non_torch_bytes),
@@ -636,44 +799,80 @@ def _signed(comp: Component) -> str:
 # ---------------------------------------------------------------------------------------------- --compare-recompute
 
 
-def recompute_lengths(ctx: int, steps: int) -> list[int]:
-    """A quarter, half and all of ctx (each long enough to decode `steps` tokens)."""
-    return sorted({max(steps + 1, ctx // 4), max(steps + 1, ctx // 2), ctx})
+def recompute_lengths(ctx: int) -> list[int]:
+    """A quarter, half and all of ctx, each long enough for a prompt, the warm-up and the timed steps."""
+    return sorted({max(RECOMPUTE_SHORTEST, ctx // 4), max(RECOMPUTE_SHORTEST, ctx // 2), ctx})
 
 
-def _compare_recompute(session: Session, probe, ctx: int, decode_steps: int, progress: Progress) -> list:
+def _compare_recompute(session: Session, probe, ctx: int, progress: Progress) -> list[RecomputeRow]:
+    """At each length, the sequence reaches it by RECOMPUTE_WARMUP untimed and then RECOMPUTE_STEPS timed steps:
+    with the cache (one token a step), then recomputing the whole sequence (use_cache=False) from the same prompt.
+    The first steps at a length pay for choosing kernels and allocating (timed with them, the cached time per token
+    fell as the context grew: an H100's 0.274 s at 2k and 0.038 s at 8k for Llama-3-8B), so only the later ones
+    are timed, each on its own."""
     torch, device = session.torch, session.device
-    steps = min(decode_steps, RECOMPUTE_STEPS)
+    lengths = recompute_lengths(ctx)
+    per_length = RECOMPUTE_WARMUP + RECOMPUTE_STEPS
     rows = []
-    lengths = recompute_lengths(ctx, steps)
-    with torch.inference_mode(), progress.phase("cache vs recompute", total=2 * len(lengths) * steps) as advance:
+    with torch.inference_mode(), progress.phase("cache vs recompute", total=2 * len(lengths) * per_length) as advance:
         for length in lengths:
-            ids = session.tokens(1, length - steps)
+            ids = session.tokens(1, length - per_length)
             cache = session.new_cache()
-            token = session.prefill(ids, cache)
-            times: dict[str, float] = {}
-            with runtime.timed(torch, device, times, "cached"):
-                for _ in range(steps):
-                    token = session.step(token, cache)
-                    advance()
+            cached, warm_cached = _timed_steps(session, _cached_steps(session, ids, cache), advance)
             cache_bytes = sum(layer.kv_storage for layer in runtime.cache_layers(cache, session.model))
             del cache
             runtime.free(torch, device)
             base = probe.snapshot("recompute").allocated
             probe.reset_peak()
-            sequence = ids
-            with runtime.timed(torch, device, times, "recompute"):
-                for _ in range(steps):
-                    token = session.forward(sequence, None)
-                    sequence = torch.cat([sequence, token], dim=-1)
-                    advance()
+            recompute, warm_recompute = _timed_steps(session, _recompute_steps(session, ids), advance)
             peak = probe.snapshot("recompute").max_allocated
             rows.append(RecomputeRow(
-                tokens=length, steps=steps, cached_s_per_token=times["cached"] / steps,
-                recompute_s_per_token=times["recompute"] / steps,
-                speedup=times["recompute"] / times["cached"] if times["cached"] else math.inf,
+                tokens=length, steps=RECOMPUTE_STEPS, warmup_steps=min(warm_cached, warm_recompute),
+                cached=cached, recompute=recompute, speedup=recompute.median / cached.median,
+                speedup_low=recompute.p10 / cached.p90, speedup_high=recompute.p90 / cached.p10,
                 cache_bytes=cache_bytes, recompute_peak_bytes=None if peak is None else peak - base))
     return rows
+
+
+def _cached_steps(session: Session, ids, cache):
+    """Prefill `ids`, then one cached decode step per iteration."""
+    token = session.prefill(ids, cache)
+    while True:
+        yield
+        token = session.step(token, cache)
+
+
+def _recompute_steps(session: Session, ids):
+    """One forward of the whole sequence so far per iteration (no cache), the token it makes appended."""
+    sequence = ids
+    while True:
+        yield
+        sequence = session.torch.cat([sequence, session.forward(sequence, None)], dim=-1)
+
+
+def _timed_steps(session: Session, steps, advance) -> tuple[Spread, int]:
+    """RECOMPUTE_WARMUP untimed steps of the generator `steps` (started first: a prefill is no step), then
+    RECOMPUTE_STEPS timed one by one (synchronised): the spread of the timed ones, and the forward passes the model
+    ran in the untimed ones."""
+    import time
+
+    torch, device = session.torch, session.device
+    next(steps)
+    before = session.forwards
+    for _ in range(RECOMPUTE_WARMUP):
+        next(steps)
+        advance()
+    warm = session.forwards - before
+    runtime.sync(torch, device)
+    seconds = []
+    for _ in range(RECOMPUTE_STEPS):
+        start = time.perf_counter()
+        next(steps)
+        runtime.sync(torch, device)
+        seconds.append(max(time.perf_counter() - start, 1e-9))
+        advance()
+    steps.close()  # lets go of the cache or sequence it holds
+    return Spread.of(seconds), warm
 
 
 # ---------------------------------------------------------------------------------------------- --find-max-batch

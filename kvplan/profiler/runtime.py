@@ -6,6 +6,7 @@ import inspect
 import os
 import re
 import resource
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -487,42 +488,65 @@ class Probe:
         return sum(used) if used else None
 
 
-def tensor_peak(torch):
-    """A context that measures the peak bytes of tensor storage created inside it, op by op, on any device:
-    what torch.cuda's max_memory_allocated gives on a GPU, for the CPU. Every storage an aten op returns that
-    none of its inputs owns (views and in-place results are not new memory) is counted from its creation until
-    it is freed (a weakref finaliser on the storage)."""
-    import weakref
+class AllocatorPeak:
+    """What `allocator_peak` measured: the most bytes allocated at any moment above those allocated when it
+    started (`peak`), and those still allocated above them when it ended (`net`)."""
 
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
+    peak = net = 0
 
-    class TensorPeak(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.live = self.peak = 0
-            self.sizes: dict[int, int] = {}  # storage address -> bytes, for storages alive and counted
 
-        def _freed(self, address: int) -> None:
-            self.live -= self.sizes.pop(address)
+@contextmanager
+def allocator_peak(torch):
+    """The CPU's counterpart of torch.cuda's max_memory_allocated: every allocation and free of torch's CPU
+    allocator inside the block, from the allocator's own records (torch.profiler with profile_memory), summed in
+    time order. It sees what an op allocates inside itself, as torch.cuda does: SDPA's additive copy of a boolean
+    mask, the math fallback's scores, a kernel's scratch. (A TorchDispatchMode sees only an op's outputs, and
+    makes composite ops take their tensor-subclass branches, which allocate otherwise.)
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            owned = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
-                     if isinstance(t, torch.Tensor)}
-            for tensor in tree_leaves(out):
-                if not isinstance(tensor, torch.Tensor):
-                    continue
-                storage = tensor.untyped_storage()
-                address, size = storage.data_ptr(), storage.nbytes()
-                if size and address not in owned and address not in self.sizes:
-                    self.sizes[address] = size
-                    self.live += size
-                    weakref.finalize(storage, self._freed, address)
-            self.peak = max(self.peak, self.live)
-            return out
+    What the profiler and the allocator write below Python meanwhile (kineto's start and stop lines, the warning
+    for a block allocated before profiling and freed during it) is kept off the terminal."""
+    from torch.profiler import ProfilerActivity, profile
 
-    return TensorPeak()
+    result = AllocatorPeak()
+    recorder = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _native_stderr_silenced():
+        recorder.__enter__()
+        try:
+            yield result
+        finally:
+            recorder.__exit__(None, None, None)
+    records = [event for event in recorder.profiler.kineto_results.events() if event.name() == "[memory]"]
+    live = 0
+    for event in sorted(records, key=lambda event: event.start_ns()):
+        live += event.nbytes()
+        result.peak = max(result.peak, live)
+    result.net = live
+
+
+@contextmanager
+def _native_stderr_silenced():
+    """File descriptor 2 pointed at the null device for the block, so that native code's writes go nowhere, while
+    Python's own stderr (the progress display), where it is that descriptor, writes to a copy of it."""
+    python_stderr = sys.stderr
+    python_stderr.flush()
+    saved = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    try:
+        if python_stderr.fileno() == 2:
+            sys.stderr = open(saved, "w", encoding=python_stderr.encoding, errors="backslashreplace",
+                              closefd=False, buffering=1)
+    except (AttributeError, OSError, ValueError):  # a stream with no descriptor (captured): descriptor 2 is not it
+        pass
+    try:
+        yield
+    finally:
+        if sys.stderr is not python_stderr:
+            sys.stderr.flush()
+            sys.stderr = python_stderr
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def available_ram() -> int | None:

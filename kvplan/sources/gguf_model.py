@@ -96,6 +96,8 @@ class HParams:
     dt_rank: int = 0
     shortconv_cache: int = 0
     kv_lora_rank: int = 0  # MLA: the latent's width, when the file has the MLA head sizes
+    mla_key: int = 0  # MLA: a decompressed query and key head's width (key_length_mla)
+    mla_value: int = 0  # and a value head's (value_length_mla)
     kv_from_start: int | None = None  # Gemma 3n / 4: layers from this one on reuse an earlier layer's KV
     head_kda: int = 0  # Kimi Linear's KDA head size
     head_la: int = 0  # MiniMax-01's lightning-attention head size
@@ -278,7 +280,8 @@ def deepseek2(meta: Meta, hp: HParams) -> None:
     """MLA: the latent (kv_lora_rank) plus the rope part cached as one K row, when the file was converted with
     `attention.key_length_mla` and `value_length_mla`; an older file caches each head's K and V."""
     hp.kv_lora_rank = meta.uint("attention.kv_lora_rank")
-    if meta.uint("attention.key_length_mla", 0) and meta.uint("attention.value_length_mla", 0):
+    hp.mla_key, hp.mla_value = meta.uint("attention.key_length_mla", 0), meta.uint("attention.value_length_mla", 0)
+    if hp.mla_key and hp.mla_value:
         return
     hp.kv_lora_rank = 0
     hp.notes.append("converted before llama.cpp cached the MLA latent (no attention.key_length_mla): llama.cpp "
@@ -398,8 +401,8 @@ def kimi_linear(meta: Meta, hp: HParams) -> None:
     (`llama_hparams::n_embd_r/n_embd_s`)."""
     hp.memory, hp.mixer = "hybrid", "kda"
     hp.kv_lora_rank = meta.uint("attention.kv_lora_rank")
-    meta.positive("attention.key_length_mla")
-    meta.positive("attention.value_length_mla")
+    hp.mla_key = meta.positive("attention.key_length_mla")
+    hp.mla_value = meta.positive("attention.value_length_mla")
     hp.conv_kernel = meta.positive("ssm.conv_kernel")
     hp.head_kda = meta.positive("kda.head_dim")
     hp.recurrent = [il < hp.n_layer and hp.n_head_kv[il] == 0 for il in range(hp.n_layer_all)]
@@ -567,7 +570,8 @@ def forward_widths(hp: HParams, tensors: list[gguf.Tensor]) -> Widths:
                   else "silu" if gated else "gelu")
     return Widths(hidden=hp.n_embd, mlp_intermediate=dense, gated_mlp=gated, mlp_activation=activation,
                   experts_per_token=max(hp.n_expert_used) if experts else 0, experts=hp.n_expert if experts else 0,
-                  expert_intermediate=experts)
+                  expert_intermediate=experts, query_head_dim=hp.mla_key if hp.kv_lora_rank else 0,
+                  value_head_dim=hp.mla_value if hp.kv_lora_rank else 0)
 
 
 def check_sizes(hp: HParams, layers: list, weights: int, where: str) -> None:

@@ -166,9 +166,11 @@ def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layou
         intermediate = max(intermediate, moe.shared_intermediate)
     activation = cfg.get("hidden_act", "hidden_activation", "activation_function", "activation",
                          default="silu" if family.gated_mlp else "gelu")
+    mla = cfg.has("kv_lora_rank")  # attention runs on decompressed heads: qk_nope + qk_rope and v_head_dim wide
     return Widths(hidden=hidden, mlp_intermediate=intermediate, gated_mlp=family.gated_mlp,
                   mlp_activation=str(activation), experts_per_token=moe.top_k if moe else 0,
-                  experts=moe.experts if moe else 0, expert_intermediate=moe.intermediate if moe else 0)
+                  experts=moe.experts if moe else 0, expert_intermediate=moe.intermediate if moe else 0,
+                  query_head_dim=layout.head_dim if mla else 0, value_head_dim=cfg.int("v_head_dim") if mla else 0)
 
 
 def _nemotron_h_widths(cfg: Fields, hidden: int, layout: Layout) -> Widths:
