@@ -1,7 +1,7 @@
 """The speed model's error on the calibration rows: in-sample, leave-one-model-out and leave-one-GPU-out.
 
     pip install numpy scipy
-    python benchmarks/speed_accuracy.py          # about 15 minutes on 2 cores: 12 fits
+    python benchmarks/speed_accuracy.py          # 12 fits, under a minute on 2 shared cores
 
 In-sample: the efficiencies fitted on every row (what kvplan ships), judged on every row. Leave-one-model-out: for
 each of the 7 models, the efficiencies refitted without its rows, judged on its rows; likewise leave-one-GPU-out
@@ -12,10 +12,13 @@ all of them pooled. docs/accuracy.md records
 these figures.
 """
 
+import os
 import sys
 from pathlib import Path
 
-import numpy as np
+# one BLAS thread: the fit's small SVDs run ten times slower with threads fighting over shared cores
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed_fit import Points, engine_efficiencies, errors, fit  # noqa: E402

@@ -19,13 +19,16 @@ generalised worse to a GPU left out of the fit (B200: TPOT median |error| 31% ag
 
 import datetime
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
 from types import SimpleNamespace
 
-import numpy as np
-from scipy.optimize import least_squares
+# one BLAS thread: the fit's small SVDs run ten times slower with threads fighting over shared cores
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np  # noqa: E402
+from scipy.optimize import least_squares  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from speed_rows import CALIBRATION, Row, read_rows  # noqa: E402
