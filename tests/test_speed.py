@@ -55,6 +55,19 @@ def test_the_calibration_file_is_the_one_described():
     assert len({r.model for r in ROWS}) == 7  # the two NVFP4 DeepSeek checkpoints read as DeepSeek-R1 and V3
 
 
+def test_runs_recorded_twice_read_as_one_layout():
+    """The file holds some runs twice, the same TTFT and TPOT to the last digit under two layouts: one as n GPUs,
+    one with the GPU count squared (tp_size 64 and moe 8 x 8 for 8 GPUs; speed_rows.py). Both read as the same
+    instance, and every layout read fits its GPUs (tp x dp of them, the experts whole on ep of them)."""
+    by_measurement = {}
+    for row in ROWS:
+        key = (row.engine, row.model, row.gpu, row.isl, row.osl, row.tpot_ms, row.ttft_ms)
+        by_measurement.setdefault(key, set()).add((row.tp, row.dp, row.ep, row.concurrency))
+    assert all(len(layouts) == 1 for layouts in by_measurement.values())
+    assert all(row.gpus <= 8 or row.gpu == "gb200" for row in ROWS)  # only GB200's NVL72 racks hold more
+    assert all(row.ep in (1, row.gpus) or row.gpus % row.ep == 0 for row in ROWS)
+
+
 def test_the_bound_is_below_every_measured_tpot(deployments):
     """Each run's decode steps held, on average, running = C x D / (TTFT + D) requests a rank, D = (osl - 1) x
     TPOT (Little's law: of the C requests in flight, those past their first token). At that batch, with an fp8 KV
