@@ -7,12 +7,18 @@
 Every row is taken through kvplan's own speed model (`kvplan.speed.Deployment`: the bytes, FLOPs and times at peak
 of its decode step and prefill) and the efficiencies are fitted by least squares on the logarithm of predicted over
 measured TPOT and TTFT (TTFT at half weight, its measurements being the noisier; a soft-L1 loss, so a few runs far
-off do not pull the rest), utilisations bounded to (0, 1]. The estimate's formulas are `kvplan.speed.calibrated`'s
-own functions, run over numpy arrays. What is fitted by what:
-    per engine    weights_bandwidth, kv_bandwidth, compute, prefill_compute, moe_compute, per_layer_us,
-                  per_moe_layer_us, per_sequence_us, per_collective_us, request_ms
-    for all       scale_out, steps_to_first_token, burst (the links beyond an NVLink domain, and what a first
-                  token waits for, which is the benchmark's more than the engine's)
+off do not pull the rest), utilisations bounded to (0, 1], from three starting points (the fit has several local
+minima; the lowest wins). The estimate's formulas are `kvplan.speed.calibrated`'s own functions, run over numpy
+arrays. What is fitted by what:
+    per engine    kv_bandwidth, compute, moe_compute, per_layer_us, per_moe_layer_us, per_sequence_us, request_ms,
+                  burst (its kernels and its scheduler: SGLang's rounds of requests start together, vLLM's and
+                  TensorRT-LLM's stagger)
+    for all       weights_bandwidth, prefill_compute, per_collective_us (what the GPU and its kernel libraries set:
+                  a GEMV's share of HBM bandwidth, a large GEMM's of the tensor rate, an NVLink collective's latency;
+                  fitted per engine they carried worse to a model left out: Llama-3.1-70B's TTFT median |error| 74%
+                  against 35% with prefill_compute per engine)
+    fixed         steps_to_first_token 3 (kvplan.speed.calibrated), scale_out 1 (no run spans more than one NVLink
+                  domain, so the links beyond one are taken at InfiniBand's 400 Gb/s per GPU, not fitted)
 The GPUs differ by their peak rates alone: utilisations fitted per engine and GPU family (Hopper, Blackwell)
 generalised worse to a GPU left out of the fit (B200: TPOT median |error| 31% against 17%).
 """
@@ -38,11 +44,15 @@ from kvplan.sources import load_model  # noqa: E402
 from kvplan.speed import Deployment, Efficiencies, Layout  # noqa: E402
 from kvplan.speed.calibrated import TABLE, Terms, tpot_ms, ttft_ms  # noqa: E402
 
-BY_ENGINE = ("weights_bandwidth", "kv_bandwidth", "compute", "prefill_compute", "moe_compute", "per_layer_us",
-             "per_moe_layer_us", "per_sequence_us", "per_collective_us", "request_ms")
-FOR_ALL = ("scale_out", "steps_to_first_token", "burst")
+BY_ENGINE = ("kv_bandwidth", "compute", "moe_compute", "per_layer_us", "per_moe_layer_us", "per_sequence_us",
+             "request_ms", "burst")
+FOR_ALL = ("weights_bandwidth", "prefill_compute", "per_collective_us")
+FIXED = {"steps_to_first_token": 3.0, "scale_out": 1.0}
 UTILISATIONS = ("weights_bandwidth", "kv_bandwidth", "compute", "prefill_compute", "moe_compute")
 TTFT_WEIGHT = 0.5
+# starting points (-log utilisation, log of the fixed times and shares): utilisations 0.90, 0.37, 0.61 with times
+# and shares 1, 7.4 and 0.14 (us, ms, steps)
+STARTS = ((0.1, 0.0), (1.0, 2.0), (0.5, -2.0))
 
 
 class Points:
@@ -92,6 +102,8 @@ class Parameters:
                 out[n][p.engine == engine] = values[(engine, n)]
         for n in FOR_ALL:
             out[n][:] = values[n]
+        for n, value in FIXED.items():
+            out[n][:] = value
         return SimpleNamespace(**out)
 
 
@@ -101,7 +113,7 @@ def _name(name) -> str:
 
 def engine_efficiencies(values: dict, engine: str) -> Efficiencies:
     """One engine's fitted efficiencies as the package takes them."""
-    return Efficiencies(**{n: values[(engine, n)] for n in BY_ENGINE}, **{n: values[n] for n in FOR_ALL})
+    return Efficiencies(**{n: values[(engine, n)] for n in BY_ENGINE}, **{n: values[n] for n in FOR_ALL}, **FIXED)
 
 
 def predict(points: Points, efficiencies: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:
@@ -117,9 +129,10 @@ def fit(points: Points, mask: np.ndarray) -> tuple[Parameters, dict]:
         return np.concatenate([np.log(tpot[mask] / points.tpot[mask]),
                                TTFT_WEIGHT * np.log(ttft[mask] / points.ttft[mask])])
 
-    start = np.where(np.isfinite(parameters.lower), 0.1, 0.0)
-    result = least_squares(residuals, start, loss="soft_l1", f_scale=0.3, max_nfev=4000,
-                           bounds=(parameters.lower, np.inf), ftol=1e-6, xtol=1e-6)
+    utilisation = np.isfinite(parameters.lower)
+    fits = [least_squares(residuals, np.where(utilisation, u, t), loss="soft_l1", f_scale=0.3, max_nfev=4000,
+                          bounds=(parameters.lower, np.inf), ftol=1e-8, xtol=1e-8) for u, t in STARTS]
+    result = min(fits, key=lambda fit: fit.cost)
     return parameters, parameters.values(result.x)
 
 
@@ -152,6 +165,7 @@ def table(points: Points, parameters: Parameters, values: dict) -> dict:
                           "ttft_p90": rounded(np.percentile(abs(ttft), 90))}},
         "gpus": sorted({gpus.find(g).name for g in points.gpu}),
         "for_all": {n: rounded(values[n]) for n in FOR_ALL},
+        "fixed": FIXED,
         "engines": engines}
 
 

@@ -9,10 +9,11 @@ import pytest
 from conftest import load_script, run_python
 
 from kvplan import gpus
+from kvplan.capacity import Hardware, Workload, capacity
 from kvplan.errors import KvplanError
 from kvplan.sources import load_model
 from kvplan.speed import Deployment, Layout, max_concurrency, serving
-from kvplan.speed.bound import step_times
+from kvplan.speed.bound import scale_out_slowdown, step_times
 from kvplan.speed.calibrated import TABLE, efficiencies
 
 rows_module = load_script("benchmarks/speed_rows.py", "speed_rows")
@@ -219,6 +220,21 @@ def test_flags_name_the_poor_regimes():
     assert any("speculative decoding" in f for f in mtp.flags)
 
 
+def test_links_beyond_one_nvlink_domain_are_taken_at_infiniband():
+    """No calibration run spans more than one NVLink domain, so the estimate takes the links beyond one at 400 Gb/s
+    InfiniBand per GPU (50 GB/s each way): H100's NVLink sends 450 GB/s each way, 9 times as fast, B200's 900."""
+    assert scale_out_slowdown(gpus.find("h100")) == pytest.approx(450 / 50 - 1)
+    assert scale_out_slowdown(gpus.find("b200")) == pytest.approx(900 / 50 - 1)
+    r1, b200 = load_model("deepseek-ai/DeepSeek-R1"), gpus.find("b200")
+    args = dict(engine="tensorrt-llm", tp=1, dp=16, ep=16, isl=1024, osl=1024, concurrency=256,
+                weights_dtype="nvfp4")
+    beyond, at_nvlink = serving(r1, b200, **args), serving(r1, b200, overrides={"scale_out": 0}, **args)
+    latency = beyond.efficiencies["per_collective_us"] / 1000
+    links = beyond.decode_peak.link_ms + beyond.decode_step.collectives * latency
+    assert beyond.decode_step_ms - at_nvlink.decode_step_ms == pytest.approx(17 * links)
+    assert beyond.decode_step_ms_bound == at_nvlink.decode_step_ms_bound  # the bound keeps NVLink's rate
+
+
 def test_overrides_replace_an_efficiency_by_name():
     model, h200 = load_model("meta-llama/Llama-3.1-8B"), gpus.find("h200")
     fitted = serving(model, h200, isl=1024, osl=1024, concurrency=8)
@@ -255,16 +271,27 @@ def test_the_speed_model_imports_nothing_heavy():
 
 
 def test_requests_beyond_the_memory_fit_queue():
-    """Llama-3.1-70B in fp8 on one H200 holds 94 requests of 2,048 tokens at vLLM's defaults (kvplan.capacity): at
-    256, 94 run and the rest wait a request's time for a slot; the flag says so."""
+    """Llama-3.1-70B in fp8 on one H200 at vLLM's defaults (kvplan.capacity) holds 94 requests of 2,048 tokens and
+    126 of 1,536. vLLM allocates KV blocks as tokens arrive, so a running request of 1,024 + 1,024 tokens holds
+    1,536 on average: 126 run, and at 256 the rest wait a request's time for a slot; the flag says so. TensorRT-LLM
+    admits a request only with room for all its 2,048 tokens (GUARANTEED_NO_EVICT), so fewer of them run."""
     model, h200 = load_model("meta-llama/Llama-3.1-70B"), gpus.find("h200")
-    at_94 = serving(model, h200, isl=1024, osl=1024, concurrency=94, weights_dtype="fp8")
+
+    def fit(ctx: int, engine: str) -> int:
+        return capacity(model, Workload(ctx=ctx), engine_name=engine,
+                        hardware=Hardware(name=h200.name, memory_bytes=h200.memory_bytes), weights_dtype_name="fp8",
+                        suggest=False).max_concurrent_users
+
+    assert (fit(2048, "vllm"), fit(1536, "vllm")) == (94, 126)
+    at_126 = serving(model, h200, isl=1024, osl=1024, concurrency=126, weights_dtype="fp8")
     at_256 = serving(model, h200, isl=1024, osl=1024, concurrency=256, weights_dtype="fp8")
-    assert (at_256.running_limit, at_256.running) == (94, 94)
-    assert at_256.decode_step_ms == pytest.approx(at_94.decode_step_ms)
-    assert at_256.ttft_ms > (256 - 94) / 94 * 1023 * at_256.decode_step_ms
-    assert any("the rest queue" in f for f in at_256.flags) and not any("queue" in f for f in at_94.flags)
+    assert (at_256.running_limit, at_256.running) == (126, 126)
+    assert at_256.decode_step_ms == pytest.approx(at_126.decode_step_ms)
+    assert at_256.ttft_ms > (256 - 126) / 126 * 1023 * at_256.decode_step_ms
+    assert any("the rest queue" in f for f in at_256.flags) and not any("queue" in f for f in at_126.flags)
     assert all(math.isfinite(v) for v in (at_256.decode_step_ms, at_256.ttft_ms, at_256.tokens_per_s_per_gpu))
+    trt = serving(model, h200, engine="tensorrt-llm", isl=1024, osl=1024, concurrency=256, weights_dtype="fp8")
+    assert trt.running_limit == fit(2048, "tensorrt-llm") < 126
 
 
 def test_weights_beyond_the_memory_are_flagged():

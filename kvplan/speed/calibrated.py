@@ -2,7 +2,8 @@
 real runs (kvplan/data/speed_efficiencies.json; `benchmarks/speed_fit.py` refits them).
 
 An instance holds C requests per rank (closed loop: a finished request is replaced at once), each of I prompt and O
-output tokens. At most N of them run (the engine's limit: its KV pool and its request cap, `kvplan.capacity`):
+output tokens. At most N of them run (the engine's limit: its KV pool and its request cap at the tokens a running
+request holds, `kvplan.speed.serving`):
 
     running b         = min(C, N) requests decoding each step
     TPOT              = GEMMs(u_compute) + max(KV at peak / u_kv, attention FLOPs at peak / u_compute)
@@ -16,11 +17,17 @@ output tokens. At most N of them run (the engine's limit: its KV pool and its re
     TTFT              = t_request + prefill + k x TPOT + w x C x prefill + queue
     queue             = (C - N) / N x (prefill + (O - 1) x TPOT) where C exceeds N (Little's law: the requests
                         beyond the running ones wait a whole request's time for a slot)
-with s = 1 for an instance within one NVLink domain and 1 + scale_out beyond it. Each step's own prompts: every
-decoding request was a prompt once, so b / (O - 1) prompts enter per step in steady state. w x C x prefill is the
-requests that arrive together (a benchmark starts all C at once): what the data show of TTFT growing with C at
-loads far from saturation. The times at peak are the bound's (`kvplan.speed.bound`); u are utilisations (0 to 1],
-t fixed times, fitted per engine (k, w and s for all engines): GPUs differ by their peak rates alone.
+with s = 1 within one NVLink domain and 1 + scale_out x (NVLink's one-way bandwidth / InfiniBand's - 1) beyond
+it. Each step's own prompts: every decoding request was a prompt once, so b / (O - 1) prompts enter per step in
+steady state. k = 3 steps: a new request waits out the step running when it arrives (half of one on average) and the
+one already scheduled (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers), is prefilled in the
+next and its token leaves while the one after runs. w x C x prefill: the requests that arrive together. A benchmark
+starts all C at once: where prompts are chunked into the decode steps (vLLM, TensorRT-LLM) the first round's
+staggered first tokens stagger the rounds after it, so only the first round waits behind the others' prefills; SGLang
+prefills waiting requests before it decodes, so every round starts together and waits again (w per engine). The
+times at peak are the bound's (`kvplan.speed.bound`); u are utilisations (0 to 1], t fixed times. What the GPU and
+its kernel libraries set (u_weights, u_prefill, t_collective) is fitted for all engines, what the engine's kernels
+and scheduler set per engine; GPUs differ by their peak rates alone.
 
 The arithmetic takes numbers or numpy arrays alike (`_max`), so the fit runs these same functions over every row.
 """
@@ -53,11 +60,12 @@ class Efficiencies(BaseModel):
     per_moe_layer_us: float = Field(ge=0, description="further fixed time per MoE layer and step (routing)")
     per_sequence_us: float = Field(ge=0, description="time per running request and step (sampling, scheduling)")
     per_collective_us: float = Field(ge=0, description="latency of one all-reduce or all-to-all")
-    scale_out: float = Field(ge=0, description="extra link time, as a multiple of NVLink's, for an instance wider "
-                                               "than one NVLink domain")
+    scale_out: float = Field(ge=0, description="the share of InfiniBand's slowdown against NVLink the links beyond "
+                                               "one NVLink domain pay (1: at 400 Gb/s per GPU)")
     request_ms: float = Field(ge=0, description="fixed time to first token (request handling)")
     steps_to_first_token: float = Field(ge=0, description="decode steps a new request waits through")
-    burst: float = Field(ge=0, description="share of the other requests' prefills a new one waits for")
+    burst: float = Field(ge=0, description="share of the other requests' prefills a new one waits for (the rounds "
+                                           "of a benchmark that starts them together)")
 
 
 class Terms(NamedTuple):
@@ -85,7 +93,7 @@ class Terms(NamedTuple):
     concurrency: float
     running_limit: float
     osl: float
-    scale_out: float  # 1 where the instance spans more GPUs than an NVLink domain, else 0
+    scale_out: float  # NVLink's one-way bandwidth over InfiniBand's, less one, beyond one NVLink domain; else 0
 
 
 def _max(a, b):
@@ -157,7 +165,7 @@ def efficiencies(engine: str, gpu: Gpu, overrides: dict[str, float] | None = Non
     if unknown:
         raise KvplanError(f"unknown efficiency {', '.join(unknown)}: the speed model's are "
                           f"{', '.join(Efficiencies.model_fields)}")
-    values = fitted["engines"][engine]["efficiencies"] | fitted["for_all"] | (overrides or {})
+    values = fitted["engines"][engine]["efficiencies"] | fitted["for_all"] | fitted["fixed"] | (overrides or {})
     try:
         return Efficiencies(**values), flags
     except ValueError as err:
