@@ -55,6 +55,10 @@ EXAMPLE_COMMANDS: dict[str, list[str]] = {
                   "--gpu", "h100", "--format", "csv"],
     "kv-vs-context.svg": ["plot", "--models", MODELS, "--gpu", GPUS, "--kind", "kv"],
     "users-vs-context.svg": ["plot", "--models", MODELS, "--gpu", GPUS, "--kind", "users"],
+    "table-tpot-pivot.md": ["table", "--models", MODELS, "--gpu", "h100,h200", "--isl", "1k", "--osl", "1k", "--ctx",
+                            "2k,8k,32k", "--pivot", "--metric", "tpot", "--format", "markdown"],
+    "tpot-vs-context.svg": ["plot", "--models", MODELS, "--gpu", "h100", "--isl", "1k", "--osl", "1k", "--kind",
+                            "tpot"],
 }
 MARKER = re.compile(r"(<!-- generated: (?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- end generated -->)", re.S)
 # a `$ kvplan` block, with the options comment before it

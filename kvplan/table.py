@@ -1,9 +1,11 @@
 """`kvplan table`: planning tables of models x contexts (x GPUs), as rich, Markdown, CSV or JSON.
 
 Presentation only. Every number comes from `kvplan.memory.estimate` (KV per token, KV per sequence, weights,
-total) and `kvplan.capacity.users_sweep` (max users on a GPU under an engine, by the budget, pools and search
-`capacity` uses); nothing here computes memory. Each model is loaded once, its split (each GPU's caches and
-weights) built once per parallel layout, and each (model, GPU) deployment once, whatever the number of contexts.
+total), `kvplan.capacity.users_sweep` (max users on a GPU under an engine, by the budget, pools and search
+`capacity` uses) and, with requests of isl + osl tokens, `kvplan.speed.targets.speed_sweep` (TPOT, TTFT and
+tokens/s at the users of each cell); nothing here computes memory or speed. Each model is loaded once, its split
+(each GPU's caches and weights) built once per parallel layout, and each (model, GPU) deployment once, whatever the
+number of contexts.
 
 Column names of the CSV and JSON output are stable (docs/tables.md lists them); their sizes are integer bytes.
 Text formats print sizes in GiB (KV per token in KiB) with two decimals and name the unit in the header.
@@ -25,14 +27,20 @@ from kvplan.memory import Estimate, estimates
 from kvplan.model import ModelSpec
 from kvplan.output import write_output
 from kvplan.text import narrow, plain
+from kvplan.units import format_figure
 
 if TYPE_CHECKING:  # imported where a table plans capacity (`build`), not for a table without GPUs
     from kvplan.capacity import UsersAt
+    from kvplan.speed.targets import SpeedAt
 
 FORMATS = ("rich", "markdown", "csv", "json")
 FORMAT_ALIASES = {"md": "markdown", "text": "rich", "txt": "rich"}
 EXTENSIONS = {".md": "markdown", ".markdown": "markdown", ".csv": "csv", ".json": "json", ".txt": "rich"}
-METRICS = ("kv", "total", "users")
+# the speed metrics: the SpeedAt field each shows, what it is and its unit
+SPEED_METRICS = {"tpot": ("decode_step_ms", "TPOT", "ms"), "ttft": ("ttft_ms", "TTFT", "ms"),
+                 "tps-user": ("tokens_per_s_per_user", "tokens/s per user", ""),
+                 "tps-gpu": ("tokens_per_s_per_gpu", "tokens/s per GPU", "")}
+METRICS = ("kv", "total", "users", *SPEED_METRICS)
 LIST_SUFFIXES = (".txt", ".list")
 KiB, GiB = 1 << 10, 1 << 30
 MARKDOWN_SPECIAL = "\\|*_`[]<>"  # what a Markdown cell escapes with a backslash (the backslash itself first)
@@ -43,6 +51,9 @@ ESTIMATE_FIELDS = ("model", "ctx", "batch", "kv_dtype", "weights_dtype", "kv_byt
 FIELDS = (*ESTIMATE_FIELDS, "max_context", "beyond_max_context")
 GPU_FIELDS = ("engine", "engine_version", "gpu", "gpu_memory_bytes", "kv_budget_bytes",
               "engine_kv_bytes_per_user", "max_users", "max_users_bound", "not_planned")
+# with --isl and --osl: the speed of each model x ctx x GPU (kvplan.speed.targets.SpeedAt)
+SPEED_FIELDS = ("isl", "osl", "speed_concurrency", "decode_step_ms_bound", "decode_step_ms", "ttft_ms_bound",
+                "ttft_ms", "tokens_per_s_per_user", "tokens_per_s_per_gpu", "speed_not_estimated")
 
 
 class Gpu(NamedTuple):
@@ -60,11 +71,13 @@ class Gpu(NamedTuple):
 class Row(NamedTuple):
     """One model at one ctx: kvplan.memory's estimate, the model's context limit, its capacity on each GPU of the
     table, in their order (`kvplan.capacity.users_sweep`'s cells; max_users None where the model keeps no
-    per-sequence cache, so memory does not bound its users)."""
+    per-sequence cache, so memory does not bound its users), and with --isl and --osl its speed on each
+    (`kvplan.speed.targets.speed_sweep`'s cells)."""
 
     estimate: Estimate
     max_context: int | None
     users: tuple[UsersAt, ...] = ()
+    speed: tuple[SpeedAt, ...] = ()
 
     @property
     def beyond_max_context(self) -> bool:
@@ -79,6 +92,9 @@ class Table(NamedTuple):
     engine: str | None  # engine name when capacity was planned
     engine_version: str | None
     failures: list[str]  # one message per model left out (--keep-going)
+    isl: int | None = None  # with osl: the requests the speed cells are for
+    osl: int | None = None
+    users: int | None = None  # the requests the speed cells are at; None: the users memory holds in each cell
 
 
 # ---------------------------------------------------------------------------------------------- model lists
@@ -203,7 +219,8 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
           engine_name: str | None = None, options=None, kv_dtype_name: str | None = None,
           weights_dtype_name: str | None = None, overhead: int | None = None, keep_going: bool = False,
           revision: str | None = None, token: str | None = None, tp: int | None = None, pp: int | None = None,
-          loader: Callable[[str], ModelSpec] | None = None) -> Table:
+          loader: Callable[[str], ModelSpec] | None = None, isl: int | None = None, osl: int | None = None,
+          users: int | None = None) -> Table:
     """The table: each model loaded once, estimated at each ctx, its capacity planned once per GPU set (its
     count split as `kvplan.capacity.parallelism` splits --gpus, with `tp` and `pp` as given).
 
@@ -211,7 +228,8 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
     checkpoint is loaded in bf16, llama.cpp caches fp16); otherwise the model's own. A model that cannot be
     loaded or planned is an error naming it; with keep_going it is left out and named in `failures`. Models
     are read by `loader`, by default `kvplan.sources.load_model` with `revision` and `token` (--revision and
-    --token, the same for every model).
+    --token, the same for every model). With `isl` and `osl` (and GPUs), each cell's speed too, at `users`
+    requests or else at the users memory holds (`kvplan.speed.targets.speed_sweep`).
     """
     from kvplan import capacity, engines
     from kvplan.dtypes import kv_dtype, weight_dtype
@@ -248,7 +266,8 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
     for name in names:
         try:
             rows += _model_rows(loader(name), ctxs, batch, gpus, hardware, engine_name if planning else None,
-                                options, kv_dtype_name, weights_dtype_name, overhead, capacity)
+                                options, kv_dtype_name, weights_dtype_name, overhead, capacity,
+                                (isl, osl, users) if isl is not None else None)
         except KvplanError as err:
             message = str(err)
             failures.append(message if name.lower() in message.lower() else f"{name}: {message}")
@@ -256,11 +275,11 @@ def build(names: Sequence[str], ctxs: Sequence[int], *, batch: int = 1, gpus: Se
         raise KvplanError(_failure_line(failures, len(names), hint=True))
     return Table(rows=rows, ctxs=list(ctxs), batch=batch, gpus=list(gpus),
                  engine=engine.name if engine else None, engine_version=engine.version if engine else None,
-                 failures=failures)
+                 failures=failures, isl=isl, osl=osl, users=users)
 
 
 def _model_rows(spec: ModelSpec, ctxs, batch, gpus, hardware, engine_name, options, kv_name, weights_name, overhead,
-                capacity) -> list[Row]:
+                capacity, requests: tuple[int, int, int | None] | None = None) -> list[Row]:
     if engine_name is not None:
         kv_name, weights_name = capacity.engine_dtypes(spec, engine_name, kv_name, weights_name)
     by_ctx = estimates(spec, ctxs, batch, kv_name, weights_name)
@@ -270,7 +289,14 @@ def _model_rows(spec: ModelSpec, ctxs, batch, gpus, hardware, engine_name, optio
     elif gpus:
         per_gpu = capacity.users_sweep(spec, ctxs, hardware, engine_name=engine_name, options=options,
                                        kv_dtype_name=kv_name, weights_dtype_name=weights_name, overhead=overhead)
-    return [Row(e, spec.max_context, tuple(cells[i] for cells in per_gpu)) for i, e in enumerate(by_ctx)]
+    speeds: list[list[SpeedAt]] = []
+    if gpus and requests is not None:
+        from kvplan.speed.targets import speed_sweep
+
+        speeds = speed_sweep(spec, [(h.name, parallel) for h, parallel in hardware], engine_name, kv_name,
+                             weights_name, per_gpu, *requests)
+    return [Row(e, spec.max_context, tuple(cells[i] for cells in per_gpu), tuple(cells[i] for cells in speeds))
+            for i, e in enumerate(by_ctx)]
 
 
 def _failure_line(failures: list[str], total: int, hint: bool = False) -> str:
@@ -355,6 +381,31 @@ def default_metric(table: Table) -> str:
     return "users" if table.gpus else "kv"
 
 
+def per_gpu(metric: str) -> bool:
+    """Whether a metric's pivot has a row per model x GPU (users and the speed metrics)."""
+    return metric == "users" or metric in SPEED_METRICS
+
+
+def check_metric(metric: str | None, gpus: bool, requests: bool) -> None:
+    """A metric the table can show: users needs a GPU, the speed metrics GPUs and --isl and --osl."""
+    if metric is None:
+        return
+    if metric not in METRICS:
+        raise KvplanError(f"unknown --metric {metric!r}: choose {', '.join(METRICS[:-1])} or {METRICS[-1]}")
+    if per_gpu(metric) and not gpus:
+        raise KvplanError(f"--metric {metric} needs a GPU: give --gpu or --vram")
+    if metric in SPEED_METRICS and not requests:
+        raise KvplanError(f"--metric {metric} needs --isl and --osl: the requests the speed model times")
+
+
+def speed_cell(speed: SpeedAt, field: str) -> str:
+    """`21.4`; `n/a` where the speed model cannot estimate it (why: in a note); `-` where no user fits."""
+    if speed.not_estimated is not None:
+        return NOT_PLANNED
+    value = getattr(speed, field)
+    return "-" if value is None else format_figure(value)
+
+
 def pivot_grid(table: Table, metric: str | None, mark: str = "*") -> tuple[list[str], list[bool], list[list]]:
     """ctx as columns: headers, which are numeric, and rows of (text cells, raw values).
 
@@ -363,30 +414,35 @@ def pivot_grid(table: Table, metric: str | None, mark: str = "*") -> tuple[list[
     figure in `legend`).
     """
     metric = metric or default_metric(table)
-    if metric not in METRICS:
-        raise KvplanError(f"unknown --metric {metric!r}: choose kv, total or users")
-    if metric == "users" and not table.gpus:
-        raise KvplanError("--metric users needs a GPU: give --gpu or --vram")
+    check_metric(metric, bool(table.gpus), table.isl is not None)
     by_model: dict[str, list[Row]] = {}
     for row in table.rows:
         by_model.setdefault(row.estimate.model, []).append(row)
-    what = {"kv": "KV / seq", "total": total_header(table.batch).rsplit(" (", 1)[0], "users": "users"}[metric]
-    if metric == "users" and len(table.gpus) == 1:
+    what = {"kv": "KV / seq", "total": total_header(table.batch).rsplit(" (", 1)[0], "users": "users",
+            **{name: label for name, (_, label, _) in SPEED_METRICS.items()}}[metric]
+    if per_gpu(metric) and len(table.gpus) == 1:
         what += f", {table.gpus[0].short}"
-    unit = "" if metric == "users" else " (GiB)"
+    unit = "" if metric == "users" else f" ({SPEED_METRICS[metric][2]})" if metric in SPEED_METRICS else " (GiB)"
+    unit = "" if unit == " ()" else unit
     headers = [f"model ({what})"]
     numeric = [False]
-    if metric == "users" and len(table.gpus) > 1:
+    if per_gpu(metric) and len(table.gpus) > 1:
         headers.append("GPU")
         numeric.append(False)
     headers += [ctx_label(c) + unit for c in table.ctxs]
     numeric += [True] * len(table.ctxs)
     grid = []
     for model, rows in by_model.items():
-        if metric == "users":
+        if per_gpu(metric):
+            field = SPEED_METRICS[metric][0] if metric in SPEED_METRICS else None
             for i, gpu in enumerate(table.gpus):
-                values = [r.users[i].max_users for r in rows]
-                cells = [users_cell(r.users[i]) + (mark if r.beyond_max_context else "") for r in rows]
+                if field is None:
+                    values = [r.users[i].max_users for r in rows]
+                    shown = [users_cell(r.users[i]) for r in rows]
+                else:
+                    values = [getattr(r.speed[i], field) for r in rows]
+                    shown = [speed_cell(r.speed[i], field) for r in rows]
+                cells = [cell + (mark if r.beyond_max_context else "") for cell, r in zip(shown, rows, strict=True)]
                 lead = [model, gpu.label] if len(table.gpus) > 1 else [model]
                 grid.append((lead + cells, [model, gpu.label, *values]))
         else:
@@ -411,14 +467,47 @@ def below(table: Table, *, pivot: bool = False, metric: str | None = None, short
     are short (`short`, and every users pivot), and the notes of the marked cells."""
     note = footnote(table)
     out = [f"* {note}"] if note else []
-    users = (metric or default_metric(table)) == "users" if pivot else short and bool(table.gpus)
-    return out + ([legend(table)] if users else []) + notes(table)
+    metric = metric or default_metric(table)
+    if pivot and metric in SPEED_METRICS:
+        return out + [speed_legend(table, metric), *speed_notes(table)]
+    users = metric == "users" if pivot else short and bool(table.gpus)
+    speed = [SPEED_HINT] if not pivot and table.isl is not None and table.gpus else []
+    return out + ([legend(table)] if users else []) + notes(table) + speed
 
 
 def legend(table: Table) -> str:
     """What a `users, h100` header holds: the figure, the engine, and each GPU set's full name."""
     names = "; ".join(f"{gpu.short}: {gpu.label}" for gpu in table.gpus)
     return f"users: {USERS_FIGURE} with {table.engine} {table.engine_version} ({names})"
+
+
+SPEED_HINT = ("TPOT, TTFT and tokens/s for these requests: --pivot --metric tpot, ttft, tps-user or tps-gpu, or "
+              "--format csv or json")
+
+
+def speed_legend(table: Table, metric: str) -> str:
+    """What a speed pivot's cells are: the estimate, for which requests, at how many users, on which GPUs."""
+    from kvplan.speed.targets import stated_error
+
+    _, label, unit = SPEED_METRICS[metric]
+    at = f"{table.users:,} users" if table.users else "the users memory holds in each cell"
+    names = "; ".join(f"{gpu.short}: {gpu.label}" for gpu in table.gpus)
+    error = stated_error()
+    off = error.tpot_median if metric != "ttft" else error.ttft_median
+    return (f"{label}{' (' + unit + ')' if unit else ''}: the speed model's calibrated estimate with {table.engine} "
+            f"{table.engine_version}, for requests of {table.isl:,} + {table.osl:,} tokens at {at} ({names}); off by "
+            f"a median {off:.0%} on the {error.runs:,} serving runs it was fitted on (docs/accuracy.md)")
+
+
+def speed_notes(table: Table) -> list[str]:
+    """Why the `n/a` cells of a speed pivot have no estimate."""
+    why: dict[str, list[str]] = {}
+    for row in table.rows:
+        for gpu, speed in zip(table.gpus, row.speed, strict=True):
+            if speed.not_estimated is not None and gpu.label not in why.setdefault(speed.not_estimated, []):
+                why[speed.not_estimated].append(gpu.label)
+    return [f"{NOT_PLANNED}: not estimated: " + "; ".join(f"{', '.join(gpus)}: {reason}"
+                                                        for reason, gpus in why.items())] if why else []
 
 
 def notes(table: Table) -> list[str]:
@@ -516,13 +605,19 @@ def records(table: Table) -> list[dict]:
         base |= {"max_context": row.max_context, "beyond_max_context": row.beyond_max_context}
         if not table.gpus:
             out.append(base)
-        for gpu, users in zip(table.gpus, row.users, strict=True):
-            out.append(base | {"engine": table.engine, "engine_version": table.engine_version,
-                               "gpu": gpu.label, "gpu_memory_bytes": gpu.memory_bytes,
-                               "kv_budget_bytes": users.kv_budget_bytes,
-                               "engine_kv_bytes_per_user": users.engine_kv_bytes_per_sequence,
-                               "max_users": users.max_users, "max_users_bound": _bound(users),
-                               "not_planned": users.not_planned})
+        for i, (gpu, users) in enumerate(zip(table.gpus, row.users, strict=True)):
+            record = base | {"engine": table.engine, "engine_version": table.engine_version,
+                             "gpu": gpu.label, "gpu_memory_bytes": gpu.memory_bytes,
+                             "kv_budget_bytes": users.kv_budget_bytes,
+                             "engine_kv_bytes_per_user": users.engine_kv_bytes_per_sequence,
+                             "max_users": users.max_users, "max_users_bound": _bound(users),
+                             "not_planned": users.not_planned}
+            if row.speed:
+                speed = row.speed[i]
+                record |= {"isl": table.isl, "osl": table.osl, "speed_concurrency": speed.concurrency,
+                           **{name: getattr(speed, name) for name in SPEED_FIELDS[3:-1]},
+                           "speed_not_estimated": speed.not_estimated}
+            out.append(record)
     return out
 
 
@@ -555,19 +650,23 @@ def to_csv(table: Table, *, pivot: bool = False, metric: str | None = None) -> s
     writer = csv.writer(buffer, lineterminator="\n")
     if pivot:
         _, _, grid = pivot_grid(table, metric)
-        lead = ["model", "gpu"] if (metric or default_metric(table)) == "users" else ["model"]
+        lead = ["model", "gpu"] if per_gpu(metric or default_metric(table)) else ["model"]
         writer.writerow([*lead, *(str(c) for c in table.ctxs)])
         for _, raw in grid:
             writer.writerow([_csv_value(v) for v in raw])
         return buffer.getvalue()
-    fields = FIELDS + (GPU_FIELDS if table.gpus else ())
+    fields = FIELDS + (GPU_FIELDS if table.gpus else ()) + (SPEED_FIELDS if table.gpus and table.isl else ())
     writer.writerow(fields)
     for record in records(table):
         writer.writerow([_csv_value(record[f]) for f in fields])
     return buffer.getvalue()
 
 
-def title(table: Table) -> str:
+def title(table: Table, metric: str | None = None) -> str:
+    """The rich table's title; a speed pivot's (`metric`) names its figure."""
+    if metric in SPEED_METRICS:
+        return (f"Estimated {SPEED_METRICS[metric][1]} by model, GPU and context with {table.engine} "
+                f"{table.engine_version}")
     text = "KV cache and weights by model and context"
     if table.gpus:
         text += f"; {USERS_FIGURE} per GPU with {table.engine} {table.engine_version}"
@@ -623,7 +722,8 @@ def boxed(table: Table, *, pivot: bool = False, metric: str | None = None, width
                   for cell, w, number in zip(cells, widths, numeric, strict=True))
         return (bar + bar.join(f" {cell} " for cell in padded) + bar).rstrip()
 
-    out = wrap(title(table), sum(widths) + 3 * len(widths) + 1) if width is not None else [title(table)]
+    heading = title(table, metric if pivot else None)
+    out = wrap(heading, sum(widths) + 3 * len(widths) + 1) if width is not None else [heading]
     out += [rule(TOP), *(line(cells, "┃") for cells in zip(*head, strict=True)), rule(BELOW_HEADER)]
     for i, (cells, end) in enumerate(zip(rows, ends, strict=True)):
         out.append(line(cells))

@@ -81,6 +81,11 @@ def format_bytes(n: int | float, decimal: bool = False) -> str:
     raise AssertionError("unreachable")
 
 
+def format_figure(value: float) -> str:
+    """A time or a rate to three significant figures or more, whole from 100: 0.52, 5.50, 21.4, 886, 1,234."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
+
+
 def parse_gib(text: str, what: str) -> int:
     """A size as vLLM's --kv-offloading-size and --cpu-offload-gb take it, GiB as a plain number (`64`, `2.5`; vLLM
     keeps int(value x 2**30) bytes), or with a unit (`64GiB`, `80GB`) -> bytes; 0 allowed (nothing offloaded)."""

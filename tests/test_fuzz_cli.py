@@ -37,7 +37,9 @@ ESTIMATE_FLAGS = {"--ctx": NUMBERS, "--batch": NUMBERS, "--users": NUMBERS, "--g
                   "--pp": NUMBERS, "--block-size": NUMBERS, "--max-num-batched-tokens": NUMBERS,
                   "--kv-budget": SIZES, "--overhead": SIZES, "--vram": SIZES, "--gpu": TEXT, "--engine": TEXT,
                   "--kv-dtype": TEXT, "--weights-dtype": TEXT, "--engine-version": NUMBERS + TEXT,
-                  "--gpu-memory-utilization": NUMBERS, "--avg-ctx": NUMBERS, "--shared-prefix": NUMBERS}
+                  "--gpu-memory-utilization": NUMBERS, "--avg-ctx": NUMBERS, "--shared-prefix": NUMBERS,
+                  "--isl": NUMBERS, "--osl": NUMBERS, "--max-tpot": NUMBERS, "--max-ttft": NUMBERS,
+                  "--min-tps": NUMBERS}
 MODELS = ["llama-3-8b", "google/gemma-3-27b-it", "deepseek-ai/DeepSeek-V3", "openai/gpt-oss-20b",
           "ai21labs/Jamba-v0.1", "Qwen/Qwen3-Next-80B-A3B-Thinking", "google-t5/t5-base"]
 
@@ -126,9 +128,12 @@ VALUES = {
     "--ubatch-size": ["1", "512", "4096"], "--batch-size": ["1", "2048"],
     "--cache-type-k": ["f16", "q8_0", "q4_0", "bf16"], "--cache-type-v": ["f16", "q8_0", "q4_0"],
     "--flash-attn": ["on", "off", "auto"], "--frontend": ["server", "python"],
+    "--isl": ["128", "1k", "4k"], "--osl": ["2", "128", "1k"], "--max-tpot": ["5", "20", "1000"],
+    "--max-ttft": ["200", "5000"], "--min-tps": ["10", "100"],
 }
 EVERY_ENGINE = ["--gpu", "--vram", "--gpus", "--tp", "--pp", "--users", "--batch", "--kv-dtype", "--weights-dtype",
-                "--gpu-memory-utilization", "--kv-budget", "--overhead", "--avg-ctx", "--shared-prefix"]
+                "--gpu-memory-utilization", "--kv-budget", "--overhead", "--avg-ctx", "--shared-prefix", "--isl",
+                "--osl", "--max-tpot", "--max-ttft", "--min-tps"]
 ENGINE_FLAGS = {  # (flags with a value, switches) each engine reads besides EVERY_ENGINE's
     "vllm": (["--dp", "--ep", "--draft-model", "--speculative-method", "--speculative-tokens", "--engine-version",
               "--block-size", "--max-num-batched-tokens", "--max-num-seqs", "--max-loras", "--max-lora-rank",

@@ -49,6 +49,9 @@ class Capacity(BaseModel):
     engine_kv_bytes_for_users: int
     engine_activation_bytes_for_users: int = 0  # activations that grow with the batch (transformers prefill)
     engine_activation_bytes_per_sequence: int = 0
+    engine_gpu_bytes_for_users: int | None = Field(None, description="device memory the engine's process holds for "
+                                                   "the users asked, as the driver counts it (transformers: what "
+                                                   "torch's caching allocator reserves and the CUDA context)")
     engine_kv_bytes_per_sequence_decode: int  # what a sequence holds in steady decode (sliding layers trimmed)
     engine_kv_bytes_in_flight: int = 0  # what the in-flight tokens add to the steady hold, once for the engine
     engine_kv_bytes_fixed: int = Field(0, description="what the engine's pools hold whatever the users (vLLM's null "
@@ -114,7 +117,7 @@ class Capacity(BaseModel):
 
     def unused_extras(self) -> set[str]:
         """The speculative-decoding and LoRA fields of a deployment that has neither, left out of --json."""
-        unused = set()
+        unused = set() if self.engine_gpu_bytes_for_users is not None else {"engine_gpu_bytes_for_users"}
         if self.speculative_method is None:
             unused |= {"speculative_method", "speculative_tokens", "draft_model", "draft_weights_bytes_per_gpu",
                        "engine_kv_bytes_per_sequence_draft"}
@@ -228,6 +231,7 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         engine_kv_bytes_for_users=max(p.steady_bytes_for(need, ctx, prefix) for p in pools),
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),
         engine_activation_bytes_per_sequence=binding.activation_bytes(1, ctx),
+        engine_gpu_bytes_for_users=binding.gpu_bytes_for(need, ctx),
         max_concurrent_users=users, max_users_at_startup=served.at_startup, sequence_limit=running,
         max_users_per_rank=users // parallel.ranks, max_ctx_for_users=longest, max_ctx_for_users_bound=longest_bound,
         max_concurrent_users_bound="sequence_limit" if served.at_limit else "memory",

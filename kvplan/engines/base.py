@@ -85,6 +85,7 @@ class EngineOptions(BaseModel):
     kv_unified: bool | None = None
     swa_full: bool | None = None
     cache_implementation: Literal["dynamic", "static"] | None = None
+    expandable_segments: bool | None = None  # transformers: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     ubatch_size: int | None = None
     batch_size: int | None = None
     cache_type_k: str | None = None
@@ -116,6 +117,7 @@ FLAG_NAMES = {
     "block_size": "--block-size", "max_num_batched_tokens": "--max-num-batched-tokens",
     "async_scheduling": "--async-scheduling/--no-async-scheduling",
     "kv_unified": "--kv-unified", "swa_full": "--swa-full", "cache_implementation": "--cache-implementation",
+    "expandable_segments": "--expandable-segments",
     "ubatch_size": "--ubatch-size", "batch_size": "--batch-size", "cache_type_k": "--cache-type-k",
     "cache_type_v": "--cache-type-v", "flash_attn": "--flash-attn", "speculative_tokens": "--speculative-tokens",
     "frontend": "--frontend", "limit_mm_per_prompt": "--limit-mm-per-prompt",
@@ -226,6 +228,11 @@ class KVPool(ABC):
     def users_within(self, budget: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int | None:
         """The most users whose `peak_bytes` fits in `budget`, where the pool can count them without a search; None:
         search (`kvplan.capacity.search_users`)."""
+        return None
+
+    def gpu_bytes_for(self, users: int, ctx: int) -> int | None:
+        """The device memory the engine's process holds for `users` sequences of ctx tokens, where the engine's
+        allocator is modelled (transformers); None elsewhere."""
         return None
 
     def budget_notes(self, budget: int, ctx: int) -> list[str]:

@@ -9,6 +9,8 @@ split by concern:
     bound.py       those at the GPU's peak rates (`kvplan.gpus`): the bound, and what binds
     calibrated.py  the steady-state estimate and its named, overridable efficiencies (kvplan/data)
     serving.py     `serving` and `max_concurrency`, the functions callers use
+    targets.py     speed beside capacity: the users a deployment serves within latency targets, `kvplan plan`
+                   under them, a planning table's speed cells (the command line's use of the two above)
 docs/speed.md gives every formula with its source. Nothing here imports numpy or torch.
 """
 

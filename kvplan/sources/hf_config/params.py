@@ -383,12 +383,14 @@ def _nas_block_params(block: Fields, hidden: int) -> tuple[int, int]:
 
 def experts_per_token(cfg: Fields, experts: int, *names: str) -> int:
     """The routed experts each token goes through (top-k), refused above the expert count: it would count more
-    active parameters than the model has."""
-    top_k = cfg.int(*names)
+    active parameters than the model has. With no experts (a dense model: Granite 4.0-H-1B states 0 experts, 0 per
+    token) top-k may be absent or 0; a top-k above 0 is refused, as an MoE config with its expert count zeroed
+    would otherwise be read as a dense model, its experts uncounted."""
+    top_k = cfg.int(*names) if experts else cfg.int(*names, default=0, minimum=0)
     if top_k > experts:
         name = next((n for n in names if cfg.has(n)), names[0])
-        raise KvplanError(f"{cfg.where}: {top_k} experts per token but only {experts} experts: {name} cannot exceed "
-                          "the expert count")
+        raise KvplanError(f"{cfg.where}: {name} is {top_k} but the model has {experts} experts: experts per token "
+                          "cannot exceed the expert count")
     return top_k
 
 
@@ -410,12 +412,14 @@ class MoE(NamedTuple):
     @classmethod
     def read(cls, cfg: Fields, model_type: str) -> MoE | None:
         n = cfg.int("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0, minimum=0)
-        if not n or not cfg.flag("is_moe", default=True):  # Doge states num_experts with is_moe false
+        if not cfg.flag("is_moe", default=True):  # Doge states num_experts with is_moe false
+            return None
+        top_k = experts_per_token(cfg, n, "num_experts_per_tok", "experts_per_token", "num_experts_per_token",
+                                  "moe_k", "moe_topk")
+        if not n:  # a dense model (Granite 4.0-H-1B states 0 experts and 0 per token)
             return None
         hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim")
         layers = cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-        top_k = experts_per_token(cfg, n, "num_experts_per_tok", "experts_per_token", "num_experts_per_token",
-                                  "moe_k", "moe_topk")
         size = cfg.int("moe_intermediate_size", "expert_ffn_hidden_size", "intermediate_size")
         if model_type == "hunyuan_v1_moe":  # experts and the one shared MLP are intermediate_size wide
             size = cfg.int("intermediate_size")
