@@ -15,6 +15,7 @@ from kvplan.sources import load_model
 from kvplan.speed import Deployment, Layout, max_concurrency, serving
 from kvplan.speed.bound import scale_out_slowdown, step_times
 from kvplan.speed.calibrated import TABLE, efficiencies
+from kvplan.speed.targets import stated_error
 
 rows_module = load_script("benchmarks/speed_rows.py", "speed_rows")
 ROWS = rows_module.read_rows()
@@ -119,6 +120,20 @@ def test_the_table_says_where_it_comes_from():
     assert "095f58a5" in provenance["source"] and "Apache-2.0" in provenance["source"]
     assert set(table["engines"]) == {"vllm", "sglang", "tensorrt-llm"}
     assert sum(e["rows"] for e in table["engines"].values()) == 2501
+
+
+def test_the_stated_error_is_the_recorded_held_out_error():
+    """What the command line states (a user's model being one the fit has not seen) is the table's held-out error
+    (benchmarks/speed_fit.py: 7 models, then 4 GPUs, each refitted without), the larger of the two for each figure;
+    a model left out is estimated worse than the rows fitted on."""
+    provenance = json.loads(TABLE.read_text())["provenance"]
+    models, gpus_ = provenance["held_out"]["models"], provenance["held_out"]["gpus"]
+    assert (models["groups"], gpus_["groups"]) == (7, len(provenance["rows_by_gpu"]))
+    stated = stated_error()
+    assert (stated.runs, stated.models, stated.gpus) == (2501, 7, 4)
+    for figure in ("tpot_median", "tpot_p90", "ttft_median", "ttft_p90"):
+        assert getattr(stated, figure) == max(models[figure], gpus_[figure])
+        assert getattr(stated, figure) > provenance["in_sample"][figure]
 
 
 # ---------------------------------------------------------------------------------------------- by hand
