@@ -9,25 +9,28 @@ request holds, `kvplan.speed.serving`):
     TPOT              = GEMMs(u_compute) + max(KV at peak / u_kv, attention FLOPs at peak / u_compute)
                       + s x (link bytes at NVLink peak + collectives x t_collective)          the all-reduces
                       + layers x t_layer + MoE layers x t_moe_layer + b x t_sequence          fixed costs
-                      + b / (O - 1) x prompt                                                  the prompts mixed in
-    GEMMs(u)          = max(dense weights / u_weights, dense FLOPs / u)                        each at the slower of
-                      + max(experts touched / u_weights, expert FLOPs / (u x u_moe))          its reads and FLOPs
-    prompt            = GEMMs(u_prefill) of a prompt + its attention FLOPs / u_prefill
-    prefill           = prompt + its link time + the fixed costs
-    TTFT              = t_request + prefill + k x TPOT + w x C x prefill + queue
+                      + b / (O - 1) x prompt(dp)                                              the prompts mixed in
+    GEMMs(u, r)       = max(dense weights / u_weights, dense FLOPs / u)                        each at the slower of
+                      + max(experts touched / u_weights, r x expert FLOPs / (u x u_moe))      its reads and FLOPs
+    prompt(r)         = GEMMs(u_prefill, r) of a prompt + its attention FLOPs / u_prefill
+    prefill(r)        = prompt(r) + its link time + the fixed costs
+    TTFT              = t_request + prefill(1) + k x TPOT + w x C x prefill(dp) + queue
     queue             = (C - N) / N x (prefill + (O - 1) x TPOT) where C exceeds N (Little's law: the requests
                         beyond the running ones wait a whole request's time for a slot)
-with s = 1 within one NVLink domain and 1 + scale_out x (NVLink's one-way bandwidth / InfiniBand's - 1) beyond
-it. Each step's own prompts: every decoding request was a prompt once, so b / (O - 1) prompts enter per step in
-steady state. k = 3 steps: a new request waits out the step running when it arrives (half of one on average) and the
-one already scheduled (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers), is prefilled in the
-next and its token leaves while the one after runs. w x C x prefill: the requests that arrive together. A benchmark
-starts all C at once: where prompts are chunked into the decode steps (vLLM, TensorRT-LLM) the first round's
-staggered first tokens stagger the rounds after it, so only the first round waits behind the others' prefills; SGLang
-prefills waiting requests before it decodes, so every round starts together and waits again (w per engine). The
-times at peak are the bound's (`kvplan.speed.bound`); u are utilisations (0 to 1], t fixed times. What the GPU and
-its kernel libraries set (u_weights, u_prefill, t_collective) is fitted for all engines, what the engine's kernels
-and scheduler set per engine; GPUs differ by their peak rates alone.
+with s = 1 within one NVLink domain and 1 + scale_out x (NVLink's one-way bandwidth / InfiniBand's - 1) beyond it.
+Each step's own prompts: every decoding request was a prompt once, so b / (O - 1) prompts enter per step in steady
+state, on every one of the dp attention-DP ranks at once; a rank's attention and dense layers take its own, but the
+routed experts, spread over all the instance's GPUs, take every rank's tokens (r = dp: the expert FLOPs of one
+prompt on a GPU are its share of all GPUs', `kvplan.speed.work`). k = 3 steps: a new request waits out the step
+running when it arrives (half of one on average) and the one already scheduled (vLLM's async scheduling, SGLang's
+and TensorRT-LLM's overlap schedulers), is prefilled in the next and its token leaves while the one after runs. w x
+C x prefill: the requests that arrive together. A benchmark starts all C at once: where prompts are chunked into the
+decode steps (vLLM, TensorRT-LLM) the first round's staggered first tokens stagger the rounds after it, so only the
+first round waits behind the others' prefills (C a rank, their experts' tokens from every rank); SGLang prefills
+waiting requests before it decodes, so every round starts together and waits again (w per engine). The times at peak
+are the bound's (`kvplan.speed.bound`); u are utilisations (0 to 1], t fixed times. What the GPU and its kernel
+libraries set (u_weights, u_prefill, t_collective) is fitted for all engines, what the engine's kernels and
+scheduler set per engine; GPUs differ by their peak rates alone.
 
 The arithmetic takes numbers or numpy arrays alike (`_max`), so the fit runs these same functions over every row.
 """
@@ -93,6 +96,7 @@ class Terms(NamedTuple):
     concurrency: float
     running_limit: float
     osl: float
+    ranks: float  # DP ranks whose prompts share the routed experts' GEMMs (1 without attention DP)
     scale_out: float  # NVLink's one-way bandwidth over InfiniBand's, less one, beyond one NVLink domain; else 0
 
 
@@ -111,10 +115,11 @@ def _gemms_ms(weights_ms, expert_weights_ms, dense_ms, expert_ms, e: Efficiencie
             + _max(expert_weights_ms / e.weights_bandwidth, expert_ms / (compute * e.moe_compute)))
 
 
-def prompt_ms(t: Terms, e: Efficiencies) -> float:
-    """One prompt's GEMMs and attention at the rates prefills reach."""
-    return (_gemms_ms(t.prefill_weights_ms, t.prefill_expert_weights_ms, t.prefill_dense_ms, t.prefill_expert_ms, e,
-                      e.prefill_compute)
+def prompt_ms(t: Terms, e: Efficiencies, ranks=1) -> float:
+    """One prompt's GEMMs and attention at the rates prefills reach, beside `ranks` - 1 other ranks' prompts in the
+    same step (their tokens reach the experts' GEMMs too)."""
+    return (_gemms_ms(t.prefill_weights_ms, t.prefill_expert_weights_ms, t.prefill_dense_ms,
+                      ranks * t.prefill_expert_ms, e, e.prefill_compute)
             + t.prefill_attention_ms / e.prefill_compute)
 
 
@@ -123,21 +128,22 @@ def tpot_ms(t: Terms, e: Efficiencies) -> float:
     gemms = _gemms_ms(t.weights_ms, t.expert_weights_ms, t.dense_ms, t.expert_ms, e, e.compute)
     attention = _max(t.kv_ms / e.kv_bandwidth, t.attention_ms / e.compute)
     links = (1 + t.scale_out * e.scale_out) * (t.link_ms + t.collectives * e.per_collective_us / 1000)
-    prompts = t.running / (t.osl - 1) * prompt_ms(t, e)
+    prompts = t.running / (t.osl - 1) * prompt_ms(t, e, t.ranks)
     return gemms + attention + links + _fixed_ms(t, e) + t.running * e.per_sequence_us / 1000 + prompts
 
 
-def prefill_ms(t: Terms, e: Efficiencies) -> float:
-    """One prompt's prefill: its GEMMs and attention, links and fixed costs."""
+def prefill_ms(t: Terms, e: Efficiencies, ranks=1) -> float:
+    """One prompt's prefill: its GEMMs and attention, links and fixed costs, beside `ranks` - 1 other ranks'."""
     links = (1 + t.scale_out * e.scale_out) * (t.prefill_link_ms + t.prefill_collectives * e.per_collective_us / 1000)
-    return prompt_ms(t, e) + links + _fixed_ms(t, e)
+    return prompt_ms(t, e, ranks) + links + _fixed_ms(t, e)
 
 
 def ttft_ms(t: Terms, e: Efficiencies, tpot: float) -> float:
     """The time to first token, given the TPOT."""
     prefill = prefill_ms(t, e)
     waiting = _max(t.concurrency - t.running_limit, 0) / t.running * (prefill + (t.osl - 1) * tpot)
-    return e.request_ms + prefill + e.steps_to_first_token * tpot + e.burst * t.concurrency * prefill + waiting
+    burst = e.burst * t.concurrency * prefill_ms(t, e, t.ranks)
+    return e.request_ms + prefill + e.steps_to_first_token * tpot + burst + waiting
 
 
 # ---------------------------------------------------------------------------------------------- the fitted table

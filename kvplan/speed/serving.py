@@ -181,7 +181,7 @@ class Deployment:
             prefill_dense_ms=prefill.dense_ms,
             prefill_expert_ms=prefill.expert_ms, prefill_attention_ms=prefill.attention_ms,
             prefill_link_ms=prefill.link_ms, prefill_collectives=self.prefill.collectives, concurrency=per_rank,
-            running_limit=self.limit or per_rank, osl=self.osl, scale_out=self.scale_out_slowdown)
+            running_limit=self.limit or per_rank, osl=self.osl, ranks=self.layout.dp, scale_out=self.scale_out_slowdown)
         return Point(running, work, peak, terms)
 
     def estimate(self, concurrency: int, eff: Efficiencies, flags: list[str], speculative: bool = False
@@ -219,7 +219,7 @@ class Deployment:
         if self.shape.experts and touched < SMALL_MOE_BATCH:
             flags.append(f"MoE at a small batch: a step's tokens touch {touched:.0%} of the experts, a share that "
                          "uneven routing moves")
-        prompts = terms.running / (self.osl - 1) * prompt_ms(terms, eff)
+        prompts = terms.running / (self.osl - 1) * prompt_ms(terms, eff, terms.ranks)
         if prompts > PREFILL_HEAVY * tpot:
             flags.append(f"prefill-heavy: the prompts mixed into each step take {prompts / tpot:.0%} of the TPOT")
         if self.limit and terms.concurrency > self.limit:
