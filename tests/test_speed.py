@@ -14,7 +14,7 @@ from kvplan.errors import KvplanError
 from kvplan.sources import load_model
 from kvplan.speed import Deployment, Layout, max_concurrency, serving
 from kvplan.speed.bound import scale_out_slowdown, step_times, tensor_tflops
-from kvplan.speed.calibrated import TABLE, efficiencies, tpot_ms
+from kvplan.speed.calibrated import TABLE, efficiencies, prefill_ms, tpot_ms
 from kvplan.speed.targets import stated_error
 
 rows_module = load_script("benchmarks/speed_rows.py", "speed_rows")
@@ -212,7 +212,8 @@ def test_every_attention_dp_ranks_prompts_reach_the_experts():
     8,192 tokens on each rank, and the experts, spread over all 8 GPUs, take all 8 ranks' prompt tokens. Each
     prompt token passes 8 routed experts of 3 x 7,168 x 2,048 params in 58 MoE layers (its config.json: 61 layers,
     the first 3 dense); at fp8's tensor rate, over the prefill and expert GEMM utilisations, the 7 other ranks'
-    prompts add their expert FLOPs on this GPU to the TPOT, which taking the rank's own alone would leave out."""
+    prompts add their expert FLOPs on this GPU to the TPOT and to a prompt's own prefill, which taking the rank's own
+    alone would leave out."""
     gpu = gpus.find("b200")
     deployment = Deployment(load_model("deepseek-ai/DeepSeek-R1"), gpu, "tensorrt-llm", Layout(tp=1, dp=8, ep=8),
                             8192, 1024)
@@ -220,8 +221,11 @@ def test_every_attention_dp_ranks_prompts_reach_the_experts():
     eff, _ = efficiencies("tensorrt-llm", gpu)
     active_expert_params = 58 * 8 * 3 * 7168 * 2048
     one_prompt_ms = 2 * active_expert_params * 8192 / 8 / (tensor_tflops(gpu, "fp8") * 1e12) * 1000
-    others = 64 / 1023 * 7 * one_prompt_ms / (eff.prefill_compute * eff.moe_compute)
-    assert tpot_ms(terms, eff) - tpot_ms(terms._replace(ranks=1), eff) == pytest.approx(others, rel=1e-3)
+    others = 7 * one_prompt_ms / (eff.prefill_compute * eff.moe_compute)
+    alone = terms._replace(ranks=1)
+    assert tpot_ms(terms, eff) - tpot_ms(alone, eff) == pytest.approx(64 / 1023 * others, rel=1e-3)
+    # a prompt's own prefill runs beside the 7 other ranks' (a step lasts as long as its slowest rank)
+    assert prefill_ms(terms, eff, terms.ranks) - prefill_ms(alone, eff) == pytest.approx(others, rel=1e-3)
 
 
 def test_max_concurrency_targets_ttft_and_tokens_per_user():

@@ -14,23 +14,27 @@ request holds, `kvplan.speed.serving`):
                       + max(experts touched / u_weights, r x expert FLOPs / (u x u_moe))      its reads and FLOPs
     prompt(r)         = GEMMs(u_prefill, r) of a prompt + its attention FLOPs / u_prefill
     prefill(r)        = prompt(r) + its link time + the fixed costs
-    TTFT              = t_request + prefill(1) + k x TPOT + w x C x prefill(dp) + queue
-    queue             = (C - N) / N x (prefill + (O - 1) x TPOT) where C exceeds N (Little's law: the requests
+    TTFT              = t_request + prefill(dp) + k x TPOT + w x C x prefill(dp) + queue
+    queue             = (C - N) / N x (prefill(dp) + (O - 1) x TPOT) where C exceeds N (Little's law: the requests
                         beyond the running ones wait a whole request's time for a slot)
 with s = 1 within one NVLink domain and 1 + scale_out x (NVLink's one-way bandwidth / InfiniBand's - 1) beyond it.
 Each step's own prompts: every decoding request was a prompt once, so b / (O - 1) prompts enter per step in steady
 state, on every one of the dp attention-DP ranks at once; a rank's attention and dense layers take its own, but the
 routed experts, spread over all the instance's GPUs, take every rank's tokens (r = dp: the expert FLOPs of one
-prompt on a GPU are its share of all GPUs', `kvplan.speed.work`). k = 3 steps: a new request waits out the step
-running when it arrives (half of one on average) and the one already scheduled (vLLM's async scheduling, SGLang's
-and TensorRT-LLM's overlap schedulers), is prefilled in the next and its token leaves while the one after runs. w x
-C x prefill: the requests that arrive together. A benchmark starts all C at once: where prompts are chunked into the
-decode steps (vLLM, TensorRT-LLM) the first round's staggered first tokens stagger the rounds after it, so only the
-first round waits behind the others' prefills (C a rank, their experts' tokens from every rank); SGLang prefills
-waiting requests before it decodes, so every round starts together and waits again (w per engine). The times at peak
-are the bound's (`kvplan.speed.bound`); u are utilisations (0 to 1], t fixed times. What the GPU and its kernel
-libraries set (u_weights, u_prefill, t_collective) is fitted for all engines, what the engine's kernels and
-scheduler set per engine; GPUs differ by their peak rates alone.
+prompt on a GPU are its share of all GPUs', `kvplan.speed.work`). A prompt's own prefill runs beside the other
+ranks' too: a step lasts as long as its slowest rank, so the engines prefill the ranks' prompts together
+(TensorRT-LLM's attention-DP balance, docs/source/blogs/tech_blog/blog10_ADP_Balance_Strategy.md; SGLang's scheduler
+gathers every DP rank's batch into each step, prepare_mlp_sync_batch, an idle one where a rank has none). k = 3
+steps: a new request waits out the step running when it arrives (half of one on average) and the one already
+scheduled (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers), is prefilled in the next and
+its token leaves while the one after runs. w x C x prefill: the requests that arrive together. A benchmark starts
+all C at once: where prompts are chunked into the decode steps (vLLM, TensorRT-LLM) the first round's staggered
+first tokens stagger the rounds after it, so only the first round waits behind the others' prefills (C a rank, each
+with every rank's at the experts); SGLang prefills waiting requests before it decodes, so every round starts
+together and waits again (w per engine). The times at peak are the bound's (`kvplan.speed.bound`); u are
+utilisations (0 to 1], t fixed times. What the GPU and its kernel libraries set (u_weights, u_prefill, t_collective)
+is fitted for all engines, what the engine's kernels and scheduler set per engine; GPUs differ by their peak rates
+alone.
 
 The arithmetic takes numbers or numpy arrays alike (`_max`), so the fit runs these same functions over every row.
 """
@@ -140,9 +144,9 @@ def prefill_ms(t: Terms, e: Efficiencies, ranks=1) -> float:
 
 def ttft_ms(t: Terms, e: Efficiencies, tpot: float) -> float:
     """The time to first token, given the TPOT."""
-    prefill = prefill_ms(t, e)
+    prefill = prefill_ms(t, e, t.ranks)
     waiting = _max(t.concurrency - t.running_limit, 0) / t.running * (prefill + (t.osl - 1) * tpot)
-    burst = e.burst * t.concurrency * prefill_ms(t, e, t.ranks)
+    burst = e.burst * t.concurrency * prefill
     return e.request_ms + prefill + e.steps_to_first_token * tpot + burst + waiting
 
 
