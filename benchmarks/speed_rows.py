@@ -2,18 +2,28 @@
 from ai-dynamo/aiconfigurator's silicon measurements) as kvplan's speed model takes them: a library model, a GPU
 of the catalogue, an engine, a layout, dtypes and a workload, beside the measured TTFT and TPOT.
 
-How the columns read (aiconfigurator's own conventions):
-    batch_size        the requests one attention-DP rank holds; `silicon_concurrency` in silicon_data_source is the
-                      instance's, batch_size x attention_dp_size (the concurrency used here)
-    tp_size           the attention TP of a rank; attention_dp_size its ranks (blank: 1); moe_tp_size x
-                      moe_ep_size the GPUs the routed experts span, which is tp x dp; where a row's moe product is
-                      larger (some vLLM rows of Qwen3-235B), the instance is that many GPUs, the rest of them
-                      data-parallel attention ranks. A tp_size above 8, beyond an HGX board (TensorRT-LLM on 12
-                      to 72 GB200s, SGLang on 16 and 64 B200s), is a wide expert-parallel instance, whose attention
-                      runs data-parallel on every GPU (TensorRT-LLM enable_attention_dp, SGLang
-                      --enable-dp-attention): as attention TP it would not divide DeepSeek's 128 heads (tp 12 to
-                      72 but 32 and 64), and where it would, every GPU would hold the MLA latent of every
-                      request, more than its memory at the rows' concurrency
+How the columns read (aiconfigurator's own conventions, checked against `silicon_concurrency` in
+silicon_data_source, the instance's concurrency used here, and against the runs the file holds twice):
+    batch_size        the requests one attention-DP rank holds: silicon_concurrency = batch_size x attention_dp_size
+    tp_size           the attention TP of a rank; attention_dp_size its ranks; moe_tp_size x moe_ep_size the GPUs
+                      the routed experts span, which is tp x dp, but:
+      n x n           where tp_size x attention_dp_size = moe_tp_size x moe_ep_size = n^2 (moe_tp = moe_ep = n,
+                      or tp = dp = n under vLLM), the instance is n GPUs recorded squared: 69 of the 345 such runs
+                      are in the file twice, once so and once as n GPUs, with the same TTFT and TPOT to the last
+                      digit (SGLang's "tp 64, moe 8 x 8" DeepSeek-R1 runs are its "tp 8, ep 8" ones; TensorRT-LLM's
+                      "attention DP 64, moe 8 x 8" its "attention DP 8, ep 8"; vLLM's "tp 4, DP 4, ep 16" MiniMax
+                      runs its "tp 4, ep 4"), and the runs' own ids name tp{n}_ep{n}. Read: the squared field over
+                      n GPUs, the experts whole over n (expert parallel).
+      blank DP        a row without attention_dp_size (the gap-analysis runs) whose silicon_concurrency is
+                      batch_size x tp_size runs attention DP over its tp_size GPUs (TensorRT-LLM
+                      enable_attention_dp), batch_size a rank's.
+      larger moe      where moe_tp_size x moe_ep_size is larger than tp_size (vLLM's Qwen3-235B gap-analysis
+                      runs), the instance is that many GPUs, the rest of them data-parallel attention ranks.
+      above 8         a tp_size above 8 (GB200 NVL72 racks: TensorRT-LLM on 12 to 64 GPUs, SGLang on 72) is a wide
+                      expert-parallel instance: attention data-parallel on every GPU (TensorRT-LLM
+                      enable_attention_dp, SGLang --enable-dp-attention; as attention TP it would not divide
+                      DeepSeek's 128 heads), the experts whole over every GPU (as sliced experts DeepSeek's 2,048
+                      expert width would not divide over 12, 20, 24, 28, 36, 40, 48, 52 or 72 GPUs).
     precision         the weights: fp8, fp4 (NVFP4 on Blackwell; gpt-oss's own MXFP4 checkpoint), bf16
     model_path        nvidia/DeepSeek-R1-NVFP4 and nvidia/DeepSeek-V3.1-NVFP4 are DeepSeek-R1 and V3 with NVFP4
                       weights (V3.1 has V3's architecture)
@@ -23,6 +33,7 @@ The KV dtype is not stated: the engine's default for the checkpoint (bf16 here) 
 import csv
 import re
 from dataclasses import dataclass
+from math import isqrt
 from pathlib import Path
 
 CALIBRATION = Path(__file__).resolve().parent.parent / "tests" / "data" / "speed" / "calibration.csv"
@@ -67,22 +78,36 @@ def weights_dtype(model: str, precision: str) -> str | None:
     return None if precision in ("", "bf16") else precision
 
 
+def layout(raw: dict) -> tuple[int, int, int]:
+    """(tp, dp, ep) of a row: the instance's attention TP, its attention-DP ranks and its expert-parallel GPUs, by
+    the rules in the module docstring."""
+    tp, dp, stated_dp = int(raw["tp_size"]), int(raw["attention_dp_size"] or 1), bool(raw["attention_dp_size"])
+    moe_tp, moe_ep = int(raw["moe_tp_size"]), int(raw["moe_ep_size"])
+    n = isqrt(tp * dp)
+    squared = n > 1 and n * n == tp * dp == moe_tp * moe_ep and (moe_tp == moe_ep or tp == dp)
+    if stated_dp and squared:  # n GPUs recorded as n x n: n ranks of attention DP, else TP n, experts over n
+        return (1, n, n) if dp == n * n else (n, 1, n)
+    stated = CONCURRENCY.search(raw["silicon_data_source"])
+    if not stated_dp and tp > 1 and stated and int(stated.group(1)) == int(raw["batch_size"]) * tp:
+        return 1, tp, moe_ep  # attention DP over tp_size GPUs, batch_size a rank's
+    if moe_tp * moe_ep > tp * dp:
+        dp = moe_tp * moe_ep // tp
+    if tp > WIDEST_TP:  # wide expert parallelism: attention DP on every GPU, experts whole over all of them
+        return 1, tp * dp, tp * dp
+    return tp, dp, moe_ep
+
+
 def read_rows(path: Path = CALIBRATION) -> list[Row]:
     rows = []
     with path.open(newline="", encoding="utf-8") as handle:
         for raw in csv.DictReader(handle):
             model = MODELS.get(raw["model_path"], raw["model_path"])
-            tp, dp = int(raw["tp_size"]), int(raw["attention_dp_size"] or 1)
-            moe_gpus = int(raw["moe_tp_size"]) * int(raw["moe_ep_size"])
-            if moe_gpus > tp * dp:
-                dp = moe_gpus // tp
-            if tp > WIDEST_TP:
-                tp, dp = 1, tp * dp
+            tp, dp, ep = layout(raw)
             stated = CONCURRENCY.search(raw["silicon_data_source"])
             rows.append(Row(
                 id=raw["id"], engine=ENGINES[raw["backend"]], version=raw["backend_version"], model=model,
-                gpu=GPUS[raw["system"]], weights_dtype=weights_dtype(model, raw["precision"]), tp=tp, dp=dp,
-                ep=int(raw["moe_ep_size"]), isl=int(raw["isl"]), osl=int(raw["osl"]),
+                gpu=GPUS[raw["system"]], weights_dtype=weights_dtype(model, raw["precision"]), tp=tp, dp=dp, ep=ep,
+                isl=int(raw["isl"]), osl=int(raw["osl"]),
                 concurrency=int(stated.group(1)) if stated else int(raw["batch_size"]) * dp,
                 ttft_ms=float(raw["silicon_ttft_ms"]), tpot_ms=float(raw["silicon_tpot_ms"]),
                 source=raw["silicon_data_source"]))

@@ -427,9 +427,9 @@ def print_speed(console: Console, served) -> None:
                         "with no queueing and no kernel inefficiency: no run is faster."))
     console.print(plain(
         f"estimate: steady continuous batching with {e.engine}'s efficiencies, fitted on {error.runs:,} serving "
-        f"runs; on them its median error is {error.tpot_median:.0%} for TPOT (p90 {error.tpot_p90:.0%}) and "
-        f"{error.ttft_median:.0%} for TTFT (p90 {error.ttft_p90:.0%}), more on models and GPUs outside them "
-        "(docs/accuracy.md)."))
+        f"runs of {error.models} models on {error.gpus} GPUs; on a model or GPU left out of the fit its median "
+        f"error is {error.tpot_median:.0%} for TPOT (p90 {error.tpot_p90:.0%}) and {error.ttft_median:.0%} for TTFT "
+        f"(p90 {error.ttft_p90:.0%}) (docs/accuracy.md)."))
     for flag in e.flags:
         console.print(styled(f"flag: {flag}", "yellow"))
 
@@ -517,7 +517,7 @@ def print_plan(console: Console, plan) -> None:
         fewer = "max users: the fewer of what memory holds and what meets the targets. " if plan.targets else ""
         console.print(plain(
             f"{fewer}TPOT, TTFT: estimates at {plan.users:,} users, off by a median {error.tpot_median:.0%} and "
-            f"{error.ttft_median:.0%} on the {error.runs:,} serving runs they were fitted on (docs/accuracy.md)"))
+            f"{error.ttft_median:.0%} on models and GPUs left out of their fit (docs/accuracy.md)"))
     for note in plan.notes:
         console.print(styled(f"note: {note}", "dim"))
     first = plan.rows[0]

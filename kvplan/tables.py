@@ -497,7 +497,7 @@ def speed_legend(table: Table, metric: str) -> str:
     off = error.tpot_median if metric != "ttft" else error.ttft_median
     return (f"{label}{' (' + unit + ')' if unit else ''}: the speed model's calibrated estimate with {table.engine} "
             f"{table.engine_version}, for requests of {table.isl:,} + {table.osl:,} tokens at {at} ({names}); off by "
-            f"a median {off:.0%} on the {error.runs:,} serving runs it was fitted on (docs/accuracy.md)")
+            f"a median {off:.0%} on models and GPUs left out of its fit (docs/accuracy.md)")
 
 
 def speed_notes(table: Table) -> list[str]:

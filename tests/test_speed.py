@@ -9,11 +9,13 @@ import pytest
 from conftest import load_script, run_python
 
 from kvplan import gpus
+from kvplan.capacity import Hardware, Workload, capacity
 from kvplan.errors import KvplanError
 from kvplan.sources import load_model
 from kvplan.speed import Deployment, Layout, max_concurrency, serving
-from kvplan.speed.bound import step_times
-from kvplan.speed.calibrated import TABLE, efficiencies
+from kvplan.speed.bound import scale_out_slowdown, step_times, tensor_tflops
+from kvplan.speed.calibrated import TABLE, efficiencies, prefill_ms, tpot_ms
+from kvplan.speed.targets import stated_error
 
 rows_module = load_script("benchmarks/speed_rows.py", "speed_rows")
 ROWS = rows_module.read_rows()
@@ -53,6 +55,19 @@ def test_the_calibration_file_is_the_one_described():
     assert {r.gpu for r in ROWS} == {"h100", "h200", "b200", "gb200"}
     assert {r.engine for r in ROWS} == {"vllm", "sglang", "tensorrt-llm"}
     assert len({r.model for r in ROWS}) == 7  # the two NVFP4 DeepSeek checkpoints read as DeepSeek-R1 and V3
+
+
+def test_runs_recorded_twice_read_as_one_layout():
+    """The file holds some runs twice, the same TTFT and TPOT to the last digit under two layouts: one as n GPUs,
+    one with the GPU count squared (tp_size 64 and moe 8 x 8 for 8 GPUs; speed_rows.py). Both read as the same
+    instance, and every layout read fits its GPUs (tp x dp of them, the experts whole on ep of them)."""
+    by_measurement = {}
+    for row in ROWS:
+        key = (row.engine, row.model, row.gpu, row.isl, row.osl, row.tpot_ms, row.ttft_ms)
+        by_measurement.setdefault(key, set()).add((row.tp, row.dp, row.ep, row.concurrency))
+    assert all(len(layouts) == 1 for layouts in by_measurement.values())
+    assert all(row.gpus <= 8 or row.gpu == "gb200" for row in ROWS)  # only GB200's NVL72 racks hold more
+    assert all(row.ep in (1, row.gpus) or row.gpus % row.ep == 0 for row in ROWS)
 
 
 def test_the_bound_is_below_every_measured_tpot(deployments):
@@ -105,6 +120,20 @@ def test_the_table_says_where_it_comes_from():
     assert "095f58a5" in provenance["source"] and "Apache-2.0" in provenance["source"]
     assert set(table["engines"]) == {"vllm", "sglang", "tensorrt-llm"}
     assert sum(e["rows"] for e in table["engines"].values()) == 2501
+
+
+def test_the_stated_error_is_the_recorded_held_out_error():
+    """What the command line states (a user's model being one the fit has not seen) is the table's held-out error
+    (benchmarks/speed_fit.py: 7 models, then 4 GPUs, each refitted without), the larger of the two for each figure;
+    a model left out is estimated worse than the rows fitted on."""
+    provenance = json.loads(TABLE.read_text())["provenance"]
+    models, gpus_ = provenance["held_out"]["models"], provenance["held_out"]["gpus"]
+    assert (models["groups"], gpus_["groups"]) == (7, len(provenance["rows_by_gpu"]))
+    stated = stated_error()
+    assert (stated.runs, stated.models, stated.gpus) == (2501, 7, 4)
+    for figure in ("tpot_median", "tpot_p90", "ttft_median", "ttft_p90"):
+        assert getattr(stated, figure) == max(models[figure], gpus_[figure])
+        assert getattr(stated, figure) > provenance["in_sample"][figure]
 
 
 # ---------------------------------------------------------------------------------------------- by hand
@@ -178,6 +207,27 @@ def test_experts_touched_by_a_batch():
     assert shape.kv_bytes(2048) == 61 * 576 * 2 * 2048
 
 
+def test_every_attention_dp_ranks_prompts_reach_the_experts():
+    """DeepSeek-R1 on 8 B200s as 8 attention-DP ranks (TensorRT-LLM's wide EP): a step takes 64 / 1,023 prompts of
+    8,192 tokens on each rank, and the experts, spread over all 8 GPUs, take all 8 ranks' prompt tokens. Each
+    prompt token passes 8 routed experts of 3 x 7,168 x 2,048 params in 58 MoE layers (its config.json: 61 layers,
+    the first 3 dense); at fp8's tensor rate, over the prefill and expert GEMM utilisations, the 7 other ranks'
+    prompts add their expert FLOPs on this GPU to the TPOT and to a prompt's own prefill, which taking the rank's own
+    alone would leave out."""
+    gpu = gpus.find("b200")
+    deployment = Deployment(load_model("deepseek-ai/DeepSeek-R1"), gpu, "tensorrt-llm", Layout(tp=1, dp=8, ep=8),
+                            8192, 1024)
+    terms = deployment.point(8 * 64).terms
+    eff, _ = efficiencies("tensorrt-llm", gpu)
+    active_expert_params = 58 * 8 * 3 * 7168 * 2048
+    one_prompt_ms = 2 * active_expert_params * 8192 / 8 / (tensor_tflops(gpu, "fp8") * 1e12) * 1000
+    others = 7 * one_prompt_ms / (eff.prefill_compute * eff.moe_compute)
+    alone = terms._replace(ranks=1)
+    assert tpot_ms(terms, eff) - tpot_ms(alone, eff) == pytest.approx(64 / 1023 * others, rel=1e-3)
+    # a prompt's own prefill runs beside the 7 other ranks' (a step lasts as long as its slowest rank)
+    assert prefill_ms(terms, eff, terms.ranks) - prefill_ms(alone, eff) == pytest.approx(others, rel=1e-3)
+
+
 def test_max_concurrency_targets_ttft_and_tokens_per_user():
     model, h200 = load_model("meta-llama/Llama-3.1-70B"), gpus.find("h200")
     fit = max_concurrency(model, h200, tp=4, isl=1024, osl=1024, max_ttft_ms=500, min_tokens_per_s_per_user=60,
@@ -204,6 +254,21 @@ def test_flags_name_the_poor_regimes():
     assert not any("calibration" in f for f in calibrated.flags)
     mtp = serving(r1, b200, tp=8, isl=1024, osl=1024, concurrency=8, speculative=True)
     assert any("speculative decoding" in f for f in mtp.flags)
+
+
+def test_links_beyond_one_nvlink_domain_are_taken_at_infiniband():
+    """No calibration run spans more than one NVLink domain, so the estimate takes the links beyond one at 400 Gb/s
+    InfiniBand per GPU (50 GB/s each way): H100's NVLink sends 450 GB/s each way, 9 times as fast, B200's 900."""
+    assert scale_out_slowdown(gpus.find("h100")) == pytest.approx(450 / 50 - 1)
+    assert scale_out_slowdown(gpus.find("b200")) == pytest.approx(900 / 50 - 1)
+    r1, b200 = load_model("deepseek-ai/DeepSeek-R1"), gpus.find("b200")
+    args = dict(engine="tensorrt-llm", tp=1, dp=16, ep=16, isl=1024, osl=1024, concurrency=256,
+                weights_dtype="nvfp4")
+    beyond, at_nvlink = serving(r1, b200, **args), serving(r1, b200, overrides={"scale_out": 0}, **args)
+    latency = beyond.efficiencies["per_collective_us"] / 1000
+    links = beyond.decode_peak.link_ms + beyond.decode_step.collectives * latency
+    assert beyond.decode_step_ms - at_nvlink.decode_step_ms == pytest.approx(17 * links)
+    assert beyond.decode_step_ms_bound == at_nvlink.decode_step_ms_bound  # the bound keeps NVLink's rate
 
 
 def test_overrides_replace_an_efficiency_by_name():
@@ -242,16 +307,27 @@ def test_the_speed_model_imports_nothing_heavy():
 
 
 def test_requests_beyond_the_memory_fit_queue():
-    """Llama-3.1-70B in fp8 on one H200 holds 94 requests of 2,048 tokens at vLLM's defaults (kvplan.capacity): at
-    256, 94 run and the rest wait a request's time for a slot; the flag says so."""
+    """Llama-3.1-70B in fp8 on one H200 at vLLM's defaults (kvplan.capacity) holds 94 requests of 2,048 tokens and
+    126 of 1,536. vLLM allocates KV blocks as tokens arrive, so a running request of 1,024 + 1,024 tokens holds
+    1,536 on average: 126 run, and at 256 the rest wait a request's time for a slot; the flag says so. TensorRT-LLM
+    admits a request only with room for all its 2,048 tokens (GUARANTEED_NO_EVICT), so fewer of them run."""
     model, h200 = load_model("meta-llama/Llama-3.1-70B"), gpus.find("h200")
-    at_94 = serving(model, h200, isl=1024, osl=1024, concurrency=94, weights_dtype="fp8")
+
+    def fit(ctx: int, engine: str) -> int:
+        return capacity(model, Workload(ctx=ctx), engine_name=engine,
+                        hardware=Hardware(name=h200.name, memory_bytes=h200.memory_bytes), weights_dtype_name="fp8",
+                        suggest=False).max_concurrent_users
+
+    assert (fit(2048, "vllm"), fit(1536, "vllm")) == (94, 126)
+    at_126 = serving(model, h200, isl=1024, osl=1024, concurrency=126, weights_dtype="fp8")
     at_256 = serving(model, h200, isl=1024, osl=1024, concurrency=256, weights_dtype="fp8")
-    assert (at_256.running_limit, at_256.running) == (94, 94)
-    assert at_256.decode_step_ms == pytest.approx(at_94.decode_step_ms)
-    assert at_256.ttft_ms > (256 - 94) / 94 * 1023 * at_256.decode_step_ms
-    assert any("the rest queue" in f for f in at_256.flags) and not any("queue" in f for f in at_94.flags)
+    assert (at_256.running_limit, at_256.running) == (126, 126)
+    assert at_256.decode_step_ms == pytest.approx(at_126.decode_step_ms)
+    assert at_256.ttft_ms > (256 - 126) / 126 * 1023 * at_256.decode_step_ms
+    assert any("the rest queue" in f for f in at_256.flags) and not any("queue" in f for f in at_126.flags)
     assert all(math.isfinite(v) for v in (at_256.decode_step_ms, at_256.ttft_ms, at_256.tokens_per_s_per_gpu))
+    trt = serving(model, h200, engine="tensorrt-llm", isl=1024, osl=1024, concurrency=256, weights_dtype="fp8")
+    assert trt.running_limit == fit(2048, "tensorrt-llm") < 126
 
 
 def test_weights_beyond_the_memory_are_flagged():

@@ -256,6 +256,9 @@ class Engine(ABC):
     label: ClassVar[str]
     default_version: ClassVar[str]
     paged: ClassVar[bool] = True  # allocates as sequences grow, so average lengths and shared prefixes count
+    # admits a request only with KV room for all its tokens, prompt and output (TensorRT-LLM); False: holds the
+    # tokens it has, so a running request holds its prompt and half its output on average (the speed model)
+    reserves_whole_request: ClassVar[bool] = False
     reads: ClassVar[frozenset[str]] = frozenset({"memory_fraction"})  # EngineOptions fields it understands
     kv_dtypes: ClassVar[tuple[str, ...] | None] = None  # cache dtypes it offers (None: any)
     fraction_flag: ClassVar[str] = "--gpu-memory-utilization"

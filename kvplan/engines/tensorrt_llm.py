@@ -17,6 +17,9 @@ class TensorRtLlm(Engine):
     reads = frozenset({"memory_fraction", "block_size"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "int8")
     fraction_flag = "--free-gpu-memory-fraction"
+    # SchedulerConfig capacity_scheduler_policy GUARANTEED_NO_EVICT (llmapi/llm_args.py): a request is scheduled
+    # only with blocks for its prompt and all its output tokens
+    reserves_whole_request = True
 
     def default_fraction(self) -> float:
         return 0.9

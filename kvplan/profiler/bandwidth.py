@@ -22,7 +22,7 @@ from kvplan import gpus
 from kvplan.errors import KvplanError
 from kvplan.model import ModelSpec
 from kvplan.speed.bound import step_times
-from kvplan.speed.calibrated import table
+from kvplan.speed.calibrated import efficiencies
 from kvplan.speed.work import Layout, ServingShape
 
 
@@ -40,7 +40,7 @@ class DecodeBandwidth(BaseModel):
     utilisation: float
     step_ms_bound: float | None
     bound_by: str | None
-    serving_utilisation: float  # vLLM's weights_bandwidth in the speed model's fitted efficiencies
+    serving_utilisation: float  # the weights_bandwidth vLLM takes in the speed model's fitted efficiencies
 
 
 def decode_bandwidth(model: ModelSpec, device_name: str, dtype: str, batch: int, prompt: int, steps: int,
@@ -64,4 +64,4 @@ def decode_bandwidth(model: ModelSpec, device_name: str, dtype: str, batch: int,
     return DecodeBandwidth(gpu=gpu.name, bytes_per_step=work.hbm_bytes, step_ms=step_ms, bandwidth_gbs=bandwidth,
                            gpu_bandwidth_gbs=gpu.bandwidth_gbs, utilisation=bandwidth / gpu.bandwidth_gbs,
                            step_ms_bound=bound_ms, bound_by=bound_by,
-                           serving_utilisation=table()["engines"]["vllm"]["efficiencies"]["weights_bandwidth"])
+                           serving_utilisation=efficiencies("vllm", gpu)[0].weights_bandwidth)

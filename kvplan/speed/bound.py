@@ -22,6 +22,8 @@ from kvplan.gpus import Gpu
 from kvplan.speed.work import StepWork
 
 FP4 = ("nvfp4", "mxfp4", "int4", "nf4")
+# InfiniBand NDR, 400 Gb/s = 50 GB/s each way per GPU: one ConnectX-7 per GPU in NVIDIA's DGX H100 and DGX B200
+SCALE_OUT_GBS = 50
 FP8 = ("fp8", "fp8_e4m3", "fp8_e5m2", "int8")
 
 
@@ -81,3 +83,10 @@ def step_times(work: StepWork, gpu: Gpu, weights_dtype: str, kv_dtype: str) -> S
                      kv_ms=work.kv_bytes / hbm,
                      dense_ms=work.dense_flops / linear, expert_ms=work.expert_flops / linear,
                      attention_ms=work.attention_flops / attention, link_ms=link)
+
+
+def scale_out_slowdown(gpu: Gpu) -> float:
+    """How many more times NVLink's time the same bytes take between NVLink domains: NVLink's one-way bandwidth
+    over InfiniBand's (`SCALE_OUT_GBS`), less one (H100: 450 / 50 - 1 = 8; B200: 17). The estimate's links beyond
+    one domain; the bound keeps NVLink's rate, so it stays a bound."""
+    return max(gpu.nvlink_gbs / 2 / SCALE_OUT_GBS - 1, 0.0) if gpu.nvlink_gbs else 0.0

@@ -2,25 +2,39 @@
 real runs (kvplan/data/speed_efficiencies.json; `benchmarks/speed_fit.py` refits them).
 
 An instance holds C requests per rank (closed loop: a finished request is replaced at once), each of I prompt and O
-output tokens. At most N of them run (the engine's limit: its KV pool and its request cap, `kvplan.capacity`):
+output tokens. At most N of them run (the engine's limit: its KV pool and its request cap at the tokens a running
+request holds, `kvplan.speed.serving`):
 
     running b         = min(C, N) requests decoding each step
     TPOT              = GEMMs(u_compute) + max(KV at peak / u_kv, attention FLOPs at peak / u_compute)
                       + s x (link bytes at NVLink peak + collectives x t_collective)          the all-reduces
                       + layers x t_layer + MoE layers x t_moe_layer + b x t_sequence          fixed costs
-                      + b / (O - 1) x prompt                                                  the prompts mixed in
-    GEMMs(u)          = max(dense weights / u_weights, dense FLOPs / u)                        each at the slower of
-                      + max(experts touched / u_weights, expert FLOPs / (u x u_moe))          its reads and FLOPs
-    prompt            = GEMMs(u_prefill) of a prompt + its attention FLOPs / u_prefill
-    prefill           = prompt + its link time + the fixed costs
-    TTFT              = t_request + prefill + k x TPOT + w x C x prefill + queue
-    queue             = (C - N) / N x (prefill + (O - 1) x TPOT) where C exceeds N (Little's law: the requests
+                      + b / (O - 1) x prompt(dp)                                              the prompts mixed in
+    GEMMs(u, r)       = max(dense weights / u_weights, dense FLOPs / u)                        each at the slower of
+                      + max(experts touched / u_weights, r x expert FLOPs / (u x u_moe))      its reads and FLOPs
+    prompt(r)         = GEMMs(u_prefill, r) of a prompt + its attention FLOPs / u_prefill
+    prefill(r)        = prompt(r) + its link time + the fixed costs
+    TTFT              = t_request + prefill(dp) + k x TPOT + w x C x prefill(dp) + queue
+    queue             = (C - N) / N x (prefill(dp) + (O - 1) x TPOT) where C exceeds N (Little's law: the requests
                         beyond the running ones wait a whole request's time for a slot)
-with s = 1 for an instance within one NVLink domain and 1 + scale_out beyond it. Each step's own prompts: every
-decoding request was a prompt once, so b / (O - 1) prompts enter per step in steady state. w x C x prefill is the
-requests that arrive together (a benchmark starts all C at once): what the data show of TTFT growing with C at
-loads far from saturation. The times at peak are the bound's (`kvplan.speed.bound`); u are utilisations (0 to 1],
-t fixed times, fitted per engine (k, w and s for all engines): GPUs differ by their peak rates alone.
+with s = 1 within one NVLink domain and 1 + scale_out x (NVLink's one-way bandwidth / InfiniBand's - 1) beyond it.
+Each step's own prompts: every decoding request was a prompt once, so b / (O - 1) prompts enter per step in steady
+state, on every one of the dp attention-DP ranks at once; a rank's attention and dense layers take its own, but the
+routed experts, spread over all the instance's GPUs, take every rank's tokens (r = dp: the expert FLOPs of one
+prompt on a GPU are its share of all GPUs', `kvplan.speed.work`). A prompt's own prefill runs beside the other
+ranks' too: a step lasts as long as its slowest rank, so the engines prefill the ranks' prompts together
+(TensorRT-LLM's attention-DP balance, docs/source/blogs/tech_blog/blog10_ADP_Balance_Strategy.md; SGLang's scheduler
+gathers every DP rank's batch into each step, prepare_mlp_sync_batch, an idle one where a rank has none). k = 3
+steps: a new request waits out the step running when it arrives (half of one on average) and the one already
+scheduled (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers), is prefilled in the next and
+its token leaves while the one after runs. w x C x prefill: the requests that arrive together. A benchmark starts
+all C at once: where prompts are chunked into the decode steps (vLLM, TensorRT-LLM) the first round's staggered
+first tokens stagger the rounds after it, so only the first round waits behind the others' prefills (C a rank, each
+with every rank's at the experts); SGLang prefills waiting requests before it decodes, so every round starts
+together and waits again (w per engine). The times at peak are the bound's (`kvplan.speed.bound`); u are
+utilisations (0 to 1], t fixed times. What the GPU and its kernel libraries set (u_weights, u_prefill, t_collective)
+is fitted for all engines, what the engine's kernels and scheduler set per engine; GPUs differ by their peak rates
+alone.
 
 The arithmetic takes numbers or numpy arrays alike (`_max`), so the fit runs these same functions over every row.
 """
@@ -53,11 +67,12 @@ class Efficiencies(BaseModel):
     per_moe_layer_us: float = Field(ge=0, description="further fixed time per MoE layer and step (routing)")
     per_sequence_us: float = Field(ge=0, description="time per running request and step (sampling, scheduling)")
     per_collective_us: float = Field(ge=0, description="latency of one all-reduce or all-to-all")
-    scale_out: float = Field(ge=0, description="extra link time, as a multiple of NVLink's, for an instance wider "
-                                               "than one NVLink domain")
+    scale_out: float = Field(ge=0, description="the share of InfiniBand's slowdown against NVLink the links beyond "
+                                               "one NVLink domain pay (1: at 400 Gb/s per GPU)")
     request_ms: float = Field(ge=0, description="fixed time to first token (request handling)")
     steps_to_first_token: float = Field(ge=0, description="decode steps a new request waits through")
-    burst: float = Field(ge=0, description="share of the other requests' prefills a new one waits for")
+    burst: float = Field(ge=0, description="share of the other requests' prefills a new one waits for (the rounds "
+                                           "of a benchmark that starts them together)")
 
 
 class Terms(NamedTuple):
@@ -85,7 +100,8 @@ class Terms(NamedTuple):
     concurrency: float
     running_limit: float
     osl: float
-    scale_out: float  # 1 where the instance spans more GPUs than an NVLink domain, else 0
+    ranks: float  # DP ranks whose prompts share the routed experts' GEMMs (1 without attention DP)
+    scale_out: float  # NVLink's one-way bandwidth over InfiniBand's, less one, beyond one NVLink domain; else 0
 
 
 def _max(a, b):
@@ -103,10 +119,11 @@ def _gemms_ms(weights_ms, expert_weights_ms, dense_ms, expert_ms, e: Efficiencie
             + _max(expert_weights_ms / e.weights_bandwidth, expert_ms / (compute * e.moe_compute)))
 
 
-def prompt_ms(t: Terms, e: Efficiencies) -> float:
-    """One prompt's GEMMs and attention at the rates prefills reach."""
-    return (_gemms_ms(t.prefill_weights_ms, t.prefill_expert_weights_ms, t.prefill_dense_ms, t.prefill_expert_ms, e,
-                      e.prefill_compute)
+def prompt_ms(t: Terms, e: Efficiencies, ranks=1) -> float:
+    """One prompt's GEMMs and attention at the rates prefills reach, beside `ranks` - 1 other ranks' prompts in the
+    same step (their tokens reach the experts' GEMMs too)."""
+    return (_gemms_ms(t.prefill_weights_ms, t.prefill_expert_weights_ms, t.prefill_dense_ms,
+                      ranks * t.prefill_expert_ms, e, e.prefill_compute)
             + t.prefill_attention_ms / e.prefill_compute)
 
 
@@ -115,21 +132,22 @@ def tpot_ms(t: Terms, e: Efficiencies) -> float:
     gemms = _gemms_ms(t.weights_ms, t.expert_weights_ms, t.dense_ms, t.expert_ms, e, e.compute)
     attention = _max(t.kv_ms / e.kv_bandwidth, t.attention_ms / e.compute)
     links = (1 + t.scale_out * e.scale_out) * (t.link_ms + t.collectives * e.per_collective_us / 1000)
-    prompts = t.running / (t.osl - 1) * prompt_ms(t, e)
+    prompts = t.running / (t.osl - 1) * prompt_ms(t, e, t.ranks)
     return gemms + attention + links + _fixed_ms(t, e) + t.running * e.per_sequence_us / 1000 + prompts
 
 
-def prefill_ms(t: Terms, e: Efficiencies) -> float:
-    """One prompt's prefill: its GEMMs and attention, links and fixed costs."""
+def prefill_ms(t: Terms, e: Efficiencies, ranks=1) -> float:
+    """One prompt's prefill: its GEMMs and attention, links and fixed costs, beside `ranks` - 1 other ranks'."""
     links = (1 + t.scale_out * e.scale_out) * (t.prefill_link_ms + t.prefill_collectives * e.per_collective_us / 1000)
-    return prompt_ms(t, e) + links + _fixed_ms(t, e)
+    return prompt_ms(t, e, ranks) + links + _fixed_ms(t, e)
 
 
 def ttft_ms(t: Terms, e: Efficiencies, tpot: float) -> float:
     """The time to first token, given the TPOT."""
-    prefill = prefill_ms(t, e)
+    prefill = prefill_ms(t, e, t.ranks)
     waiting = _max(t.concurrency - t.running_limit, 0) / t.running * (prefill + (t.osl - 1) * tpot)
-    return e.request_ms + prefill + e.steps_to_first_token * tpot + e.burst * t.concurrency * prefill + waiting
+    burst = e.burst * t.concurrency * prefill
+    return e.request_ms + prefill + e.steps_to_first_token * tpot + burst + waiting
 
 
 # ---------------------------------------------------------------------------------------------- the fitted table
@@ -157,7 +175,7 @@ def efficiencies(engine: str, gpu: Gpu, overrides: dict[str, float] | None = Non
     if unknown:
         raise KvplanError(f"unknown efficiency {', '.join(unknown)}: the speed model's are "
                           f"{', '.join(Efficiencies.model_fields)}")
-    values = fitted["engines"][engine]["efficiencies"] | fitted["for_all"] | (overrides or {})
+    values = fitted["engines"][engine]["efficiencies"] | fitted["for_all"] | fitted["fixed"] | (overrides or {})
     try:
         return Efficiencies(**values), flags
     except ValueError as err:

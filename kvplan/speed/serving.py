@@ -11,7 +11,7 @@ from kvplan.capacity import Hardware, Parallelism, Workload, capacity
 from kvplan.errors import KvplanError
 from kvplan.gpus import Gpu
 from kvplan.model import ModelSpec
-from kvplan.speed.bound import StepTimes, step_times
+from kvplan.speed.bound import StepTimes, scale_out_slowdown, step_times
 from kvplan.speed.calibrated import Efficiencies, Terms, efficiencies, prompt_ms, tpot_ms, ttft_ms
 from kvplan.speed.work import Layout, ServingShape, StepWork
 
@@ -161,6 +161,8 @@ class Deployment:
         self.prefill = self.shape.prefill(isl)
         self.prefill_peak = step_times(self.prefill, gpu, self.shape.weights_dtype_name, self.shape.kv.name)
         self.scale_out = layout.gpus > (gpu.nvlink_gpus or 1)
+        # how many times NVLink's time the links beyond one NVLink domain add (0 within one)
+        self.scale_out_slowdown = scale_out_slowdown(gpu) if self.scale_out else 0.0
 
     def point(self, concurrency: int) -> Point:
         if concurrency < 1:
@@ -179,7 +181,7 @@ class Deployment:
             prefill_dense_ms=prefill.dense_ms,
             prefill_expert_ms=prefill.expert_ms, prefill_attention_ms=prefill.attention_ms,
             prefill_link_ms=prefill.link_ms, prefill_collectives=self.prefill.collectives, concurrency=per_rank,
-            running_limit=self.limit or per_rank, osl=self.osl, scale_out=float(self.scale_out))
+            running_limit=self.limit or per_rank, osl=self.osl, ranks=self.layout.dp, scale_out=self.scale_out_slowdown)
         return Point(running, work, peak, terms)
 
     def estimate(self, concurrency: int, eff: Efficiencies, flags: list[str], speculative: bool = False
@@ -217,7 +219,7 @@ class Deployment:
         if self.shape.experts and touched < SMALL_MOE_BATCH:
             flags.append(f"MoE at a small batch: a step's tokens touch {touched:.0%} of the experts, a share that "
                          "uneven routing moves")
-        prompts = terms.running / (self.osl - 1) * prompt_ms(terms, eff)
+        prompts = terms.running / (self.osl - 1) * prompt_ms(terms, eff, terms.ranks)
         if prompts > PREFILL_HEAVY * tpot:
             flags.append(f"prefill-heavy: the prompts mixed into each step take {prompts / tpot:.0%} of the TPOT")
         if self.limit and terms.concurrency > self.limit:
@@ -227,11 +229,17 @@ class Deployment:
 
 
 def _running_limit(deployment: Deployment) -> int | None:
-    """The requests one rank runs at once, by the engine's memory rules (`kvplan.capacity`) at the workload's full
-    length: vLLM's for a TensorRT-LLM layout with DP ranks, which kvplan's TensorRT-LLM engine does not plan."""
+    """The requests one rank runs at once, by the engine's memory rules (`kvplan.capacity`; vLLM's for a
+    TensorRT-LLM layout with DP ranks, which kvplan's TensorRT-LLM engine does not plan), at the tokens a running
+    request holds: isl + osl where the engine reserves a request's whole length to admit it (TensorRT-LLM's
+    GUARANTEED_NO_EVICT), else isl + osl / 2, its prompt and half its output on average (vLLM's KV cache manager
+    allocates blocks as tokens arrive, preempting when they run out; SGLang reserves a decaying share of the output
+    still to come, `new_token_ratio`)."""
     layout, gpu = deployment.layout, deployment.gpu
+    whole = engines.engine_class(deployment.engine).reserves_whole_request
+    held = deployment.isl + (deployment.osl if whole else deployment.osl // 2)
     try:
-        fit = capacity(deployment.model, Workload(ctx=deployment.isl + deployment.osl),
+        fit = capacity(deployment.model, Workload(ctx=held),
                        engine_name=deployment.shape.engine.name,
                        hardware=Hardware(name=gpu.name, memory_bytes=gpu.memory_bytes),
                        parallel=Parallelism(tp=layout.tp, dp=layout.dp), kv_dtype_name=deployment.shape.kv.name,
