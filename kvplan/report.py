@@ -298,8 +298,6 @@ def print_capacity(console: Console, cap) -> None:
         table.add_row(f"KV the engine needs per user at {cap.ctx:,} tokens ({cap.kv_dtype})", both_units(decode))
     else:
         table.add_row(f"KV per user at {cap.ctx:,} tokens ({cap.kv_dtype}), steady decode", both_units(decode))
-        if cap.engine_kv_bytes_in_flight:
-            table.add_row("  + in-flight tokens, once for the engine", both_units(cap.engine_kv_bytes_in_flight))
         table.add_row("KV per user reserved at start-up", both_units(cap.engine_kv_bytes_per_sequence))
     if cap.engine_kv_bytes_per_sequence_draft:
         table.add_row("  of which the draft", both_units(cap.engine_kv_bytes_per_sequence_draft))
@@ -330,9 +328,11 @@ def print_capacity(console: Console, cap) -> None:
     print_table(console, table, whole=())
     if two_figures:
         console.print(plain(
-            f"Steady decode frees what sliding layers no longer read and counts the in-flight tokens once: "
-            f"{_users(cap.max_concurrent_users)} served without preemption. {label}'s start-up check reserves "
-            f"each request's window plus all in-flight tokens: {_users(cap.max_users_at_startup)}, as it logs."))
+            f"In steady decode a user holds only what it still reads (windows freed as they slide, a state's prefill "
+            f"checkpoint freed): {_users(cap.max_concurrent_users)} served without preemption. A prompt being "
+            f"admitted takes more (a window plus the in-flight tokens of its prefill, a checkpoint page), and "
+            f"{label}'s start-up check reserves that for every request: {_users(cap.max_users_at_startup)}, as it "
+            "logs."))
     if cap.vllm_log:
         _print_vllm_log(console, cap)
     for note in [*cap.engine_assumptions, *_extras_notes(cap), *cap.notes]:

@@ -50,7 +50,6 @@ class Capacity(BaseModel):
     engine_activation_bytes_for_users: int = 0  # activations that grow with the batch (transformers prefill)
     engine_activation_bytes_per_sequence: int = 0
     engine_kv_bytes_per_sequence_decode: int  # what a sequence holds in steady decode (sliding layers trimmed)
-    engine_kv_bytes_in_flight: int = 0  # what the in-flight tokens add to the steady hold, once for the engine
     engine_kv_bytes_fixed: int = Field(0, description="what the engine's pools hold whatever the users (vLLM's null "
                                        "block, SGLang's --max-mamba-cache-size slots)")
     max_concurrent_users: int = Field(description="users served at ctx in steady decode without preemption")
@@ -203,8 +202,6 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         kv_budget_bytes=budget, kv_budget_given=kv_budget is not None,
         engine_kv_bytes_per_sequence=binding.bytes_per_sequence(ctx), users=workload.target,
         engine_kv_bytes_per_sequence_decode=binding.bytes_per_sequence_decode(ctx),
-        engine_kv_bytes_in_flight=(binding.steady_bytes_for(1, ctx) - binding.steady_bytes_for(0, ctx)
-                                   - binding.bytes_per_sequence_decode(ctx)),
         engine_kv_bytes_fixed=binding.bytes_for(0, ctx),
         engine_kv_bytes_for_users=max(p.steady_bytes_for(need, ctx, prefix) for p in pools),
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),

@@ -143,30 +143,41 @@ def packed_groups(specs: dict[VllmSpec, int], version: tuple[int, ...]) -> tuple
     return groups, pad(max(widths), alignment)
 
 
+class StatePages(NamedTuple):
+    """Pages a Mamba-style layer's group takes per request: `reserved` at start-up and admission
+    (`MambaSpec.max_memory_usage_bytes`), `held` in steady decode, where the prefill checkpoint page is free."""
+
+    reserved: int
+    held: int
+
+
 class VllmPool(KVPool):
     """vLLM's block pool: every block costs `block_bytes` (group size x page; packed: the widest group's pages),
     whatever group uses it."""
 
     def __init__(self, groups: list[VllmGroup], block_bytes: int, in_flight: int, encoder_tokens: int | None,
-                 batched_tokens: int, log_formula: str, notes: list[str], state_pages: int,
+                 batched_tokens: int, log_formula: str, notes: list[str], state_pages: StatePages,
                  max_sequences: int | None):
         self.groups, self.block_bytes, self.in_flight = groups, block_bytes, in_flight
         self.max_sequences = max_sequences
-        self.frees_in_decode = any(g.kind in (*WINDOWED, "cross") for g in groups)  # `decode_blocks`
+        self.state_pages, self.decode_state_pages = state_pages
+        self.frees_in_decode = any(g.kind in (*WINDOWED, "cross") for g in groups) or (  # `decode_blocks`
+            self.decode_state_pages < self.state_pages and any(g.kind == "recurrent" for g in groups))
         self.encoder_tokens, self.batched_tokens = encoder_tokens, batched_tokens
-        self.log_formula, self.notes, self.state_pages = log_formula, notes, state_pages
+        self.log_formula, self.notes = log_formula, notes
         # Block counts by ctx, summed over the groups once: a search for the users that fit asks at one ctx for
         # many user counts (`kvplan.capacity.max_users`).
         self._per_request: dict[int, int] = {}
         self._held: dict[int, int] = {}
-        self._surge: dict[int, int] = {}
 
     def blocks(self, group: VllmGroup, max_len: int) -> int:
-        """Blocks one request reserves in one group (`max_memory_usage_bytes` / page):
-        full cdiv(L, B); sliding cdiv(min(W - 1 + I, L), B) + 1; chunked cdiv(min(C + I, L), B);
-        Mamba `state_pages` (Vllm.state_pages); a ring 1; cross-attention cdiv(max_num_encoder_input_tokens,
-        B), which vLLM sets to max_num_batched_tokens (`SchedulerConfig`), at least L for an encoder-decoder, whose
-        chunked prefill is off (`EngineArgs`; vLLM refuses a smaller --max-num-batched-tokens)."""
+        """Blocks one request reserves in one group (`max_memory_usage_bytes` / page), which is also what vLLM's
+        admission gate asks free for a prompt of max_len tokens (`max_admission_blocks_per_request`, with
+        scheduler_reserve_full_isl): full cdiv(L, B); sliding cdiv(min(W - 1 + I, L), B) + 1; chunked
+        cdiv(min(C + I, L), B); Mamba `state_pages` (Vllm.state_pages); a ring 1; cross-attention
+        cdiv(max_num_encoder_input_tokens, B), which vLLM sets to max_num_batched_tokens (`SchedulerConfig`), at
+        least L for an encoder-decoder, whose chunked prefill is off (`EngineArgs`; vLLM refuses a smaller
+        --max-num-batched-tokens)."""
         b, window = group.block_size, group.window
         if group.kind == "sliding":
             return cdiv(min(window - 1 + self.in_flight, max_len), b) + 1
@@ -181,10 +192,15 @@ class VllmPool(KVPool):
         return cdiv(max_len, b)
 
     def decode_blocks(self, group: VllmGroup, ctx: int) -> int:
-        """Blocks a sequence holds in steady decode: a sliding layer frees blocks below ctx - W + 1,
-        keeping about cdiv(W, B) + 1; a chunked layer keeps its current chunk; a cross-attention layer holds
-        the request's encoder tokens (the scheduler allocates cdiv(encoder tokens, B) for them; as many as the
-        context for a text encoder)."""
+        """Blocks a sequence holds in steady decode, where each step schedules one token a request: before it
+        allocates, `remove_skipped_blocks` frees what the window no longer reads (v1/core/kv_cache_manager.py
+        `allocate_slots`), so a sliding layer keeps the blocks of its last W tokens, at most cdiv(W, B) + 1 where
+        they straddle a block boundary; a chunked layer its current chunk; a cross-attention layer the request's
+        encoder tokens (the scheduler allocates cdiv(encoder tokens, B) for them; as many as the context for a
+        text encoder); a Mamba-style layer its running state and the last block-aligned one, its prefill
+        checkpoint page freed (`MambaManager.remove_skipped_blocks`; `StatePages`). The in-flight tokens a
+        sliding layer reserves for are a prefill chunk's: they count where a prompt is admitted (`blocks`), not
+        here."""
         b, window = group.block_size, group.window
         if group.kind == "sliding":
             return min(cdiv(window, b) + 1, cdiv(ctx, b))
@@ -192,6 +208,8 @@ class VllmPool(KVPool):
             return min(cdiv(window, b), cdiv(ctx, b))
         if group.kind == "cross":
             return cdiv(self.encoder_tokens or ctx, b)
+        if group.kind == "recurrent":
+            return self.decode_state_pages
         return self.blocks(group, ctx)
 
     def blocks_per_request(self, max_len: int) -> int:
@@ -213,10 +231,19 @@ class VllmPool(KVPool):
 
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
         """(users x blocks per request - (users - 1) x shared prefix blocks + 1 null block) x block bytes."""
+        return self._bytes(users, self.blocks_per_request(ctx), shared_prefix)
+
+    def steady_bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
+        """(users x blocks held in steady decode - (users - 1) x shared prefix blocks + 1 null block) x block
+        bytes: what `users` requests at ctx hold while they decode, with no request preempted (vLLM preempts a
+        running request only when a decode step finds no free block, v1/core/sched/scheduler.py `schedule`)."""
+        return self._bytes(users, self.blocks_held(ctx), shared_prefix)
+
+    def _bytes(self, users: int, per_user: int, shared_prefix: int) -> int:
         if users == 0:
             return self.block_bytes
         shared = self.shared_blocks(shared_prefix)
-        return (users * self.blocks_per_request(ctx) - (users - 1) * shared + 1) * self.block_bytes
+        return (users * per_user - (users - 1) * shared + 1) * self.block_bytes
 
     def bytes_per_sequence(self, ctx: int) -> int:
         """blocks per request x block bytes (`bytes_for`(1) - `bytes_for`(0), without its calls: a planning table
@@ -227,44 +254,15 @@ class VllmPool(KVPool):
         return self.blocks_held(ctx) * self.block_bytes
 
     def users_within(self, budget: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int | None:
-        """N users take N x (blocks per user - shared prefix blocks) + shared + 1 null block (+ the in-flight surge in
-        steady decode), linear in N, so the most that fit is (budget // block bytes - the fixed blocks) // (blocks
-        per user - shared); None where a user costs no block of its own (the search says so). In steady decode no
-        request holds more than its start-up reservation (`steady_bytes_for`), so the most that fit is the larger
-        of the steady and the start-up counts."""
+        """N users take N x (blocks per user - shared prefix blocks) + shared + 1 null block, linear in N, so the
+        most that fit is (budget // block bytes - shared - 1) // (blocks per user - shared), a user's blocks
+        reserved at start-up or held in steady decode; None where a user costs no block of its own (the search
+        says so)."""
         shared = self.shared_blocks(shared_prefix)
-        reserved = self._linear_users(budget, self.blocks_per_request(ctx), shared, shared + 1)
-        if not steady or reserved is None:
-            return reserved
-        held = self._linear_users(budget, self.blocks_held(ctx), shared, shared + 1 + self.surge_blocks(ctx))
-        return None if held is None else max(reserved, held)
-
-    def _linear_users(self, budget: int, per_user: int, shared: int, fixed: int) -> int | None:
-        """The most N with N x (per_user - shared) + fixed blocks within budget; None where a user adds none."""
+        per_user = self.blocks_held(ctx) if steady else self.blocks_per_request(ctx)
         if per_user <= shared:
             return None
-        return max(0, (budget // self.block_bytes - fixed) // (per_user - shared))
-
-    def surge_blocks(self, ctx: int) -> int:
-        """Blocks the engine's in-flight tokens add to the steady hold, once for the engine: the tokens scheduled
-        but not yet settled (at most I across all requests, `max_in_flight_tokens`) keep the sliding and chunked
-        blocks they were computed against until the step settles."""
-        if ctx not in self._surge:
-            self._surge[ctx] = sum(g.groups * cdiv(min(self.in_flight, ctx), g.block_size)
-                                   for g in self.groups if g.kind in WINDOWED)
-        return self._surge[ctx]
-
-    def steady_bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
-        """(users x blocks held in steady decode - (users - 1) x shared prefix blocks + in-flight surge + 1 null
-        block) x block bytes: what `users` requests at ctx hold with no request preempted. Never more than their
-        start-up reservation (`bytes_for`): a request holds at most its `max_memory_usage_bytes`, the in-flight
-        tokens' blocks included, so for short contexts, where the window and the in-flight tokens are the same
-        blocks, the reservation is the tighter bound."""
-        if users == 0:
-            return self.block_bytes
-        shared = self.shared_blocks(shared_prefix)
-        steady = (users * self.blocks_held(ctx) - (users - 1) * shared + self.surge_blocks(ctx) + 1) * self.block_bytes
-        return min(steady, self.bytes_for(users, ctx, shared_prefix))
+        return max(0, (budget // self.block_bytes - shared - 1) // (per_user - shared))
 
     def log(self, available: int, max_len: int) -> VllmLog:
         """num_blocks = available // block bytes; concurrency = num_blocks / blocks per request;
@@ -457,19 +455,22 @@ class Vllm(Engine):
         """I = in-flight batches x max_num_batched_tokens (`VllmConfig.max_in_flight_tokens`)."""
         return self.in_flight_batches() * self.max_num_batched_tokens()
 
-    def state_pages(self, model_mixers: set[str], attention: bool, gdn_checkpoints: bool) -> int:
+    def state_pages(self, model_mixers: set[str], attention: bool, gdn_checkpoints: bool) -> StatePages:
         """Pages a Mamba-style layer reserves per request (`MambaSpec.max_memory_usage_bytes`): 1 without prefix
         caching (mamba_cache_mode "none": attention-free models, and hybrids before 0.28.0, whose prefix caching
         was off by default, `EngineArgs._set_default_chunked_prefill_and_prefix_caching_args`); 2 in "align" mode
         (the running state and the last block-aligned one), plus 1 prefill checkpoint page
         (num_prefill_checkpoint_blocks = 1) for Mamba-2 mixers from 0.32.0 (`MambaMixer2.get_kv_cache_spec`) and for
         Gated DeltaNet run on FlashInfer's prefill kernel from 0.33.0 (`flashinfer_gdn`); and one more per
-        speculative token (`speculative_state_pages`)."""
+        speculative token (`speculative_state_pages`). In steady decode the checkpoint page is free: align mode
+        reserves it only on the chunk that reaches the prompt's end (`MambaManager._needs_internal_checkpoint`)
+        and frees each state two steps after it was written (`MambaManager.remove_skipped_blocks`)."""
         version = version_tuple(self.version)
+        speculative = self.speculative_state_pages()
         if not attention or version < (0, 28):
-            return 1 + self.speculative_state_pages()
+            return StatePages(1 + speculative, 1 + speculative)
         checkpoint = ("mamba2" in model_mixers and version >= (0, 32)) or gdn_checkpoints
-        return (3 if checkpoint else 2) + self.speculative_state_pages()
+        return StatePages((3 if checkpoint else 2) + speculative, 2 + speculative)
 
     # Families built on vLLM's `QwenGatedDeltaNetAttention` (models/qwen3_next.py, qwen3_5.py, qwen4_exp/), the Gated
     # DeltaNet layer whose prefill FlashInfer's kernel runs; OLMo Hybrid's layer always runs FLA's Triton kernels
@@ -585,9 +586,10 @@ class Vllm(Engine):
             raise KvplanError(f"vLLM's Qwen4-Exp QSA attention keeps its K and V in bf16 or fp8 (e4m3), not {kv.name} "
                               "(`Qwen4ExpQSAAttention`, models/qwen4_exp/nvidia/qsa.py)")
 
-    def own_specs(self, layers: Layers, model: ModelSpec, kv: DType) -> tuple[dict[VllmSpec, int], list[str], int]:
-        """The layer specs of a family in OWN_LAYOUTS, notes on them, and the pages a recurrent state reserves."""
-        notes, pages = [], 1
+    def own_specs(self, layers: Layers, model: ModelSpec, kv: DType) -> tuple[dict[VllmSpec, int], list[str],
+                                                                             StatePages]:
+        """The layer specs of a family in OWN_LAYOUTS, notes on them, and the pages a recurrent state takes."""
+        notes, pages = [], StatePages(1, 1)
         if model.architecture == "qwen4_exp_text":
             found, pages = self.qwen4_exp_specs(layers, model, kv, notes)
         elif model.architecture == "deepseek_v4":
@@ -608,7 +610,7 @@ class Vllm(Engine):
     QSA_ROPE_SLOTS = 3 * 4  # three int64 M-RoPE positions after a ring key, 4 bf16 slots each (`QSAKeyStateCache`)
 
     def qwen4_exp_specs(self, layers: Layers, model: ModelSpec, kv: DType,
-                        notes: list[str]) -> tuple[list[tuple[VllmSpec, int]], int]:
+                        notes: list[str]) -> tuple[list[tuple[VllmSpec, int]], StatePages]:
         """Qwen4-Exp's layer specs on vLLM's NVIDIA path (vllm/models/qwen4_exp/nvidia/, common/qsa_cache.py; vLLM
         0.32.0 to 0.33.0), with r = indexer_compress_ratio, D = indexer_head_dim and B the block size:
             K and V          `Qwen4ExpQSAAttention`: FullAttentionSpec, B x (K and V bytes per token)
@@ -807,10 +809,11 @@ class Vllm(Engine):
             notes = ["attention-free: no prefix caching, so one state page per request (mamba_cache_mode none)"]
         pages = self.state_pages({r.cache.mixer for r in recurrent}, bool(attention), gdn_checkpoints)
         if attention and recurrent:
-            notes.append(f"{pages} state page{'s' if pages > 1 else ''} per request for recurrent layers"
-                         + (" (prefix caching off for hybrids before vLLM 0.28)" if pages == 1 else
-                            " (prefix caching's align mode" + (", one a prefill checkpoint)" if pages == 3
-                                                                else ")")))
+            reserved = pages.reserved
+            notes.append(f"{reserved} state page{'s' if reserved > 1 else ''} per request for recurrent layers"
+                         + (" (prefix caching off for hybrids before vLLM 0.28)" if reserved == 1 else
+                            " (prefix caching's align mode" + (f", one a prefill checkpoint, {pages.held} held in "
+                                                               "decode)" if pages.held < reserved else ")")))
         specs: dict[VllmSpec, int] = {}
         for r in table:
             page = mamba_page if r.kind == "recurrent" else block * r.bytes_per_token
@@ -819,7 +822,7 @@ class Vllm(Engine):
             specs[spec] = specs.get(spec, 0) + r.count
         return self.grouped(specs, model, notes, pages, packed=False)
 
-    def grouped(self, specs: dict[VllmSpec, int], model: ModelSpec, notes: list[str], state_pages: int,
+    def grouped(self, specs: dict[VllmSpec, int], model: ModelSpec, notes: list[str], state_pages: StatePages,
                 packed: bool) -> VllmPool:
         """The layers' specs in KV-cache groups over one block pool (`get_kv_cache_groups`,
         v1/core/kv_cache_planning.py). One type of spec (UniformTypeKVCacheSpecs): one group, a block is one page
