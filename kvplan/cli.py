@@ -82,6 +82,8 @@ BlockSize = _flag(int | None, "KV block size in tokens (vLLM; TensorRT-LLM token
 BatchedTokens = _flag(int | None, "vLLM --max-num-batched-tokens")
 AsyncScheduling = _flag(bool | None, "vLLM async scheduling (default on; off on vLLM's CPU backend)",
                         "--async-scheduling/--no-async-scheduling")
+Platform = _flag(str | None, "vLLM: gpu (default) or cpu, vLLM-CPU's rules (async scheduling off, 128-token blocks, "
+                 "fp32 SSM states, its defaults; give the KV space as --kv-budget)", "--platform")
 KvUnified = _flag(bool | None, "llama.cpp unified KV cache", "--kv-unified/--no-kv-unified")
 SwaFull = _flag(bool | None, "llama.cpp: full-size cache for sliding-window layers", "--swa-full/--no-swa-full")
 CacheImpl = _flag(str | None, "transformers cache: dynamic (default) or static")
@@ -150,6 +152,7 @@ def estimate(
     kv_budget: KvBudget = None, overhead: Overhead = None, users: Users = None, avg_ctx: AvgCtx = None,
     shared_prefix: SharedPrefix = None, block_size: BlockSize = None,
     max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
+    platform: Platform = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, cache_implementation: CacheImpl = None,
     ubatch_size: UbatchSize = None, batch_size: BatchSize = None, cache_type_k: CacheTypeK = None,
     cache_type_v: CacheTypeV = None, flash_attn: FlashAttn = None, speculative_tokens: SpeculativeTokens = None,
@@ -192,7 +195,7 @@ def estimate(
                  max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras, lora=lora)
     capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
                       overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
-                      async_scheduling, kv_unified, swa_full, cache_implementation, *llama_cpp.values(),
+                      async_scheduling, platform, kv_unified, swa_full, cache_implementation, *llama_cpp.values(),
                       *serving.values(), draft_model, *added.values())
     spec = load_model(model, revision, token, gguf_file)
     cap = None
@@ -201,8 +204,8 @@ def estimate(
 
         options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
                                   batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                                  kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation, **llama_cpp,
-                                  **serving, **added)
+                                  platform=platform, kv_unified=kv_unified, swa_full=swa_full,
+                                  cache=cache_implementation, **llama_cpp, **serving, **added)
         workload = capacity.Workload(
             ctx=tokens, users=users if users is not None else batch,
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
@@ -278,7 +281,7 @@ def _limit_mm(text: str | None) -> tuple[tuple[str, int], ...] | None:
 
 
 def _engine_options(*, version=None, fraction=None, block_size=None, batched_tokens=None, async_scheduling=None,
-                    kv_unified=None, swa_full=None, cache=None, ubatch_size=None, batch_size=None,
+                    platform=None, kv_unified=None, swa_full=None, cache=None, ubatch_size=None, batch_size=None,
                     cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None,
                     limit_mm=None, language_model_only=None, kv_offloading_size=None, kv_offloading_backend=None,
                     cpu_offload_gb=None, speculative_method=None, enable_lora=None, max_loras=None,
@@ -298,6 +301,7 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
     for flag, value, choices in (("--cache-implementation", cache, ("dynamic", "static")),
                                  ("--flash-attn", flash_attn, ("on", "off", "auto")),
                                  ("--frontend", frontend, ("server", "python")),
+                                 ("--platform", platform, ("gpu", "cpu")),
                                  ("--kv-offloading-backend", kv_offloading_backend, ("native", "lmcache")),
                                  ("--speculative-method", speculative_method,
                                   ("draft_model", "eagle", "eagle3", "mtp", "ngram")),
@@ -310,7 +314,7 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
         raise KvplanError(f"--speculative-tokens must be between 0 and {MAX_COUNT:,}, got {speculative_tokens}")
     return EngineOptions(version=version, memory_fraction=fraction, block_size=block_size,
                          max_num_batched_tokens=batched_tokens, async_scheduling=async_scheduling,
-                         kv_unified=kv_unified, swa_full=swa_full, cache_implementation=cache,
+                         platform=platform, kv_unified=kv_unified, swa_full=swa_full, cache_implementation=cache,
                          ubatch_size=ubatch_size, batch_size=batch_size, cache_type_k=cache_type_k,
                          cache_type_v=cache_type_v, flash_attn=flash_attn, speculative_tokens=speculative_tokens,
                          frontend=frontend, limit_mm_per_prompt=_limit_mm(limit_mm),

@@ -248,7 +248,9 @@ def _shape(cache) -> str:
 
 def print_capacity(console: Console, cap) -> None:
     """The capacity plan (kvplan.capacity.Capacity): budget, users, what vLLM would log, the verdict."""
-    if cap.gpu:
+    if cap.platform == "cpu":
+        where = "the CPU"
+    elif cap.gpu:
         where = f"{cap.gpus} x {cap.gpu}"
     else:
         where = f"{cap.gpus} x {format_bytes(cap.gpu_memory_bytes)} GPU" if cap.gpu_memory_bytes else "GPU"
@@ -270,7 +272,8 @@ def print_capacity(console: Console, cap) -> None:
     table.add_column()
     table.add_column(justify="right")
     if cap.kv_budget_given:
-        table.add_row("KV budget per GPU (--kv-budget)", both_units(cap.kv_budget_bytes))
+        per = "on the CPU" if cap.platform == "cpu" else "per GPU"
+        table.add_row(f"KV budget {per} (--kv-budget)", both_units(cap.kv_budget_bytes))
     else:
         table.add_row("GPU memory", both_units(cap.gpu_memory_bytes))
         table.add_row("x memory fraction", f"{cap.memory_fraction:g}")

