@@ -50,15 +50,17 @@ RICH_TARGET_S = 1.0
 
 
 def library_models() -> tuple[list[str], list[str]]:
-    """The library's ids that kvplan plans under vLLM on these GPUs, and the failures of those it does not."""
+    """The library's ids that kvplan plans under vLLM on every one of these GPUs, and why the others are left out
+    (the failures, and the cells not planned)."""
     from kvplan import table
     from kvplan.sources import library
 
     names = [entry.id for entry in library.entries()]
     result = table.build(names, table.parse_ctxs(SWEEP_CTX), gpus=table.parse_gpus(SWEEP_GPUS, None),
                          keep_going=True)
-    planned = {row.estimate.model for row in result.rows}
-    return [name for name in names if name in planned], result.failures
+    refused = {row.estimate.model: cell.not_planned for row in result.rows for cell in row.users if cell.not_planned}
+    planned = {row.estimate.model for row in result.rows} - set(refused)
+    return [name for name in names if name in planned], [*result.failures, *refused.values()]
 
 
 def run(command: list[str], env: dict[str, str]) -> tuple[float, float]:

@@ -31,8 +31,9 @@ app = typer.Typer(add_completion=False)
 
 
 @app.command()
-def estimate(model: Annotated[str, typer.Option()], ctx: Annotated[str, typer.Option()],
-             revision: str | None = None, token: str | None = None, gguf_file: str | None = None, batch: int = 1,
+def estimate(model: Annotated[str, typer.Option()], ctx: str | None = None, isl: str | None = None,
+             osl: str | None = None, revision: str | None = None, token: str | None = None,
+             gguf_file: str | None = None, batch: int | None = None,
              kv_dtype: str | None = None, weights_dtype: str | None = None, gpu: str | None = None,
              vram: str | None = None, gpus: int | None = None, tp: int | None = None, pp: int | None = None,
              dp: int | None = None, ep: int | None = None, enable_expert_parallel: bool = False,
@@ -41,9 +42,9 @@ def estimate(model: Annotated[str, typer.Option()], ctx: Annotated[str, typer.Op
              users: int | None = None, avg_ctx: str | None = None, shared_prefix: str | None = None,
              block_size: int | None = None, max_num_batched_tokens: int | None = None,
              async_scheduling: bool | None = None, platform: str | None = None, kv_unified: bool | None = None,
-             swa_full: bool | None = None, cache_implementation: str | None = None, ubatch_size: int | None = None,
-             batch_size: int | None = None,
-             cache_type_k: str | None = None, cache_type_v: str | None = None, flash_attn: str | None = None,
+             swa_full: bool | None = None, cache_implementation: str | None = None, expandable_segments: bool = False,
+             ubatch_size: int | None = None, batch_size: int | None = None, cache_type_k: str | None = None,
+             cache_type_v: str | None = None, flash_attn: str | None = None,
              speculative_tokens: int | None = None, frontend: str | None = None,
              limit_mm_per_prompt: str | None = None, language_model_only: bool = False,
              kv_offloading_size: str | None = None, kv_offloading_backend: str | None = None,
@@ -54,6 +55,7 @@ def estimate(model: Annotated[str, typer.Option()], ctx: Annotated[str, typer.Op
              lora: list[str] | None = None, max_mamba_cache_size: int | None = None,
              mamba_full_memory_ratio: float | None = None, max_num_seqs: int | None = None,
              disable_radix_cache: bool = False,
+             max_tpot: float | None = None, max_ttft: float | None = None, min_tps: float | None = None,
              as_json: Annotated[bool, typer.Option("--json")] = False):
     print("{}")
 

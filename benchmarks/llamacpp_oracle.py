@@ -69,6 +69,7 @@ class Family:
     swa: tuple[int, int] = (0, 0)
     recurrent: tuple[int, int] = (0, 0)
     recurrent_layers: int = 0  # llama.cpp's recurrent log line counts every layer, not the recurrent ones
+    tensors: list | None = None  # (name, shape) of each tensor, where llama.cpp cannot save the architecture
 
 
 def gguf_keys(arch: str, **keys) -> dict:
@@ -241,7 +242,82 @@ def mamba() -> Family:
                   recurrent_layers=2)
 
 
+def gemma3n() -> Family:
+    """22 layers, so that llama.cpp's 20 layers with a KV cache leave 2 that reuse one; the file says 5
+    (attention.shared_kv_layers), which llama.cpp does not read. kvplan reads the GGUF."""
+    hidden, layers, heads, kv, dim, window = 256, 22, 4, 2, 64, 128
+    config = hf("Gemma3nForCausalLM", "gemma3n_text", hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=kv, head_dim=dim, intermediate_size=512)
+    metadata = gguf_keys("gemma3n", **attention_keys(hidden, layers, heads, kv, dim, 512),
+                         attention__sliding_window=window, attention__shared_kv_layers=5,
+                         attention__sliding_window_pattern=[i % 5 != 4 for i in range(layers)])
+    return Family("gemma3n", config, "gemma3n", metadata, full=(kv * dim, kv * dim), swa=(kv * dim, kv * dim),
+                  tensors=gemma3n_tensors(hidden, layers, heads * dim, kv * dim, dim, 512))
+
+
+def gemma3n_tensors(hidden: int, layers: int, q: int, kv: int, dim: int, ff: int) -> list:
+    """`llama_model_gemma3n::load_arch_tensors` (src/models/gemma3n.cpp), whose architecture llama.cpp's model saver
+    does not write: altup of 4 inputs, per-layer inputs of 256, laurel of rank 64 (llama_hparams defaults)."""
+    altup, per_layer, laurel = 4, 256, 64
+    out = [("token_embd.weight", [hidden, VOCAB]), ("altup_proj.weight", [hidden, hidden, altup - 1]),
+           ("altup_unembd_proj.weight", [hidden, hidden, altup - 1]),
+           ("per_layer_token_embd.weight", [per_layer * layers, VOCAB]),
+           ("per_layer_model_proj.weight", [hidden, per_layer * layers]), ("per_layer_proj_norm.weight", [per_layer]),
+           ("output_norm.weight", [hidden])]
+    shapes = {"attn_norm": [hidden], "attn_q": [hidden, q], "attn_k": [hidden, kv], "attn_v": [hidden, kv],
+              "attn_output": [q, hidden], "attn_q_norm": [dim], "attn_k_norm": [dim],
+              "post_attention_norm": [hidden], "ffn_norm": [hidden], "ffn_gate": [hidden, ff], "ffn_up": [hidden, ff],
+              "ffn_down": [ff, hidden], "post_ffw_norm": [hidden], "inp_gate": [hidden, per_layer],
+              "proj": [per_layer, hidden], "post_norm": [hidden], "altup_correct_coef": [altup, altup],
+              "altup_correct_scale": [hidden], "altup_predict_coef": [altup, altup * altup],
+              "altup_router": [hidden, altup], "altup_router_norm": [hidden], "laurel_l": [hidden, laurel],
+              "laurel_r": [laurel, hidden], "laurel_post_norm": [hidden]}
+    return out + [(f"blk.{i}.{name}.weight", shape) for i in range(layers) for name, shape in shapes.items()]
+
+
+def gemma4() -> Family:
+    """Sliding layers 2 KV heads of 64, full ones (5 and 7) 1 of 128; the last 2 layers reuse layers 4 and 5.
+    kvplan reads the GGUF."""
+    hidden, layers, heads, window = 256, 8, 4, 128
+    swa = [i not in (5, 7) for i in range(layers)]
+    config = hf("Gemma4ForCausalLM", "gemma4_text", hidden_size=hidden, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=2, head_dim=64, intermediate_size=512)
+    keys = attention_keys(hidden, layers, heads, [2 if s else 1 for s in swa], 128, 512)
+    metadata = gguf_keys("gemma4", **keys, attention__key_length_swa=64, attention__value_length_swa=64,
+                         attention__sliding_window=window, attention__sliding_window_pattern=swa,
+                         attention__shared_kv_layers=2, embedding_length_per_layer_input=0,
+                         rope__dimension_count=128, rope__dimension_count_swa=64)
+    return Family("gemma4", config, "gemma4", metadata, full=(128, 128), swa=(2 * 64, 2 * 64))
+
+
+def kimi_linear() -> Family:
+    """KDA on layers 0-2 (4 heads of 64, a convolution of 4), MLA on layer 3 (latent 64 + RoPE 32), one dense
+    layer then 4 experts; kvplan reads the GGUF."""
+    hidden, layers, heads, kda, kernel, rank, rope, nope = 256, 4, 4, 64, 4, 64, 32, 64
+    config = hf("KimiLinearForCausalLM", "kimi_linear", hidden_size=hidden, num_hidden_layers=layers)
+    keys = attention_keys(hidden, layers, heads, [0, 0, 0, 1], rank + rope, 512)
+    metadata = gguf_keys("kimi-linear", **keys, attention__kv_lora_rank=rank, attention__key_length_mla=nope + rope,
+                         attention__value_length_mla=64, rope__dimension_count=rope, ssm__conv_kernel=kernel,
+                         kda__head_dim=kda, expert_count=4, expert_used_count=2, expert_feed_forward_length=128,
+                         expert_shared_count=1, leading_dense_block_count=1, expert_gating_func=2,
+                         expert_weights_scale=1.0)
+    return Family("kimi-linear", config, "kimi-linear", metadata, full=(rank + rope, 0),
+                  recurrent=(3 * (kernel - 1) * heads * kda, kda * kda * heads), recurrent_layers=3)
+
+
+def minimax01() -> Family:
+    """Lightning attention on 7 layers of 8 (4 heads of 64), softmax attention on layer 7 (2 KV heads), 4
+    experts; kvplan reads the GGUF."""
+    hidden, layers, heads, kv, dim = 256, 8, 4, 2, 64
+    config = hf("MiniMaxText01ForCausalLM", "minimax", hidden_size=hidden, num_hidden_layers=layers)
+    metadata = gguf_keys("minimax-01", **attention_keys(hidden, layers, heads, kv, dim, 256), residual_scale=1.0,
+                         expert_count=4, expert_used_count=2, rope__dimension_count=dim // 2)
+    return Family("minimax-01", config, "minimax-01", metadata, full=(kv * dim, kv * dim),
+                  recurrent=(0, dim * dim * heads), recurrent_layers=layers - 1)
+
+
 FAMILIES = {f.name: f for f in (
+    llama("MQA head 80", 640, 8, 1, 80, 1024), gemma3n(), gemma4(), kimi_linear(), minimax01(),
     llama("dense GQA", 2048, 16, 4, 128, 5632, vocab=32000), llama("MQA", 1024, 8, 1, 128, 2816),
     llama("head 80", 640, 8, 8, 80, 1024), llama("draft", 512, 8, 2, 64, 1024, vocab=32000), gemma2(), gemma3(),
     gpt_oss(), olmo3(), deepseek2(), jamba(),
@@ -271,6 +347,7 @@ class Case:
     refused: str = ""  # the reason llama.cpp gives, where it refuses the context
     frontend: str | None = None  # kvplan is given this --frontend alone; llama.cpp that front end's settings
     draft: str | None = None  # a draft model's family: llama-server's draft context beside the model's
+    gguf: bool = False  # kvplan reads the GGUF llama.cpp runs, not the config.json
 
     @property
     def label(self) -> str:
@@ -288,7 +365,13 @@ class Case:
             parts.append(f"kvplan --frontend {self.frontend}")
         if self.draft:
             parts.append(f"draft {self.draft}")
+        if self.gguf:
+            parts.append("kvplan reads the GGUF")
         return ", ".join(parts)
+
+    def source(self, built: Path) -> Path:
+        """What kvplan reads of the family's `built` GGUF: the GGUF itself, or the config.json beside it."""
+        return built if self.gguf else built.with_name("config.json")
 
 
 def sliding(family: str) -> list[Case]:
@@ -336,6 +419,13 @@ CASES = [
     Case("dense GQA", 4096, seqs=4, unified=False, flash_attn="off", draft="draft"),
     Case("dense GQA", 8192, type_k="q8_0", type_v="q8_0", ubatch=256, draft="draft"),
     Case("gemma3", 4096, seqs=2, draft="MQA"), Case("qwen35", 4096, seqs=2, draft="MQA"),
+    # K rows of partial blocks: llama.cpp aborts making the cache (1 KV head of 80); 8 of 80 are made (above)
+    Case("MQA head 80", 4096, type_k="q8_0", flash_attn="off",
+         refused="GGML_ASSERT"),
+    # GGUFs read as llama.cpp loads them
+    *(Case(name, 4096, seqs=2, gguf=True) for name in ("gemma3n", "gemma4", "kimi-linear", "minimax-01")),
+    Case("gemma3n", 8192, ubatch=256, gguf=True), Case("gemma4", 4096, seqs=2, unified=False, gguf=True),
+    Case("kimi-linear", 4096, seqs=2, flash_attn="off", gguf=True), Case("minimax-01", 8192, gguf=True),
 ]
 
 
@@ -411,7 +501,7 @@ def tensors_wanted(meta_path):
 
 if args["mode"] == "build":
     write_gguf(args["path"] + ".meta", args["arch"], args["metadata"])
-    tensors = tensors_wanted(args["path"] + ".meta")
+    tensors = args.get("tensors") or tensors_wanted(args["path"] + ".meta")
     write_gguf(args["path"], args["arch"], args["metadata"], tensors, np.random.default_rng(0))
     print("ORACLE " + json.dumps({"tensors": len(tensors)}), flush=True)
 else:
@@ -446,13 +536,17 @@ def child(python: str, args: dict) -> dict:
     for line in done.stdout.splitlines():
         if line.startswith("ORACLE "):
             return json.loads(line.removeprefix("ORACLE "))
+    abort = ABORT.search(done.stderr)
+    if args["mode"] == "run" and abort:  # llama.cpp aborted making the context: its refusal, in its words
+        return {"ok": False, "log": f"llama_init_from_model: {abort[0]}"}
     raise RuntimeError(f"llama.cpp child failed: {(done.stderr.strip().splitlines() or ['no output'])[-1]}")
 
 
 def build(python: str, family: Family, directory: Path) -> Path:
     """The family's GGUF (random weights) and config.json, in `directory`."""
     path = directory / "model.gguf"
-    built = child(python, {"mode": "build", "path": str(path), "arch": family.arch, "metadata": family.metadata})
+    built = child(python, {"mode": "build", "path": str(path), "arch": family.arch, "metadata": family.metadata,
+                           "tensors": family.tensors})
     if "error" in built:
         raise RuntimeError(f"llama.cpp's loader refused the {family.name} metadata: {built['error'][-300:]}")
     (directory / "config.json").write_text(json.dumps(family.config), encoding="utf-8")
@@ -481,6 +575,7 @@ ISWA_LINE = re.compile(r"llama_kv_cache_iswa: creating +(non-SWA|SWA) KV cache, 
 RS_LINE = re.compile(r"llama_memory_recurrent: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs +"
                      r"(\d+) rs_seq\), R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB")
 COMPUTE_LINE = re.compile(r"CPU compute buffer size = +([\d.]+) MiB")
+ABORT = re.compile(r"GGML_ASSERT\(.*\) failed")
 REFUSAL = re.compile(r"(?:llama_init_from_model|llama_context): (?:failed to initialize the context: )?(.*)")
 
 
@@ -558,7 +653,7 @@ def compare(python: str, cases: list[Case]) -> list[str]:
                     directory.mkdir()
                     built[name] = build(python, FAMILIES[name], directory)
             result = run(python, case, built)
-            ours = kvplan_figures(built[case.family].with_name("config.json"), case,
+            ours = kvplan_figures(case.source(built[case.family]), case,
                                   built[case.draft].with_name("config.json") if case.draft else None)
             rows.append(row(family, case, result, ours))
             print(rows[-1], file=sys.stderr, flush=True)

@@ -34,16 +34,58 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_print_
                                                    help="print kvplan's version and exit")] = False) -> None:
     """VRAM and capacity planner for LLM inference: KV cache, weights and concurrent users."""
 
-Model = Annotated[str, typer.Option("--model", "-m", help="library name or alias, config.json, a directory holding "
-                                    "one, a YAML spec, a GGUF file, or a Hugging Face Hub id (org/name; "
-                                    "org/name:Q4_K_M for a GGUF in it)")]
-GgufFile = Annotated[str | None, typer.Option("--gguf-file", help="the GGUF file of the Hub repo --model names to "
-                                              "read (its header alone)")]
-Revision = Annotated[str | None, typer.Option(help="Hub revision: branch, tag or commit (default: main)")]
-Token = Annotated[str | None, typer.Option(help="Hugging Face token for gated or private repos "
-                                           "(default: HF_TOKEN or the stored login)")]
-Json = Annotated[bool, typer.Option("--json", help="print one JSON object (sizes in bytes)")]
-Ctx = Annotated[str, typer.Option(help="tokens each sequence holds: 8192, 8k, 128K, 1M (k = 1,024)")]
+# --help panels (`Panels`), in this order, as `vllm serve --help` groups its flags
+MODEL, WORKLOAD, SPEED = "Model", "Workload", "Speed targets"
+HARDWARE, PARALLEL = "GPUs, engine and budget", "Parallelism"
+VLLM, VLLM_SGLANG, SGLANG, LLAMACPP = "vLLM", "vLLM and SGLang", "SGLang", "llama.cpp"
+TRANSFORMERS, SPECULATIVE = "transformers", "Speculative decoding"
+PANELS = ("Arguments", MODEL, WORKLOAD, SPEED, HARDWARE, PARALLEL, SPECULATIVE, VLLM, VLLM_SGLANG, SGLANG, LLAMACPP,
+          TRANSFORMERS, "Options")
+
+
+def _flag(kind, help: str, *names: str, panel: str | None = None):
+    return Annotated[kind, typer.Option(*names, help=help, rich_help_panel=panel)]
+
+
+class Panels(typer.core.TyperCommand):
+    """A command whose --help lists its options under headings by what they set (the model, the workload, the
+    GPUs, each engine's own flags: `PANELS`). typer draws its help panels only through rich, which kvplan's help
+    does not import."""
+
+    def format_options(self, ctx, formatter) -> None:
+        panels: dict[str, list] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                panel = "Arguments" if param.param_type_name == "argument" else param.rich_help_panel
+                panels.setdefault(panel or "Options", []).append(record)
+        for panel in sorted(panels, key=PANELS.index):
+            with formatter.section(panel):
+                formatter.write_dl(panels[panel])
+
+
+Model = _flag(str, "library name or alias, config.json, a directory holding one, a YAML spec, a GGUF file, or a "
+              "Hugging Face Hub id (org/name; org/name:Q4_K_M for a GGUF in it)", "--model", "-m", panel=MODEL)
+GgufFile = _flag(str | None, "the GGUF file of the Hub repo --model names to read (its header alone)", "--gguf-file",
+                 panel=MODEL)
+Revision = _flag(str | None, "Hub revision: branch, tag or commit (default: main)", panel=MODEL)
+Token = _flag(str | None, "Hugging Face token for gated or private repos (default: HF_TOKEN or the stored login)",
+              panel=MODEL)
+Json = _flag(bool, "print one JSON object (sizes in bytes)", "--json")
+Ctx = _flag(str, "tokens each sequence holds: 8192, 8k, 128K, 1M (k = 1,024)", panel=WORKLOAD)
+RequestCtx = _flag(str | None, "tokens each sequence holds: 8192, 8k, 128K, 1M (k = 1,024); default --isl + --osl",
+                   "--ctx", panel=WORKLOAD)
+Isl = _flag(str | None, "prompt tokens per request, like --ctx (with --osl: the speed model's workload)", "--isl",
+            panel=WORKLOAD)
+Osl = _flag(str | None, "output tokens per request, like --ctx (with --isl)", "--osl", panel=WORKLOAD)
+MaxTpot = _flag(float | None, "serve only as many users as keep the time per output token within this many ms "
+                "(with --isl, --osl and --gpu)", "--max-tpot", panel=SPEED)
+MaxTtft = _flag(float | None, "serve only as many users as keep the time to first token within this many ms",
+                "--max-ttft", panel=SPEED)
+MinTps = _flag(float | None, "serve only as many users as each get at least this many output tokens/s",
+               "--min-tps", panel=SPEED)
+KvDtype = _flag(str | None, "KV cache dtype (default: the model's)", panel=MODEL)
+WeightsDtype = _flag(str | None, "weights dtype (default: the checkpoint's)", panel=MODEL)
 
 
 def _console():
@@ -53,99 +95,108 @@ def _console():
     return console()
 
 
-def _flag(kind, help: str, *names: str):
-    return Annotated[kind, typer.Option(*names, help=help)]
-
-
 # Capacity flags, engine flags named as the engines name them; any of them makes `estimate` plan capacity.
-Gpu = _flag(str | None, "GPU from the catalogue (`kvplan gpus`): h100, a100-80gb, rtx-4090")
-Vram = _flag(str | None, "memory of a GPU not in the catalogue: 24GiB, 48GB")
-Gpus = _flag(int | None, "GPUs in all; beyond TP x PP they are data-parallel replicas")
-Tp = _flag(int | None, "tensor-parallel degree", "--tp", "--tensor-parallel-size")
-Pp = _flag(int | None, "pipeline-parallel degree", "--pp", "--pipeline-parallel-size")
+Gpu = _flag(str | None, "GPU from the catalogue (`kvplan gpus`): h100, a100-80gb, rtx-4090", panel=HARDWARE)
+Vram = _flag(str | None, "memory of a GPU not in the catalogue: 24GiB, 48GB", panel=HARDWARE)
+Gpus = _flag(int | None, "GPUs in all; beyond TP x PP they are data-parallel replicas", panel=HARDWARE)
+Tp = _flag(int | None, "tensor-parallel degree", "--tp", "--tensor-parallel-size", panel=PARALLEL)
+Pp = _flag(int | None, "pipeline-parallel degree", "--pp", "--pipeline-parallel-size", panel=PARALLEL)
 Dp = _flag(int | None, "vLLM, SGLang: data-parallel attention ranks sharing the experts (SGLang: with "
-           "--enable-dp-attention, attention TP = --tp / --dp)", "--dp", "--data-parallel-size", "--dp-size")
+           "--enable-dp-attention, attention TP = --tp / --dp)", "--dp", "--data-parallel-size", "--dp-size",
+           panel=PARALLEL)
 Ep = _flag(int | None, "SGLang, vLLM: expert-parallel size (vLLM's is DP x TP)", "--ep", "--ep-size",
-           "--expert-parallel-size")
+           "--expert-parallel-size", panel=PARALLEL)
 ExpertParallel = _flag(bool, "vLLM, SGLang: place the routed experts whole on every GPU of a stage (EP = DP x "
-                       "attention TP)", "--enable-expert-parallel", "--enable-ep-moe")
-Engine = _flag(str | None, "vllm (default), sglang, llama.cpp, transformers, tensorrt-llm or ideal")
-EngineVersion = _flag(str | None, "engine release whose defaults apply (vllm, transformers)")
+                       "attention TP)", "--enable-expert-parallel", "--enable-ep-moe", panel=PARALLEL)
+Engine = _flag(str | None, "vllm (default), sglang, llama.cpp, transformers, tensorrt-llm or ideal", panel=HARDWARE)
+EngineVersion = _flag(str | None, "engine release whose defaults apply (vllm, transformers)", panel=HARDWARE)
 Fraction = _flag(float | None, "share of GPU memory the engine may use (TensorRT-LLM: of what is free after "
-                 "loading)", "--gpu-memory-utilization", "--mem-fraction-static")
-KvBudget = _flag(str | None, "plan for exactly this much KV memory per GPU: 60GiB")
-Overhead = _flag(str | None, "memory per GPU besides weights and KV, replacing the engine's default: 2GiB")
-Users = _flag(int | None, "concurrent users to fit (default: --batch)")
-AvgCtx = _flag(str | None, "mean tokens per user, for paged engines")
-SharedPrefix = _flag(str | None, "system-prompt tokens every user shares (prefix caching)")
-BlockSize = _flag(int | None, "KV block size in tokens (vLLM; TensorRT-LLM tokens_per_block)")
-BatchedTokens = _flag(int | None, "vLLM --max-num-batched-tokens")
-AsyncScheduling = _flag(bool | None, "vLLM async scheduling (default on; off on vLLM's CPU backend)",
-                        "--async-scheduling/--no-async-scheduling")
-Platform = _flag(str | None, "vLLM: gpu (default) or cpu, vLLM-CPU's rules (async scheduling off, 128-token blocks, "
-                 "fp32 SSM states, its defaults; give the KV space as --kv-budget)", "--platform")
-KvUnified = _flag(bool | None, "llama.cpp unified KV cache", "--kv-unified/--no-kv-unified")
-SwaFull = _flag(bool | None, "llama.cpp: full-size cache for sliding-window layers", "--swa-full/--no-swa-full")
-CacheImpl = _flag(str | None, "transformers cache: dynamic (default) or static")
+                 "loading)", "--gpu-memory-utilization", "--mem-fraction-static", panel=HARDWARE)
+KvBudget = _flag(str | None, "plan for exactly this much KV memory per GPU: 60GiB", panel=HARDWARE)
+Overhead = _flag(str | None, "memory per GPU besides weights and KV, replacing the engine's default: 2GiB",
+                 panel=HARDWARE)
+Users = _flag(int | None, "concurrent users to fit (default: --batch)", panel=WORKLOAD)
+AvgCtx = _flag(str | None, "mean tokens per user, for paged engines", panel=WORKLOAD)
+SharedPrefix = _flag(str | None, "system-prompt tokens every user shares (prefix caching)", panel=WORKLOAD)
+BlockSize = _flag(int | None, "KV block size in tokens (TensorRT-LLM: tokens_per_block)", panel=VLLM)
+BatchedTokens = _flag(int | None, "tokens a scheduler step batches (sizes activations and windows)", panel=VLLM)
+AsyncScheduling = _flag(bool | None, "async scheduling (default on; off on vLLM's CPU backend)",
+                        "--async-scheduling/--no-async-scheduling", panel=VLLM)
+Platform = _flag(str | None, "gpu (default) or cpu, vLLM-CPU's rules (async scheduling off, 128-token blocks, fp32 "
+                 "SSM states, its defaults; give the KV space as --kv-budget)", "--platform", panel=VLLM)
+KvUnified = _flag(bool | None, "unified KV cache (-kvu)", "--kv-unified/--no-kv-unified", panel=LLAMACPP)
+SwaFull = _flag(bool | None, "full-size cache for sliding-window layers", "--swa-full/--no-swa-full", panel=LLAMACPP)
+CacheImpl = _flag(str | None, "cache class: dynamic (default) or static", panel=TRANSFORMERS)
+ExpandableSegments = _flag(bool, "plan for torch's allocator with expandable segments (set in "
+                           "PYTORCH_CUDA_ALLOC_CONF)", "--expandable-segments", panel=TRANSFORMERS)
 # llama.cpp's own flags (llama-server's names), docs/engines.md
-UbatchSize = _flag(int | None, "llama.cpp -ub: physical batch (default 512)", "--ubatch-size", "-ub")
-BatchSize = _flag(int | None, "llama.cpp -b: logical batch (default 2048, llama-cpp-python 512)", "--batch-size")
-CacheTypeK = _flag(str | None, "llama.cpp K cache type (default --kv-dtype, else f16)", "--cache-type-k", "-ctk")
-CacheTypeV = _flag(str | None, "llama.cpp V cache type (default --kv-dtype, else f16)", "--cache-type-v", "-ctv")
-FlashAttn = _flag(str | None, "llama.cpp -fa: on, off or auto (default auto; llama-cpp-python off)",
-                  "--flash-attn", "-fa")
+UbatchSize = _flag(int | None, "physical batch (default 512)", "--ubatch-size", "-ub", panel=LLAMACPP)
+BatchSize = _flag(int | None, "-b: logical batch (default 2048, llama-cpp-python 512)", "--batch-size",
+                  panel=LLAMACPP)
+CacheTypeK = _flag(str | None, "K cache type (default --kv-dtype, else f16)", "--cache-type-k", "-ctk",
+                   panel=LLAMACPP)
+CacheTypeV = _flag(str | None, "V cache type (default --kv-dtype, else f16)", "--cache-type-v", "-ctv",
+                   panel=LLAMACPP)
+FlashAttn = _flag(str | None, "flash attention: on, off or auto (default auto; llama-cpp-python off)",
+                  "--flash-attn", "-fa", panel=LLAMACPP)
 SpeculativeTokens = _flag(int | None, "draft tokens per step of speculative decoding (vLLM num_speculative_tokens, "
                           "SGLang --speculative-num-draft-tokens; llama.cpp: recurrent states kept for rollback, or "
-                          "with --draft-model --spec-draft-n-max)", "--speculative-tokens")
+                          "with --draft-model --spec-draft-n-max)", "--speculative-tokens", panel=SPECULATIVE)
 # Speculative decoding and LoRA (vLLM, SGLang), docs/engines.md
 DraftModel = _flag(str | None, "draft model of speculative decoding, read as --model is, or an EAGLE head's config "
-                   "(vllm, sglang; llama.cpp -md)", "--draft-model")
+                   "(vllm, sglang; llama.cpp -md)", "--draft-model", panel=SPECULATIVE)
 SpeculativeMethod = _flag(str | None, "draft_model (with --draft-model), eagle or eagle3 (--draft-model: the EAGLE "
-                          "head), mtp (the checkpoint's MTP layers) or ngram (vllm, sglang)", "--speculative-method")
-EnableLora = _flag(bool | None, "vLLM: preallocate LoRA adapter slots", "--enable-lora")
-MaxLoras = _flag(int | None, "vLLM: LoRA adapters on each GPU at once (default 1)", "--max-loras")
-MaxLoraRank = _flag(int | None, "vLLM: largest LoRA rank (default 16)", "--max-lora-rank")
-MaxCpuLoras = _flag(int | None, "vLLM: LoRA adapters cached in host memory (default --max-loras)", "--max-cpu-loras")
-Lora = Annotated[list[str] | None, typer.Option("--lora", metavar="<file>", help="llama.cpp: a LoRA adapter GGUF it "
-                                                "loads at start-up (repeat for more)")]
-Frontend = _flag(str | None, "llama.cpp front end: server (llama-server, default) or python (llama-cpp-python "
-                 "Llama())")
+                          "head), mtp (the checkpoint's MTP layers) or ngram (vllm, sglang)", "--speculative-method",
+                          panel=SPECULATIVE)
+EnableLora = _flag(bool | None, "preallocate LoRA adapter slots", "--enable-lora", panel=VLLM)
+MaxLoras = _flag(int | None, "LoRA adapters on each GPU at once (default 1)", "--max-loras", panel=VLLM)
+MaxLoraRank = _flag(int | None, "largest LoRA rank (default 16)", "--max-lora-rank", panel=VLLM)
+MaxCpuLoras = _flag(int | None, "LoRA adapters cached in host memory (default --max-loras)", "--max-cpu-loras",
+                    panel=VLLM)
+Lora = Annotated[list[str] | None, typer.Option("--lora", metavar="<file>", help="a LoRA adapter GGUF it loads at "
+                                                "start-up (repeat for more)", rich_help_panel=LLAMACPP)]
+Frontend = _flag(str | None, "front end: server (llama-server, default) or python (llama-cpp-python Llama())",
+                 panel=LLAMACPP)
 # vLLM's multimodal and offloading flags (docs/engines.md)
-LimitMm = _flag(str | None, "vLLM: items per prompt, '{\"image\": 0}' or image=0,video=0 (0 for every modality: "
-                "text-only)", "--limit-mm-per-prompt")
-LanguageModelOnly = _flag(bool, "vLLM: serve a multimodal model as text only (no vision tower, no encoder cache)",
-                          "--language-model-only")
-KvOffloadSize = _flag(str | None, "vLLM: host memory for offloaded KV, GiB (64) or a size (64GiB)",
-                      "--kv-offloading-size")
-KvOffloadBackend = _flag(str | None, "vLLM: native (default) or lmcache", "--kv-offloading-backend")
-CpuOffload = _flag(str | None, "vLLM: GiB of each GPU's weights kept in host memory (10) or a size",
-                   "--cpu-offload-gb")
-GdnPrefill = _flag(str | None, "vLLM: Gated DeltaNet prefill kernel, flashinfer, triton or cutedsl (default: "
-                   "FlashInfer on Hopper and Blackwell, which adds a state page)", "--gdn-prefill-backend")
-MambaSsmDtype = _flag(str | None, "vLLM, and SGLang's --mamba-ssm-dtype: dtype of Mamba and Gated DeltaNet SSM "
-                      "states, auto, float32, float16 or bfloat16 (default auto: the engine's rule, see "
-                      "docs/engines.md)", "--mamba-ssm-cache-dtype")
-MaxMambaCache = _flag(int | None, "SGLang: Mamba state slots, split over the DP ranks, whatever the budget",
-                      "--max-mamba-cache-size")
-MambaRatio = _flag(float | None, "SGLang: Mamba pool memory over KV pool memory (default 0.9)",
-                   "--mamba-full-memory-ratio")
-MaxNumSeqs = _flag(int | None, "vLLM, SGLang: requests run at once (vLLM: each DP rank; default 1,024 on GPUs of >= "
-                   "70 GiB but A100s, else 256; SGLang: over the DP ranks, default by its pool, 48 with a draft)",
-                   "--max-num-seqs", "--max-running-requests")
-DisableRadixCache = _flag(bool, "SGLang: no radix cache: no prefix kept once, and 1 Mamba state slot a running "
-                          "request (5 with it)", "--disable-radix-cache")
+LimitMm = _flag(str | None, "items per prompt, '{\"image\": 0}' or image=0,video=0 (0 for every modality: "
+                "text-only)", "--limit-mm-per-prompt", panel=VLLM)
+LanguageModelOnly = _flag(bool, "serve a multimodal model as text only (no vision tower, no encoder cache)",
+                          "--language-model-only", panel=VLLM)
+KvOffloadSize = _flag(str | None, "host memory for offloaded KV, GiB (64) or a size (64GiB)",
+                      "--kv-offloading-size", panel=VLLM)
+KvOffloadBackend = _flag(str | None, "native (default) or lmcache", "--kv-offloading-backend", panel=VLLM)
+CpuOffload = _flag(str | None, "GiB of each GPU's weights kept in host memory (10) or a size",
+                   "--cpu-offload-gb", panel=VLLM)
+GdnPrefill = _flag(str | None, "Gated DeltaNet prefill kernel, flashinfer, triton or cutedsl (default: "
+                   "FlashInfer on Hopper and Blackwell, which adds a state page)", "--gdn-prefill-backend",
+                   panel=VLLM)
+MambaSsmDtype = _flag(str | None, "dtype of Mamba and Gated DeltaNet SSM states (SGLang's --mamba-ssm-dtype): "
+                      "auto, float32, float16 or bfloat16 (default auto: the engine's rule, see docs/engines.md)",
+                      "--mamba-ssm-cache-dtype", panel=VLLM_SGLANG)
+MaxMambaCache = _flag(int | None, "Mamba state slots, split over the DP ranks, whatever the budget",
+                      "--max-mamba-cache-size", panel=SGLANG)
+MambaRatio = _flag(float | None, "Mamba pool memory over KV pool memory (default 0.9)",
+                   "--mamba-full-memory-ratio", panel=SGLANG)
+MaxNumSeqs = _flag(int | None, "requests run at once (vLLM: each DP rank; default 1,024 on GPUs of >= 70 GiB but "
+                   "A100s, else 256; SGLang: over the DP ranks, default by its pool, 48 with a draft)",
+                   "--max-num-seqs", "--max-running-requests", panel=VLLM_SGLANG)
+DisableRadixCache = _flag(bool, "no radix cache: no prefix kept once, and 1 Mamba state slot a running request "
+                          "(5 with it)", "--disable-radix-cache", panel=SGLANG)
 
 
-@app.command()
+@app.command(cls=Panels)
 def estimate(
     model: Model,
-    ctx: Ctx,
+    ctx: RequestCtx = None,
+    isl: Isl = None,
+    osl: Osl = None,
     revision: Revision = None,
     token: Token = None,
     gguf_file: GgufFile = None,
-    batch: Annotated[int, typer.Option(help="concurrent sequences")] = 1,
-    kv_dtype: Annotated[str | None, typer.Option(help="KV cache dtype (default: the model's)")] = None,
-    weights_dtype: Annotated[str | None, typer.Option(help="weights dtype (default: the checkpoint's)")] = None,
+    batch: Annotated[int | None, typer.Option(help="concurrent sequences (default 1)",
+                                              rich_help_panel=WORKLOAD)] = None,
+    kv_dtype: KvDtype = None,
+    weights_dtype: WeightsDtype = None,
     gpu: Gpu = None, vram: Vram = None, gpus: Gpus = None, tp: Tp = None, pp: Pp = None, dp: Dp = None,
     ep: Ep = None, enable_expert_parallel: ExpertParallel = False,
     engine: Engine = None, engine_version: EngineVersion = None, gpu_memory_utilization: Fraction = None,
@@ -154,6 +205,7 @@ def estimate(
     max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
     platform: Platform = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, cache_implementation: CacheImpl = None,
+    expandable_segments: ExpandableSegments = False,
     ubatch_size: UbatchSize = None, batch_size: BatchSize = None, cache_type_k: CacheTypeK = None,
     cache_type_v: CacheTypeV = None, flash_attn: FlashAttn = None, speculative_tokens: SpeculativeTokens = None,
     frontend: Frontend = None,
@@ -165,19 +217,23 @@ def estimate(
     mamba_ssm_cache_dtype: MambaSsmDtype = None, lora: Lora = None,
     max_mamba_cache_size: MaxMambaCache = None, mamba_full_memory_ratio: MambaRatio = None,
     max_num_seqs: MaxNumSeqs = None, disable_radix_cache: DisableRadixCache = False,
+    max_tpot: MaxTpot = None, max_ttft: MaxTtft = None, min_tps: MinTps = None,
     as_json: Json = False,
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
-    budget, also how many users fit and whether the target does."""
+    budget, also how many users fit and whether the target does; with --isl and --osl on a GPU, how fast."""
     from kvplan.dtypes import kv_dtype as check_kv
     from kvplan.dtypes import weight_dtype as check_weights
     from kvplan.memory import estimate as run_estimate
     from kvplan.sources import load_model
     from kvplan.units import parse_tokens
 
-    tokens = parse_tokens(ctx)
+    tokens, isl, osl = _request_lengths(ctx, isl, osl)
+    targets = _targets(max_tpot, max_ttft, min_tps, isl)
     _counts(batch=batch, users=users, gpus=gpus, tp=tp, pp=pp, dp=dp, ep=ep, block_size=block_size,
             max_num_batched_tokens=max_num_batched_tokens)
+    asked = users if users is not None else batch
+    batch = batch or 1
     if kv_dtype:
         check_kv(kv_dtype)
     if weights_dtype:
@@ -195,21 +251,23 @@ def estimate(
                  max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras, lora=lora)
     capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
                       overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
-                      async_scheduling, platform, kv_unified, swa_full, cache_implementation, *llama_cpp.values(),
-                      *serving.values(), draft_model, *added.values())
+                      async_scheduling, platform, kv_unified, swa_full, cache_implementation,
+                      expandable_segments or None, *llama_cpp.values(), *serving.values(), draft_model,
+                      *added.values())
     spec = load_model(model, revision, token, gguf_file)
-    cap = None
+    cap = workload = None
     if any(flag is not None for flag in capacity_flags) or enable_expert_parallel:
         from kvplan import capacity
 
         options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
                                   batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                                   platform=platform, kv_unified=kv_unified, swa_full=swa_full,
-                                  cache=cache_implementation, **llama_cpp, **serving, **added)
+                                  cache=cache_implementation, expandable_segments=expandable_segments or None,
+                                  **llama_cpp, **serving, **added)
         workload = capacity.Workload(
             ctx=tokens, users=users if users is not None else batch,
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
-            shared_prefix=parse_tokens(shared_prefix, "shared-prefix") if shared_prefix else 0)
+            shared_prefix=parse_tokens(shared_prefix, "shared-prefix") if shared_prefix else 0, isl=isl, osl=osl)
         hardware, gpus = _hardware(gpu, vram, gpus)
         engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
         cap = capacity.capacity(
@@ -221,27 +279,125 @@ def estimate(
         if chosen:
             cap = cap.model_copy(update={"notes": [chosen, *cap.notes]})
         kv_dtype, weights_dtype = cap.kv_dtype, cap.weights_dtype_override
+    served = judged = None
+    notes = []  # a plain estimate's: why there is no speed estimate
+    if isl is not None:
+        served, why = _speed(spec, cap, workload, targets, asked, bool(speculative_method or draft_model))
+        if why and cap is not None:
+            cap = cap.model_copy(update={"notes": [*cap.notes, why]})
+        elif why:
+            notes.append(why)
+    if cap is not None:
+        judged = _judged(cap, served)
     v_dtype = cap.v_dtype if cap is not None else None
     result = run_estimate(spec, tokens, batch, kv_dtype, weights_dtype, v_dtype)
     if as_json:
         data = result.model_dump(exclude=set() if v_dtype else {"v_dtype"})
+        data["notes"] += notes
         if cap is not None:
             unset = {"sequence_limit", "v_dtype"} - {k for k in ("sequence_limit", "v_dtype") if getattr(cap, k)}
             unset |= cap.unused_extras()
-            data |= cap.model_dump(exclude=unset | (set() if cap.engine == "vllm" else
-                                                    {k for k in type(cap).model_fields if k.startswith("vllm_")}))
+            data |= judged.model_dump(exclude=unset | (set() if cap.engine == "vllm" else
+                                                       {k for k in type(cap).model_fields if k.startswith("vllm_")}))
+        if served is not None:
+            data |= served.fields()
         print(json.dumps(data, indent=2))
         for warning in result.warnings:
             print(f"warning: {plain(warning)}", file=sys.stderr)
     else:
-        from kvplan.report import print_capacity, print_estimate
+        from kvplan.report import print_capacity, print_estimate, print_speed, print_verdict
 
         console = _console()
         print_estimate(console, spec, result)
+        for note in notes:
+            console.print(f"note: {note}", style="dim")
         if cap is not None:
             print_capacity(console, cap)
-    if cap is not None and not cap.fits:
+            if served is not None:
+                print_speed(console, served)
+            print_verdict(console, judged, served)
+    if judged is not None and not judged.fits:
         raise typer.Exit(DOES_NOT_FIT)
+
+
+def _request_lengths(ctx: str | None, isl: str | None, osl: str | None) -> tuple[int, int | None, int | None]:
+    """(--ctx, --isl, --osl) in tokens. --isl and --osl go together; --ctx defaults to their sum, and given beside
+    them must be at least that: memory is planned for what each user may hold (--ctx), speed for the requests
+    (--isl, --osl)."""
+    from kvplan.units import parse_tokens
+
+    ctxs, isl, osl = _contexts([parse_tokens(ctx)] if ctx is not None else None, isl, osl)
+    return ctxs[0], isl, osl
+
+
+def _contexts(ctxs: list[int] | None, isl: str | None, osl: str | None) -> tuple[list[int], int | None, int | None]:
+    """(the contexts, --isl, --osl) as `_request_lengths` takes them, for each of several contexts."""
+    from kvplan.units import parse_tokens
+
+    if (isl is None) != (osl is None):
+        raise KvplanError("--isl and --osl go together: give both (prompt and output tokens per request)")
+    if isl is None:
+        if ctxs is None:
+            raise KvplanError("give --ctx, or --isl and --osl (--ctx is then their sum)")
+        return ctxs, None, None
+    prompt, output = parse_tokens(isl, "isl"), parse_tokens(osl, "osl")
+    if output < 2:
+        raise KvplanError(f"--osl must be at least 2 tokens (a time per output token is the time between two), got "
+                          f"{output:,}")
+    if ctxs is None:
+        return [prompt + output], prompt, output
+    if min(ctxs) < prompt + output:
+        raise KvplanError(f"--ctx {min(ctxs):,} is shorter than --isl + --osl = {prompt + output:,}: a request of "
+                          f"{prompt:,} + {output:,} tokens needs at least that (or leave --ctx out)")
+    return ctxs, prompt, output
+
+
+def _targets(max_tpot: float | None, max_ttft: float | None, min_tps: float | None,
+             isl: int | None) -> tuple[str, dict] | None:
+    """(the first target flag given, the targets by `kvplan.speed.targets.Targets`' names), or None: each a number
+    above 0, and --isl and --osl given."""
+    given = {flag: value for flag, value in (("--max-tpot", max_tpot), ("--max-ttft", max_ttft),
+                                             ("--min-tps", min_tps)) if value is not None}
+    for flag, value in given.items():
+        if not 0 < value < float("inf"):
+            unit = "output tokens/s" if flag == "--min-tps" else "milliseconds"
+            raise KvplanError(f"{flag} must be a number of {unit} above 0, got {value:g}")
+    if not given:
+        return None
+    first = next(iter(given))
+    if isl is None:
+        raise KvplanError(f"{first} needs --isl and --osl: the prompt and output tokens per request the speed model "
+                          "times")
+    return first, {"max_tpot_ms": max_tpot, "max_ttft_ms": max_ttft, "min_tokens_per_s_per_user": min_tps}
+
+
+def _speed(spec, cap, workload, targets: tuple[str, dict] | None, asked: int | None, speculative: bool):
+    """(the speed of the deployment `cap` plans (None: no GPU given) at the concurrency asked, None; or None and a
+    note saying why the speed model cannot describe it, which is an error where a target needs it)."""
+    from kvplan.speed import targets as speed
+
+    why = speed.problem(None, "") if cap is None else speed.problem(cap.gpu, cap.engine, cap.pipeline_parallel_size)
+    if why and targets:
+        raise KvplanError(f"{targets[0]}: {why}")
+    if why:
+        return None, f"no speed estimate: {why}"
+    return speed.speed(spec, cap, workload, concurrency=asked, speculative=speculative,
+                       targets=speed.Targets(**targets[1]) if targets else None), None
+
+
+def _judged(cap, served):
+    """The capacity as the targets leave it: the users served are the fewer of memory's and speed's, and a
+    deployment whose memory holds the users asked but whose speed does not fails with the reason."""
+    if served is None or served.targets is None:
+        return cap
+    from kvplan.speed.targets import shortfall
+
+    update = {"max_concurrent_users": served.users, "max_concurrent_users_bound": served.bound,
+              "fits": served.users >= cap.users}
+    if cap.fits and not update["fits"]:
+        update |= {"reasons": [shortfall(served, cap.users)],
+                   "suggestions": ["kvplan plan with the same targets finds the layouts that meet them"]}
+    return cap.model_copy(update=update)
 
 
 def _default_engine(spec, gpu_name: str | None) -> tuple[str, str | None]:
@@ -259,17 +415,28 @@ def _limit_mm(text: str | None) -> tuple[tuple[str, int], ...] | None:
     image=0,video=2."""
     if text is None:
         return None
-    counts: dict = {}
+
+    def once(pairs: list) -> dict:
+        """The counts, each modality named once (a dict would keep the last of two silently)."""
+        counts: dict = {}
+        for name, count in pairs:
+            if not name:
+                raise KvplanError(f"--limit-mm-per-prompt {brief(text)} gives a count without a modality's name")
+            if name in counts:
+                raise KvplanError(f"--limit-mm-per-prompt gives {brief(name)} more than once: give each modality once")
+            counts[name] = count
+        return counts
+
     if text.strip().startswith("{"):
         try:
-            counts = json.loads(text)
+            counts = json.loads(text, object_pairs_hook=once)
         except ValueError:
             raise KvplanError(f"--limit-mm-per-prompt {brief(text)} is not a JSON object like "
                               '\'{"image": 0}\'') from None
     else:
-        for item in filter(None, (part.strip() for part in text.split(","))):
-            name, sep, count = item.partition("=")
-            counts[name.strip()] = int(count) if sep and count.strip().isdigit() and count.isascii() else count
+        counts = once((name.strip(), int(count) if sep and count.strip().isdigit() and count.isascii() else count)
+                      for name, sep, count in (item.partition("=") for item in
+                                               filter(None, (part.strip() for part in text.split(",")))))
     if not counts or not isinstance(counts, dict):
         raise KvplanError(f"--limit-mm-per-prompt {brief(text)}: give counts like image=0,video=0 or "
                           '\'{"image": 0}\'')
@@ -281,13 +448,14 @@ def _limit_mm(text: str | None) -> tuple[tuple[str, int], ...] | None:
 
 
 def _engine_options(*, version=None, fraction=None, block_size=None, batched_tokens=None, async_scheduling=None,
-                    platform=None, kv_unified=None, swa_full=None, cache=None, ubatch_size=None, batch_size=None,
-                    cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None,
-                    limit_mm=None, language_model_only=None, kv_offloading_size=None, kv_offloading_backend=None,
-                    cpu_offload_gb=None, speculative_method=None, enable_lora=None, max_loras=None,
-                    max_lora_rank=None, max_cpu_loras=None, gdn_prefill_backend=None, mamba_ssm_cache_dtype=None,
-                    lora=None, max_mamba_cache_size=None, mamba_full_memory_ratio=None, max_num_seqs=None,
-                    disable_radix_cache=None):
+                    platform=None, kv_unified=None, swa_full=None, cache=None, expandable_segments=None,
+                    ubatch_size=None, batch_size=None, cache_type_k=None, cache_type_v=None, flash_attn=None,
+                    speculative_tokens=None, frontend=None, limit_mm=None, language_model_only=None,
+                    kv_offloading_size=None,
+                    kv_offloading_backend=None, cpu_offload_gb=None, speculative_method=None, enable_lora=None,
+                    max_loras=None, max_lora_rank=None, max_cpu_loras=None, gdn_prefill_backend=None,
+                    mamba_ssm_cache_dtype=None, lora=None, max_mamba_cache_size=None, mamba_full_memory_ratio=None,
+                    max_num_seqs=None, disable_radix_cache=None):
     from kvplan.engines import EngineOptions
     from kvplan.units import parse_gib
 
@@ -315,10 +483,10 @@ def _engine_options(*, version=None, fraction=None, block_size=None, batched_tok
     return EngineOptions(version=version, memory_fraction=fraction, block_size=block_size,
                          max_num_batched_tokens=batched_tokens, async_scheduling=async_scheduling,
                          platform=platform, kv_unified=kv_unified, swa_full=swa_full, cache_implementation=cache,
-                         ubatch_size=ubatch_size, batch_size=batch_size, cache_type_k=cache_type_k,
-                         cache_type_v=cache_type_v, flash_attn=flash_attn, speculative_tokens=speculative_tokens,
-                         frontend=frontend, limit_mm_per_prompt=_limit_mm(limit_mm),
-                         language_model_only=language_model_only,
+                         expandable_segments=expandable_segments, ubatch_size=ubatch_size, batch_size=batch_size,
+                         cache_type_k=cache_type_k, cache_type_v=cache_type_v, flash_attn=flash_attn,
+                         speculative_tokens=speculative_tokens, frontend=frontend,
+                         limit_mm_per_prompt=_limit_mm(limit_mm), language_model_only=language_model_only,
                          kv_offloading_size=parse_gib(kv_offloading_size, "--kv-offloading-size")
                          if kv_offloading_size is not None else None,
                          kv_offloading_backend=kv_offloading_backend,
@@ -389,11 +557,13 @@ def _counts(**flags: int | None) -> None:
             raise KvplanError(f"{flag} must be between 1 and {MAX_COUNT:,}, got {shown}")
 
 
-@app.command()
+@app.command(cls=Panels)
 def plan(
     model: Model,
-    ctx: Ctx,
-    users: Annotated[int, typer.Option(help="concurrent users to serve")],
+    users: Annotated[int, typer.Option(help="concurrent users to serve", rich_help_panel=WORKLOAD)],
+    ctx: RequestCtx = None,
+    isl: Isl = None,
+    osl: Osl = None,
     revision: Revision = None,
     token: Token = None,
     gguf_file: GgufFile = None,
@@ -401,6 +571,7 @@ def plan(
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None, block_size: BlockSize = None,
     max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, cache_implementation: CacheImpl = None,
+    expandable_segments: ExpandableSegments = False,
     ubatch_size: UbatchSize = None, batch_size: BatchSize = None, flash_attn: FlashAttn = None,
     speculative_tokens: SpeculativeTokens = None, frontend: Frontend = None,
     limit_mm_per_prompt: LimitMm = None, language_model_only: LanguageModelOnly = False,
@@ -411,16 +582,18 @@ def plan(
     mamba_ssm_cache_dtype: MambaSsmDtype = None, lora: Lora = None,
     max_mamba_cache_size: MaxMambaCache = None, mamba_full_memory_ratio: MambaRatio = None,
     max_num_seqs: MaxNumSeqs = None, disable_radix_cache: DisableRadixCache = False,
-    max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider")] = 64,
+    max_gpus: Annotated[int, typer.Option(help="largest GPU count to consider", rich_help_panel=HARDWARE)] = 64,
+    max_tpot: MaxTpot = None, max_ttft: MaxTtft = None, min_tps: MinTps = None,
     as_json: Json = False,
 ) -> None:
     """The configurations that serve USERS at CTX on a GPU type: GPU count, TP, KV and weights dtypes,
-    ranked by GPUs needed, with the KV memory left over."""
+    ranked by GPUs needed, with the KV memory left over; with --isl and --osl their speed, and with targets only
+    those that meet them."""
     from kvplan import capacity
     from kvplan.sources import load_model
-    from kvplan.units import parse_tokens
 
-    tokens = parse_tokens(ctx)
+    tokens, isl, osl = _request_lengths(ctx, isl, osl)
+    targets = _targets(max_tpot, max_ttft, min_tps, isl)
     _counts(users=users, max_gpus=max_gpus)
     hardware, count = _hardware(gpu, vram)
     if count is not None:
@@ -431,6 +604,7 @@ def plan(
     options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
                               batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                               kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation,
+                              expandable_segments=expandable_segments or None,
                               ubatch_size=ubatch_size, batch_size=batch_size, flash_attn=flash_attn,
                               speculative_tokens=speculative_tokens, frontend=frontend, limit_mm=limit_mm_per_prompt,
                               language_model_only=language_model_only or None, kv_offloading_size=kv_offloading_size,
@@ -443,10 +617,23 @@ def plan(
                               disable_radix_cache=disable_radix_cache or None)
     spec = load_model(model, revision, token, gguf_file)
     engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
-    result = capacity.plan(spec, capacity.Workload(ctx=tokens, users=users), hardware,
-                           engine_name=engine_name, options=options,
-                           overhead=_size(overhead, "--overhead", allow_zero=True), max_gpus=max_gpus,
-                           draft=_draft(draft_model, token))
+    settings = dict(engine_name=engine_name, options=options, overhead=_size(overhead, "--overhead", allow_zero=True),
+                    max_gpus=max_gpus, draft=_draft(draft_model, token))
+    workload = capacity.Workload(ctx=tokens, users=users, isl=isl, osl=osl)
+    why = None
+    if isl is not None:
+        from kvplan.engines import engine_class
+        from kvplan.speed import targets as speed
+
+        why = speed.problem(hardware.name, engine_class(engine_name).name)
+        if why and targets:
+            raise KvplanError(f"{targets[0]}: {why}")
+    if isl is None or why:
+        result = capacity.plan(spec, workload, hardware, **settings)
+        if why:
+            result = result.model_copy(update={"notes": [*result.notes, f"no speed estimate: {why}"]})
+    else:
+        result = speed.plan(spec, workload, hardware, speed.Targets(**targets[1]) if targets else None, **settings)
     if chosen:
         result = result.model_copy(update={"notes": [chosen, *result.notes]})
     if as_json:
@@ -512,14 +699,17 @@ def models(
 
 # `table` and `plot`: several models x contexts x GPUs (kvplan/table.py, kvplan/plot.py, docs/tables.md).
 Models = _flag(str | None, "models: a comma list (library names, Hub ids, config.json, YAML specs), or @FILE "
-               "or FILE.txt with one per line (# comments)", "--models", "-m")
-Filter = _flag(str | None, "add the library models whose id or alias contains this text", "--filter")
-Ctxs = _flag(str, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024)", "--ctx")
+               "or FILE.txt with one per line (# comments)", "--models", "-m", panel=MODEL)
+Filter = _flag(str | None, "add the library models whose id or alias contains this text", "--filter", panel=MODEL)
+Ctxs = _flag(str | None, "contexts, a comma list: 4k,8k,32k,128k (k = 1,024); default --isl + --osl", "--ctx",
+             panel=WORKLOAD)
+SpeedUsers = _flag(int | None, "with --isl and --osl: the users the speed figures are at (default: those memory "
+                   "holds in each cell)", "--users", panel=WORKLOAD)
 Gpus_ = _flag(str | None, "GPUs from the catalogue, a comma list (h100,l40s,4xh100): adds max users on each GPU "
-              "set")
-Vrams = _flag(str | None, "memory of GPUs not in the catalogue, a comma list: 24GiB,48GB")
+              "set", panel=HARDWARE)
+Vrams = _flag(str | None, "memory of GPUs not in the catalogue, a comma list: 24GiB,48GB", panel=HARDWARE)
 TableEngine = _flag(str | None, "engine whose rules and dtypes apply: vllm (default with a GPU; llama.cpp on Apple "
-                    "silicon), sglang, llama.cpp, transformers, tensorrt-llm or ideal")
+                    "silicon), sglang, llama.cpp, transformers, tensorrt-llm or ideal", panel=HARDWARE)
 KeepGoing = _flag(bool, "leave out models that fail (still named on stderr, exit 2) instead of stopping",
                   "--keep-going")
 TableFormat = _flag(str | None, "rich, markdown, csv or json (default: from --out's extension, else rich)",
@@ -528,44 +718,51 @@ TableOut = _flag(str | None, "write the table to this file (replaced whole, neve
                  "-o")
 Force = _flag(bool, "--out: write through a symbolic link to the file it points to", "--force")
 Pivot = _flag(bool, "contexts as columns, one value a cell (--metric)", "--pivot")
-Metric = _flag(str | None, "the --pivot value: kv (KV per sequence), total, or users (default: users with a "
-               "GPU, else kv)")
-KvDtypes = _flag(str | None, "KV cache dtype (default: the model's, or the engine's)")
-WeightsDtypes = _flag(str | None, "weights dtype (default: the checkpoint's)")
+Metric = _flag(str | None, "the --pivot value: kv (KV per sequence), total, users (default: users with a GPU, "
+               "else kv); with --isl and --osl tpot, ttft, tps-user or tps-gpu (estimated ms, output tokens/s)")
+KvDtypes = _flag(str | None, "KV cache dtype (default: the model's, or the engine's)", panel=MODEL)
 
 
 def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version, fraction,
-                    overhead, kv_dtype, weights_dtype, keep_going, names_out: list, tp=None, pp=None):
+                    overhead, kv_dtype, weights_dtype, keep_going, names_out: list, tp=None, pp=None, isl=None,
+                    osl=None, users=None, metric=None):
     from kvplan import table as planning
 
-    _counts(batch=batch, tp=tp, pp=pp)
+    _counts(batch=batch, tp=tp, pp=pp, users=users)
+    ctxs, isl, osl = _contexts(planning.parse_ctxs(ctx) if ctx is not None else None, isl, osl)
+    gpus = planning.parse_gpus(gpu, vram)
+    planning.check_metric(metric, bool(gpus), isl is not None)
+    if users is not None and isl is None:
+        raise KvplanError("--users sets the concurrency of the speed figures: give --isl and --osl with it")
     names = planning.parse_models(models, filter)
     names_out.extend(names)
-    ctxs = planning.parse_ctxs(ctx)
-    gpus = planning.parse_gpus(gpu, vram)
     options = _engine_options(version=engine_version, fraction=fraction)
     return planning.build(names, ctxs, batch=batch, gpus=gpus, engine_name=engine, options=options,
                           kv_dtype_name=kv_dtype, weights_dtype_name=weights_dtype,
                           overhead=_size(overhead, "--overhead", allow_zero=True), keep_going=keep_going,
-                          revision=revision, token=token, tp=tp, pp=pp)
+                          revision=revision, token=token, tp=tp, pp=pp, isl=isl, osl=osl, users=users)
 
 
-@app.command(name="table")
+@app.command(name="table", cls=Panels)
 def table_command(
-    ctx: Ctxs,
+    ctx: Ctxs = None,
+    isl: Isl = None,
+    osl: Osl = None,
     models: Models = None,
     filter: Filter = None,
     revision: Revision = None,
     token: Token = None,
-    batch: Annotated[int, typer.Option(help="sequences per model in the total column")] = 1,
+    batch: Annotated[int, typer.Option(help="sequences per model in the total column", rich_help_panel=WORKLOAD)] = 1,
+    users: SpeedUsers = None,
     gpu: Gpus_ = None, vram: Vrams = None, engine: TableEngine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
-    kv_dtype: KvDtypes = None, weights_dtype: WeightsDtypes = None,
+    kv_dtype: KvDtypes = None, weights_dtype: WeightsDtype = None,
     fmt: TableFormat = None, out: TableOut = None, pivot: Pivot = False, metric: Metric = None,
     keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
     """A planning table: KV per token and per sequence, weights, total and max users on each GPU, for every
-    model x context, as rich, GitHub Markdown, CSV or JSON (docs/tables.md)."""
+    model x context, as rich, GitHub Markdown, CSV or JSON (docs/tables.md); with --isl and --osl, TPOT, TTFT and
+    tokens/s on each GPU too."""
     from kvplan import table as planning
 
     fmt = planning.parse_format(fmt, out)
@@ -576,7 +773,8 @@ def table_command(
                           "(x GPU)")
     names: list[str] = []
     result = _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version,
-                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp)
+                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp,
+                             isl, osl, users, metric)
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
     if fmt == "rich" and out is None and sys.stdout.isatty():
@@ -604,38 +802,48 @@ def _report_written(written: str, result, asked: int) -> None:
 
 PLOT_CTX = "1k,2k,4k,8k,16k,32k,64k,128k"
 PlotKind = _flag(str, "kv: KV cache vs context, with GPU memory lines; users: max users on each GPU vs "
-                 "context")
+                 "context; with --isl and --osl tpot, ttft, tps-user or tps-gpu: the estimated speed on each GPU")
 
 
-@app.command(name="plot")
+@app.command(name="plot", cls=Panels)
 def plot_command(
     out: Annotated[str, typer.Option("--out", "-o", help="the chart: a .png or .svg file")],
     models: Models = None,
     filter: Filter = None,
     revision: Revision = None,
     token: Token = None,
-    ctx: Annotated[str, typer.Option(help="contexts, a comma list (k = 1,024)")] = PLOT_CTX,
+    ctx: Annotated[str | None, typer.Option(help="contexts, a comma list (k = 1,024; default 1k to 128k, from --isl "
+                                            "+ --osl with them)", rich_help_panel=WORKLOAD)] = None,
+    isl: Isl = None,
+    osl: Osl = None,
     kind: PlotKind = "kv",
-    batch: Annotated[int, typer.Option(help="sequences whose KV cache the kv chart shows")] = 1,
+    batch: Annotated[int, typer.Option(help="sequences whose KV cache the kv chart shows",
+                                       rich_help_panel=WORKLOAD)] = 1,
+    users: SpeedUsers = None,
     with_weights: Annotated[bool, typer.Option("--with-weights", help="kv chart: plot weights + KV")] = False,
     gpu: Gpus_ = None, vram: Vrams = None, engine: TableEngine = None, engine_version: EngineVersion = None,
     gpu_memory_utilization: Fraction = None, overhead: Overhead = None,
-    kv_dtype: KvDtypes = None, weights_dtype: WeightsDtypes = None,
+    kv_dtype: KvDtypes = None, weights_dtype: WeightsDtype = None,
     y_scale: Annotated[str, typer.Option(help="log or linear")] = "log",
     title: Annotated[str | None, typer.Option(help="chart title (default: says what is plotted)")] = None,
     keep_going: KeepGoing = False, force: Force = False, tp: Tp = None, pp: Pp = None,
 ) -> None:
-    """Chart KV memory or max users against context for several models, as PNG or SVG (needs matplotlib:
-    pip install 'kvplan[plot]')."""
+    """Chart KV memory, max users or the estimated speed against context for several models, as PNG or SVG (needs
+    matplotlib: pip install '.[plot]' in kvplan's source directory)."""
     from kvplan import plot
     from kvplan import table as planning
 
     plot.output_format(out)
-    plot.check_kind(kind, gpu is not None or vram is not None)
+    plot.check_kind(kind, gpu is not None or vram is not None, isl is not None and osl is not None)
     plot.require_matplotlib()
+    if ctx is None:  # 1k to 128k, or from a request's length up
+        shortest = _contexts(None, isl, osl)[0][0] if isl is not None or osl is not None else 0
+        ctx = ",".join(str(c) for c in dict.fromkeys([shortest, *planning.parse_ctxs(PLOT_CTX)]) if c >= shortest
+                       and c)
     names: list[str] = []
     result = _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version,
-                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp)
+                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp,
+                             isl, osl, users)
     if not result.rows:
         raise KvplanError(planning.failure_line(result, len(names)))
     _, written = plot.draw(result, kind, out, with_weights=with_weights, title=title, y_scale=y_scale,
@@ -664,7 +872,7 @@ def profile(
 ) -> None:
     """Build the model with random weights on the device (transformers' own classes), prefill ctx - S tokens,
     decode S, and measure the cache, the allocator and the driver beside kvplan's transformers prediction.
-    Needs `pip install 'kvplan[profile]'`."""
+    Needs `pip install '.[profile]'` in kvplan's source directory."""
     import gc
 
     gc.enable()  # `kvplan.main` runs the planning commands without it; torch's objects do form cycles
@@ -704,6 +912,27 @@ def _app_for(args: list[str]) -> typer.Typer:
     return alone
 
 
+def _without_debug(command, args: list[str]) -> tuple[bool, list[str]]:
+    """(whether --debug was given, the arguments without it). --debug is kvplan's own flag, not the command's: it is
+    taken where an option may stand, never as the value of an option that takes one (`--model --debug` names the
+    model "--debug", `--out --debug` the file), which the command typer built says."""
+    subcommand = getattr(command, "commands", {}).get(args[0]) if args else None
+    params = subcommand.params if subcommand is not None else []
+    takes_value = {name for param in params if param.param_type_name == "option" and not param.is_flag
+                   and not param.count for name in (*param.opts, *param.secondary_opts)}
+    kept, given, following = [], False, False
+    for index, arg in enumerate(args):
+        if following or arg != "--debug":
+            kept.append(arg)
+        else:
+            given = True
+        if arg == "--":  # what follows is arguments, --debug among them
+            kept += args[index + 1:]
+            break
+        following = not following and arg in takes_value
+    return given, kept
+
+
 DOES_NOT_FIT = 1  # exit status when the target does not fit: the plan is printed, and scripts can branch on it
 BUG_REPORT = ("this is a bug in kvplan, not a problem with your input: please report it with the command you "
               "ran and the traceback that `--debug` (or KVPLAN_DEBUG=1) prints")
@@ -715,11 +944,14 @@ def main() -> None:
     # kvplan uses no pydantic plugins; skipping their discovery spares every run an entry-point scan.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     args = sys.argv[1:]
-    debug = "--debug" in args or os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
-    args = [arg for arg in args if arg != "--debug"]
+    leading = next((i for i, arg in enumerate(args) if arg != "--debug"), len(args))  # before the command's name
+    args = args[leading:]
     app._add_completion = not args or bool(COMPLETION_ARGS & set(args)) or "_KVPLAN_COMPLETE" in os.environ
+    command = typer.main.get_command(_app_for(args))
+    given, args = _without_debug(command, args)
+    debug = bool(leading) or given or os.environ.get("KVPLAN_DEBUG", "") not in ("", "0")
     try:
-        status = _app_for(args)(args=args or ["--help"], prog_name="kvplan", standalone_mode=False)
+        status = command(args=args or ["--help"], prog_name="kvplan", standalone_mode=False)
         if isinstance(status, int) and status:  # typer.Exit(code) returns it when not standalone
             sys.exit(status)
     except KvplanError as err:

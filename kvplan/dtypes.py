@@ -8,6 +8,8 @@ their scales inside the block, which is where their overhead comes from:
 - AWQ/GPTQ-style int4 weights (group size 128): 128 x 4 bit + fp16 scale + 4-bit zero point
   = 64 + 2 + 0.5 bytes, i.e. 133 bytes per 256 weights (4.156 bits each).
 - MXFP4 (OCP microscaling, used by gpt-oss): 32 x 4 bit + one 8-bit shared exponent = 17 bytes.
+- NVFP4 (NVIDIA's, TensorRT Model Optimizer's export; Blackwell tensor cores): 16 x 4-bit E2M1 + one FP8 E4M3
+  scale = 9 bytes, plus one fp32 scale per tensor (`weight_scale_2`), a few bytes a tensor, not counted.
 - bitsandbytes NF4: 64 x 4 bit + one fp32 absmax = 36 bytes (no double quantisation).
 fp8 and int8 KV caches keep per-tensor scales outside the pages (vLLM), so they count 1 byte per element.
 """
@@ -59,6 +61,7 @@ WEIGHT_DTYPES = FLOAT_DTYPES | _table(
     DType("int8", 1, 1, "8-bit integer (per-channel scales negligible)"),
     DType("int4", 256, 133, "AWQ/GPTQ 4-bit, group 128 with fp16 scale and 4-bit zero"),
     DType("mxfp4", 32, 17, "MXFP4: 32 x 4 bit + 8-bit shared exponent"),
+    DType("nvfp4", 16, 9, "NVFP4: 16 x 4-bit E2M1 + FP8 E4M3 scale (per-tensor fp32 scale aside)"),
     DType("nf4", 64, 36, "bitsandbytes NF4: 64 x 4 bit + fp32 absmax"),
 )
 

@@ -1,4 +1,5 @@
-"""The GPU catalogue (`kvplan/data/gpus.json`): memory as the driver reports it, bandwidth, BF16 throughput.
+"""The GPU catalogue (`kvplan/data/gpus.json`): memory as the driver reports it, bandwidth, tensor throughput by
+dtype, NVLink.
 
 Its fields:
     vendor              nvidia, amd or apple: engines' defaults differ by platform (CUDA, ROCm, Metal)
@@ -16,6 +17,15 @@ Its fields:
     bandwidth_gbs       memory bandwidth, GB/s (10**9 bytes)
     bf16_tflops         dense (no sparsity) BF16 tensor throughput, TFLOP/s; null where the part has no BF16 tensor
                         path or the vendor publishes none (the note says what there is)
+    fp8_tflops          dense FP8 (E4M3) tensor throughput, TFLOP/s; null where there is none or none is given
+    fp4_tflops          dense FP4 tensor throughput (NVFP4 and MXFP4 on Blackwell), TFLOP/s; null likewise.
+                        Datasheets give these "with sparsity" (2:4 structured) beside or instead of dense: the
+                        catalogue keeps the dense figure, half the sparse one, which is what a model's GEMMs can use
+    nvlink_gbs          NVLink bandwidth of one GPU, GB/s, both directions together as NVIDIA states it (H100 SXM 900,
+                        Blackwell 1,800); null for a GPU without NVLink
+    nvlink_gpus         how many GPUs one NVLink domain joins: 8 on an HGX board, 72 in an NVL72 rack, 2 for NVLink
+                        bridges of PCIe cards. Grace-Blackwell entries (GB200, GB300) are one GPU of a superchip (a
+                        Grace CPU and two GPUs), every figure per GPU
     source              the datasheet for bandwidth and TFLOP/s; `reported`: where the memory figure comes from
     compute_capability  NVIDIA GPUs' CUDA compute capability, major.minor (https://developer.nvidia.com/cuda-gpus):
                         engines choose kernels by it (vLLM's Gated DeltaNet prefill: FlashInfer on 9.0, 10.x, 12.x)
@@ -53,6 +63,10 @@ class Gpu(BaseModel):
     reported: str
     bandwidth_gbs: float = Field(gt=0)
     bf16_tflops: float | None = Field(None, gt=0)
+    fp8_tflops: float | None = Field(None, gt=0)
+    fp4_tflops: float | None = Field(None, gt=0)
+    nvlink_gbs: float | None = Field(None, gt=0)
+    nvlink_gpus: int | None = Field(None, ge=2)
     source: str
     note: str = ""
     compute_capability: str | None = Field(None, pattern=r"^\d{1,2}\.\d$", description="NVIDIA's CUDA compute "

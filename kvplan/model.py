@@ -584,7 +584,9 @@ class Parallelism(BaseModel):
 
 class Workload(BaseModel):
     """Users each holding ctx tokens (prompt plus output); avg_ctx: their mean length; shared_prefix: the
-    tokens of a system prompt every user starts with, cached once by prefix caching."""
+    tokens of a system prompt every user starts with, cached once by prefix caching; isl and osl: the prompt and
+    output tokens of each request, which the speed model times (`kvplan.speed`), at most ctx together (memory is
+    planned for what a user may hold, speed for the requests)."""
 
     model_config = ConfigDict(frozen=True, defer_build=True)
 
@@ -592,6 +594,8 @@ class Workload(BaseModel):
     users: int | None = None
     avg_ctx: int | None = None
     shared_prefix: int = 0
+    isl: int | None = None
+    osl: int | None = None
 
     @property
     def target(self) -> int:

@@ -8,30 +8,30 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from kvplan.errors import KvplanError
-from kvplan.text import plain
+from kvplan.text import SHORT, plain, shorten
 
 
 def write_output(out: str, write: Callable[[Path], None], inputs: Iterable[str] = (), force: bool = False) -> str:
     """Write `out` through `write(temporary path)` and rename it into place; returns what the CLI says about it
-    ("wrote X", "replaced X")."""
+    ("wrote X", "replaced X"). The temporary file's name is short and fixed in length, so that any name the file
+    system takes for `out` (up to 255 bytes) can be written; a longer one is refused when it is renamed."""
     path = Path(out).expanduser()
-    shown = plain(out)
-    if path.is_symlink():
+    shown = shorten(plain(out), 3 * SHORT)  # an error line keeps room for its reason
+    if os.path.islink(path):  # os.path's tests answer False where the path cannot be examined (too long a name)
         if not force:
             raise KvplanError(f"--out {shown} is a symbolic link: give --force to write to the file it points to")
         path = Path(os.path.realpath(path))
-    if path.is_dir():
+    if os.path.isdir(path):
         raise KvplanError(f"--out {shown} is a directory: name a file")
-    if path.exists() and not path.is_file():
+    existed = os.path.exists(path)
+    if existed and not os.path.isfile(path):
         raise KvplanError(f"--out {shown} is not a regular file (a device or a pipe): name a file")
     for name in inputs:
         source = Path(name).expanduser()
-        if path.exists() and source.exists() and path.samefile(source):
+        if existed and os.path.exists(source) and os.path.samefile(path, source):
             raise KvplanError(f"--out {shown} is one of this command's inputs: write somewhere else")
-    existed = path.exists()
-    directory = path.parent
     try:
-        handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        handle, temporary = tempfile.mkstemp(prefix=".kvplan-", suffix=".tmp", dir=path.parent)
     except OSError as err:
         raise KvplanError(f"cannot write {shown}: {err.strerror or err}") from None
     os.close(handle)

@@ -4,6 +4,10 @@ kind kv     KV cache for --batch sequences (GiB) against context, one line per m
             memory as a labelled horizontal line; `with_weights` plots weights + KV (the table's total
             column) instead.
 kind users  max concurrent users on each GPU against context: one colour per model, one line style per GPU.
+kind tpot, ttft, tps-user, tps-gpu
+            with requests of isl + osl tokens: the speed model's estimated TPOT, TTFT, output tokens/s per user or
+            per GPU on each GPU against context, at the users memory holds at each context (or the table's users),
+            drawn as the users chart is.
 
 Every number comes from the table (so from kvplan.memory and kvplan.capacity); this module only draws.
 Context is on a log2 axis with a tick at each context asked for (4k, 8k, ...). matplotlib is imported here
@@ -19,10 +23,10 @@ from pathlib import Path
 
 from kvplan.errors import KvplanError
 from kvplan.output import write_output
-from kvplan.table import GiB, Table, ctx_label
+from kvplan.table import SPEED_METRICS, GiB, Table, ctx_label
 from kvplan.text import plain
 
-KINDS = ("kv", "users")
+KINDS = ("kv", "users", *SPEED_METRICS)
 SCALES = ("log", "linear")
 OUTPUT_FORMATS = {".png": "png", ".svg": "svg"}
 SVG_SALT = "kvplan"
@@ -41,12 +45,15 @@ def output_format(out: str) -> str:
     return fmt
 
 
-def check_kind(kind: str, table_has_gpus: bool) -> str:
+def check_kind(kind: str, table_has_gpus: bool, requests: bool = False) -> str:
+    """A kind the chart can draw: users needs a GPU, the speed kinds a GPU and the requests (--isl, --osl)."""
     key = kind.strip().lower()
     if key not in KINDS:
-        raise KvplanError(f"unknown --kind {kind!r}: choose kv or users")
-    if key == "users" and not table_has_gpus:
-        raise KvplanError("--kind users needs a GPU: give --gpu or --vram")
+        raise KvplanError(f"unknown --kind {kind!r}: choose {', '.join(KINDS[:-1])} or {KINDS[-1]}")
+    if key != "kv" and not table_has_gpus:
+        raise KvplanError(f"--kind {key} needs a GPU: give --gpu or --vram")
+    if key in SPEED_METRICS and not requests:
+        raise KvplanError(f"--kind {key} needs --isl and --osl: the requests the speed model times")
     return key
 
 
@@ -63,12 +70,19 @@ def series(table: Table, kind: str, with_weights: bool = False) -> dict:
             lines.append({"model": model, "gpu": None, "values": values, "beyond_max_context": beyond})
         else:
             for i, gpu in enumerate(table.gpus):
-                values = [r.users[i].max_users for r in rows]
-                lines.append({"model": model, "gpu": gpu.label, "values": values,
-                              "beyond_max_context": beyond})
-    return {"kind": kind, "with_weights": with_weights, "batch": table.batch, "engine": table.engine,
+                line = {"model": model, "gpu": gpu.label, "beyond_max_context": beyond}
+                if kind == "users":
+                    line["values"] = [r.users[i].max_users for r in rows]
+                else:
+                    line["values"] = [getattr(r.speed[i], SPEED_METRICS[kind][0]) for r in rows]
+                    line["not_estimated"] = [r.speed[i].not_estimated for r in rows]
+                lines.append(line)
+    data = {"kind": kind, "with_weights": with_weights, "batch": table.batch, "engine": table.engine,
             "engine_version": table.engine_version, "ctx": table.ctxs, "lines": lines,
             "gpus": [{"label": g.label, "memory_bytes": g.memory_bytes} for g in table.gpus]}
+    if kind in SPEED_METRICS:
+        data |= {"isl": table.isl, "osl": table.osl, "users": table.users}
+    return data
 
 
 def require_matplotlib():
@@ -76,7 +90,8 @@ def require_matplotlib():
     try:
         import matplotlib
     except ImportError:
-        raise KvplanError("kvplan plot needs matplotlib: pip install 'kvplan[plot]'") from None
+        raise KvplanError("kvplan plot needs matplotlib: pip install '.[plot]' in kvplan's source directory (or "
+                          "pip install matplotlib)") from None
     return matplotlib
 
 
@@ -94,7 +109,7 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
     """Draw the chart into `out` (.png or .svg, written as `kvplan.output.write_output` writes; `inputs` and
     `force` are its) and return the plotted data and what was written."""
     fmt = output_format(out)
-    kind = check_kind(kind, bool(table.gpus))
+    kind = check_kind(kind, bool(table.gpus), table.isl is not None)
     if y_scale not in SCALES:
         raise KvplanError(f"unknown --y-scale {y_scale!r}: choose log or linear")
     models = list(dict.fromkeys(row.estimate.model for row in table.rows))
@@ -102,7 +117,7 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
         raise KvplanError(f"{len(models)} models in one chart cannot be told apart: plot at most {MAX_MODELS} at a "
                           "time (--models or a narrower --filter), or use `kvplan table` for all of them")
     data = series(table, kind, with_weights)
-    if kind == "users" and y_scale == "log" and not any(v for line in data["lines"] for v in line["values"]):
+    if kind != "kv" and y_scale == "log" and not any(v for line in data["lines"] for v in line["values"]):
         raise KvplanError("no user fits on any GPU at any of these contexts: nothing to draw on a log scale "
                           "(`kvplan table` shows the figures; a larger GPU, fp8 KV or a shorter --ctx may fit)")
     matplotlib = require_matplotlib()
@@ -125,11 +140,13 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
         if kind == "kv":
             points = [(c, v / GiB, b) for c, v, b in triples]
             label = line["model"]
-        else:  # users: a log axis cannot show 0 (does not fit) or None (no KV cache): those are left out
+        else:  # a log axis cannot show 0 (does not fit) or None (no KV cache, no estimate): those are left out
             points = [(c, v, b) for c, v, b in triples if v]
             label = line["model"] + (f", {line['gpu']}" if len(table.gpus) > 1 else "")
-            if not points:
+            if not points and kind == "users":
                 label += " (does not fit)" if any(v == 0 for v in line["values"]) else " (no KV cache)"
+            elif not points:
+                label += " (no estimate)" if any(line["not_estimated"]) else " (does not fit)"
         handles += axes.plot([p[0] for p in points], [p[1] for p in points], linestyle=style, color=colour,
                              marker=marker, markersize=5, linewidth=1.8, label=_text(label))
         beyond = [p for p in points if p[2]]
@@ -158,12 +175,23 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
             axes.yaxis.set_minor_locator(LogLocator(base=10, subs=(2, 5)))
             axes.yaxis.set_minor_formatter(gib)
         default_title = f"{what[0].upper()}{what[1:]} for {per} vs context"
-    else:
+    elif kind == "users":
         axes.set_ylabel("max concurrent users in steady decode")
         axes.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}" if y >= 1 else f"{y:g}"))
         gpus = table.gpus[0].label if len(table.gpus) == 1 else "each GPU"
         default_title = (f"Max concurrent users in steady decode on {gpus} vs context "
                          f"({table.engine} {table.engine_version})")
+    else:
+        _, what, unit = SPEED_METRICS[kind]
+        axes.set_ylabel(f"estimated {what}" + (f" ({unit})" if unit else ""))
+        figure_format = FuncFormatter(lambda y, _: f"{y:,.0f}" if y >= 1 else f"{y:g}")
+        axes.yaxis.set_major_formatter(figure_format)
+        if y_scale == "log":  # as the kv chart: minor ticks at 2 and 5 x 10^k, labelled alike
+            axes.yaxis.set_minor_locator(LogLocator(base=10, subs=(2, 5)))
+            axes.yaxis.set_minor_formatter(figure_format)
+        at = f"{table.users:,} users" if table.users else "memory's max users"
+        default_title = (f"Estimated {what} at {at} ({table.isl:,} + {table.osl:,} tokens, {table.engine} "
+                         f"{table.engine_version})")
     if y_scale == "linear":
         axes.set_ylim(bottom=0)
     axes.set_title(_text(title) if title else default_title)

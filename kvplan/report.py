@@ -7,7 +7,6 @@ styles are given as Text styles, and such text passes through `kvplan.text.plain
 import sys
 from itertools import groupby
 
-from rich import box
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
@@ -16,7 +15,7 @@ from rich.text import Text
 from kvplan.memory import Estimate, checkpoint_bytes_by_dtype, kind_label
 from kvplan.model import ModelSpec
 from kvplan.text import narrow, plain
-from kvplan.units import format_bytes
+from kvplan.units import format_bytes, format_figure
 
 
 class _TrailingSpacesStripped:
@@ -45,15 +44,31 @@ def print_table(console: Console, table: Table, whole: tuple[int, ...] = (0,)) -
     """Print a table without breaking what must stay whole: numbers (right-justified columns) and the columns in
     `whole` (model ids, GPU names) keep their widest line on one line, while headers wrap between words and prose
     labels wrap. A terminal too narrow even for that gets the table at the width it needs (the terminal wraps the
-    lines) rather than a cut id or number. In a table of labels and values, a label that wraps gets a blank line
-    before the next row, so that its second line does not read as a row of its own."""
+    lines) rather than a cut id or number. In a table of labels and values, rows stay single-spaced: a label that
+    wraps continues indented under itself (`_hang`), so that its second line does not read as a row of its own."""
     needed = _measure(console, table, whole)
     if needed.maximum > console.width and not table.show_header:
-        table.box, table.show_edge, table.leading = box.SIMPLE, False, 1
+        table = _hang(console, table, needed.maximum - console.width)
         needed = table.__rich_measure__(console, console.options)
     if needed.minimum <= console.width < needed.maximum:
         _narrow(table, needed.maximum - console.width)
     console.print(table, width=max(console.width, needed.minimum), crop=False)
+
+
+def _hang(console: Console, table: Table, excess: int) -> Table:
+    """A table of labels and values `excess` cells too wide, as a copy whose labels (the first column) are wrapped
+    `excess` cells narrower, each further line indented two cells past the label's own indent."""
+    labels, *others = table.columns
+    width = max(max((cell_len(str(c)) for c in labels.cells), default=0) - excess, 12)
+    hung = Table(show_header=False, box=table.box, padding=table.padding)
+    for column in table.columns:
+        hung.add_column(justify=column.justify)
+    for label, *values in zip(labels.cells, *(column.cells for column in others), strict=True):
+        text = label if isinstance(label, Text) else Text(str(label))
+        indent = " " * (len(text.plain) - len(text.plain.lstrip(" ")) + 2)
+        lines = text.wrap(console, width)
+        hung.add_row(Text("\n").join([lines[0], *(Text(indent) + line for line in lines[1:])]), *values)
+    return hung
 
 
 def _measure(console: Console, table: Table, whole: tuple[int, ...]):
@@ -298,34 +313,34 @@ def print_capacity(console: Console, cap) -> None:
     decode = cap.engine_kv_bytes_per_sequence_decode
     two_figures = cap.max_users_at_startup != cap.max_concurrent_users
     if decode == cap.engine_kv_bytes_per_sequence:
-        table.add_row(f"KV the engine needs per user at {cap.ctx:,} tokens ({cap.kv_dtype})", both_units(decode))
+        table.add_row(f"KV per user ({cap.kv_dtype})", both_units(decode))
     else:
-        table.add_row(f"KV per user at {cap.ctx:,} tokens ({cap.kv_dtype}), steady decode", both_units(decode))
+        table.add_row(f"KV per user ({cap.kv_dtype}), steady decode", both_units(decode))
         table.add_row("KV per user reserved at start-up", both_units(cap.engine_kv_bytes_per_sequence))
     if cap.engine_kv_bytes_per_sequence_draft:
         table.add_row("  of which the draft", both_units(cap.engine_kv_bytes_per_sequence_draft))
     if cap.engine_activation_bytes_for_users:
-        grows = "grow with batch x prompt" if cap.engine == "transformers" else "grows with the context"
-        table.add_row(f"{engine.activations_label} for {_users(cap.users)} ({grows})",
+        table.add_row(f"{engine.activations_label} for {_users(cap.users)}",
                       both_units(cap.engine_activation_bytes_for_users))
+    if cap.engine_gpu_bytes_for_users is not None:
+        table.add_row(f"process GPU memory, {_users(cap.users)}", both_units(cap.engine_gpu_bytes_for_users))
     label = engine.label
-    headline = f"max users at {cap.ctx:,} tokens" + (", steady decode" if two_figures else "")
     if dp > 1:
-        table.add_row("max users of one DP rank", f"{cap.max_users_per_rank:,}")
-        headline += f" ({cap.max_users_per_rank:,} x {dp:,} DP ranks)"
+        table.add_row(f"max users of one DP rank (x {dp:,})", f"{cap.max_users_per_rank:,}")
+    headline = f"max users at {cap.ctx:,} tokens" + (", steady decode" if two_figures else "")
     table.add_row(styled(headline, "bold"), styled(f"{cap.max_concurrent_users:,}", "bold"))
     if two_figures:
         table.add_row(f"max users {label}'s start-up check admits", f"{cap.max_users_at_startup:,}")
     if cap.max_users_at_avg_ctx is not None:
-        table.add_row(f"max concurrent users at the mean {cap.avg_ctx:,} tokens",
-                      f"{cap.max_users_at_avg_ctx:,}")
+        table.add_row(f"max users at the mean {cap.avg_ctx:,} tokens", f"{cap.max_users_at_avg_ctx:,}")
     if cap.shared_prefix:
         table.add_row("shared prefix cached once", f"{cap.shared_prefix:,} tokens")
     if cap.max_ctx_for_users:
-        table.add_row(f"longest context for {_users(cap.users)}", f"{cap.max_ctx_for_users:,} tokens")
+        capped = CTX_CAPS.get(cap.max_ctx_for_users_bound, "")
+        table.add_row(f"longest context for {_users(cap.users)}{capped}", f"{cap.max_ctx_for_users:,} tokens")
     if cap.vllm_kv_offload_blocks is not None:
         held = f" ({cap.vllm_kv_offload_tokens:,} tokens)" if cap.vllm_kv_offload_tokens is not None else ""
-        table.add_row("KV blocks offloaded to host memory, for prefix hits", f"{cap.vllm_kv_offload_blocks:,}{held}")
+        table.add_row("KV blocks in host memory (prefix hits)", f"{cap.vllm_kv_offload_blocks:,}{held}")
     if cap.host_memory_bytes:
         table.add_row("host memory pinned, all GPUs", both_units(cap.host_memory_bytes))
     print_table(console, table, whole=())
@@ -340,13 +355,68 @@ def print_capacity(console: Console, cap) -> None:
         _print_vllm_log(console, cap)
     for note in [*cap.engine_assumptions, *_extras_notes(cap), *cap.notes]:
         console.print(styled(f"note: {note}", "dim"))
+
+
+def print_verdict(console: Console, cap, served=None) -> None:
+    """Whether the users asked fit, by memory and, with speed targets (`served`, kvplan.speed.targets.Speed), by
+    speed too; where not, why and what would."""
     if cap.fits:
-        console.print(line(("fits", "green bold"), f": {_users(cap.users)} at {cap.ctx:,} tokens "
-                           f"(room for {cap.max_concurrent_users:,})"))
+        room = f"room for {cap.max_concurrent_users:,}"
+        if served is not None and served.targets is not None:
+            room = f"room for {served.memory_users:,}, {served.users:,} within {served.targets.label()}"
+        console.print(line(("fits", "green bold"), f": {_users(cap.users)} at {cap.ctx:,} tokens ({room})"))
         return
     console.print(line(("does not fit", "red bold"), f": {'; '.join(cap.reasons)}"))
     for suggestion in cap.suggestions:
         console.print(line(f"  - {suggestion}"))
+
+
+def _ms(value: float) -> str:
+    return f"{format_figure(value)} ms"
+
+
+BINDS = {"speed": "speed binds", "memory": "memory binds", "sequence_limit": "the engine's request limit binds"}
+
+
+def print_speed(console: Console, served) -> None:
+    """kvplan.speed.targets.Speed: the bound and the calibrated estimate side by side at the concurrency, what
+    binds a decode step, what each figure is and how far off the estimate has been, its flags, and with targets
+    the users served within them."""
+    e = served.estimate
+    instances = "" if served.replicas == 1 else f", {e.concurrency:,} on each of {served.replicas:,} replicas"
+    console.print(line("\n", (f"Speed at {_users(served.concurrency)}", "bold"),
+                       f" of {served.isl:,} prompt + {served.osl:,} output tokens{instances}"))
+    if served.targets is not None:
+        console.print(f"targets: {served.targets.label()}")
+    table = Table(box=None, padding=(0, 2), show_edge=False)
+    table.add_column()
+    table.add_column("bound", justify="right")
+    table.add_column("estimate", justify="right")
+    table.add_row("time per output token (TPOT)", _ms(e.decode_step_ms_bound), _ms(e.decode_step_ms))
+    table.add_row("time to first token (TTFT)", _ms(e.ttft_ms_bound), _ms(e.ttft_ms))
+    table.add_row("output tokens/s per user", format_figure(served.tokens_per_s_per_user_bound),
+                  format_figure(e.tokens_per_s_per_user))
+    table.add_row("output tokens/s per GPU", format_figure(served.tokens_per_s_per_gpu_bound),
+                  format_figure(e.tokens_per_s_per_gpu))
+    if served.targets is not None:
+        table.add_row("users within the targets", "", f"{served.fit_users:,}")
+        table.add_row(f"max users at {served.ctx:,} tokens (capacity, above)", "", f"{served.memory_users:,}")
+        table.add_row(styled(f"users served ({BINDS[served.bound]})", "bold"), "", styled(f"{served.users:,}", "bold"))
+    print_table(console, table, whole=())
+    error = served.error
+    console.print(plain(f"bound: the work of each step at the GPU's peak rates ({e.binding} binds a decode step), "
+                        "with no queueing and no kernel inefficiency: no run is faster."))
+    console.print(plain(
+        f"estimate: steady continuous batching with {e.engine}'s efficiencies, fitted on {error.runs:,} serving "
+        f"runs; on them its median error is {error.tpot_median:.0%} for TPOT (p90 {error.tpot_p90:.0%}) and "
+        f"{error.ttft_median:.0%} for TTFT (p90 {error.ttft_p90:.0%}), more on models and GPUs outside them "
+        "(docs/accuracy.md)."))
+    for flag in e.flags:
+        console.print(styled(f"flag: {flag}", "yellow"))
+
+
+# what the longest context for N users stops at, where memory would hold more (Capacity.max_ctx_for_users_bound)
+CTX_CAPS = {"max_context": " (model's max)", "search_limit": " (search limit)"}
 
 
 def _weights_split(cap) -> list[tuple[str, int]]:
@@ -390,30 +460,45 @@ def _users(n: int) -> str:
 
 
 def print_plan(console: Console, plan) -> None:
-    """The configurations of kvplan.capacity.plan, fewest GPUs first."""
+    """The configurations of kvplan.capacity.plan, fewest GPUs first; a plan for requests of isl + osl tokens
+    (kvplan.speed.targets.SpeedPlan) with each one's estimated TPOT and TTFT at the users, in place of the KV
+    headroom, and the targets they meet."""
+    speed = getattr(plan, "isl", None) is not None
     gpu = plan.gpu or f"{format_bytes(plan.gpu_memory_bytes)} GPU"
-    console.print(line((plan.model, "bold"), f": {plan.users:,} users at {plan.ctx:,} tokens on {gpu} "
+    each = f" ({plan.isl:,} prompt + {plan.osl:,} output)" if speed else ""
+    console.print(line((plan.model, "bold"), f": {plan.users:,} users at {plan.ctx:,} tokens{each} on {gpu} "
                        f"with {plan.engine} {plan.engine_version}"))
     for warning in plan.warnings:
         console.print(styled(f"warning: {warning}", "yellow"))
-    for note in plan.notes:
-        console.print(styled(f"note: {note}", "dim"))
     if not plan.rows:
-        console.print(styled("no configuration of up to the largest GPU count considered fits", "red"))
+        for note in plan.notes:
+            console.print(styled(f"note: {note}", "dim"))
+        within = f" within {plan.targets.label()}" if speed and plan.targets else ""
+        console.print(styled(f"no configuration of up to the largest GPU count considered fits{within}", "red"))
         return
-    table = Table(title="configurations that fit, fewest GPUs first", title_justify="left")
-    for column in ("GPUs", "layout", "KV", "weights", "max users", "KV headroom/GPU"):
-        numeric = column in ("GPUs", "max users", "KV headroom/GPU")
+    within = f" within {plan.targets.label()}" if speed and plan.targets else ""
+    table = Table(title=f"configurations that fit{within}, fewest GPUs first", title_justify="left")
+    last = ("TPOT ms", "TTFT ms") if speed else ("KV headroom/GPU",)
+    for column in ("GPUs", "layout", "KV", "weights", "max users", *last):
+        numeric = column in ("GPUs", "max users", *last)
         table.add_column(column, justify="right" if numeric else "left")
     from kvplan.capacity import describe_layout  # plan has imported it already
 
     for row in plan.rows:
         layout = describe_layout(row.tensor_parallel_size, row.pipeline_parallel_size, row.data_parallel_size,
                                  row.expert_parallel_size, row.data_parallel_replicas)
-        table.add_row(str(row.gpus), layout, row.kv_dtype, row.weights_dtype,
-                      f"{row.max_concurrent_users:,}",
-                      f"{format_bytes(row.headroom_bytes)} ({row.headroom_fraction:.0%})")
+        if speed:
+            times = [("-" if ms is None else format_figure(ms)) for ms in (row.decode_step_ms, row.ttft_ms)]
+        else:
+            times = [f"{format_bytes(row.headroom_bytes)} ({row.headroom_fraction:.0%})"]
+        table.add_row(str(row.gpus), layout, row.kv_dtype, row.weights_dtype, f"{row.max_concurrent_users:,}", *times)
     print_table(console, table)
+    if speed:
+        error = plan.speed_error
+        fewer = "max users: the fewer of what memory holds and what meets the targets. " if plan.targets else ""
+        console.print(plain(
+            f"{fewer}TPOT, TTFT: estimates at {plan.users:,} users, off by a median {error.tpot_median:.0%} and "
+            f"{error.ttft_median:.0%} on the {error.runs:,} serving runs they were fitted on (docs/accuracy.md)"))
     for note in plan.notes:
         console.print(styled(f"note: {note}", "dim"))
     first = plan.rows[0]
@@ -555,6 +640,8 @@ def print_profile(console: Console, result) -> None:
         if result.decode_tokens_per_s is not None:
             timing += f"; decode {result.decode_tokens_per_s:,.1f} tokens/s (batch {result.batch:,})"
         console.print(timing)
+    if result.decode_bandwidth is not None:
+        _print_decode_bandwidth(console, result.decode_bandwidth)
     if result.recompute:
         rec = Table(title="decode with the KV cache vs recomputing the prefix per token (batch 1)",
                     title_justify="left")
@@ -579,6 +666,18 @@ def print_profile(console: Console, result) -> None:
         console.print(styled(f"finding: {finding}", "yellow"))
     style = "green" if result.kv_exact else "yellow"
     console.print(line(("verdict", f"{style} bold"), f": {result.verdict}"))
+
+
+def _print_decode_bandwidth(console: Console, b) -> None:
+    """kvplan.profiler.bandwidth.DecodeBandwidth: the measured step beside the bound, and the bandwidth reached."""
+    bound = f", {_ms(b.step_ms_bound)} at peak ({b.bound_by} binds)" if b.step_ms_bound is not None else ""
+    console.print(f"decode step {_ms(b.step_ms)}{bound}: {format_bytes(b.bytes_per_step, decimal=True)} read a "
+                  f"step, {b.bandwidth_gbs:,.0f} GB/s: {b.utilisation:.1%} of {b.gpu}'s "
+                  f"{b.gpu_bandwidth_gbs:,.0f} GB/s")
+    console.print(styled(f"note: transformers' eager decode, kernel after kernel without a serving engine's CUDA "
+                         f"graphs, fused kernels and batching, is far from one: vLLM's weight reads reach "
+                         f"{b.serving_utilisation:.0%} of the bandwidth in the speed model's fit (docs/speed.md)",
+                         "dim"))
 
 
 def _print_profile_memory(console: Console, result) -> None:

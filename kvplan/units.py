@@ -49,14 +49,17 @@ def parse_tokens(text: str | int, what: str = "ctx") -> int:
 
 
 def parse_bytes(text: str, what: str, allow_zero: bool = False) -> int:
-    """`24GiB`, `80GB`, `512MiB`, `1073741824` -> bytes: GB is 10**9 and GiB 2**30, as written; a plain number
-    is bytes. A whole number of bytes up to MAX_BYTES; 0 only where `allow_zero`."""
+    """`24GiB`, `80GB`, `512MiB`, `64.68GiB`, `1073741824` -> bytes: GB is 10**9 and GiB 2**30, as written; a plain
+    number is bytes. A size in a unit above a byte is rounded down to a whole byte, as the engines round the sizes
+    they are given (vLLM keeps int(GiB x 2**30) bytes: `parse_gib`); a count of bytes must be whole. Up to
+    MAX_BYTES; 0 only where `allow_zero`."""
     parsed = _exact(str(text), BYTE_UNITS)
     if parsed is None:
         raise KvplanError(f"{what} {brief(text)} is not a size: use a number with a unit, like 24GiB, 80GB or 512MiB")
-    size, _ = parsed
-    if size.denominator != 1:
+    size, unit = parsed
+    if size.denominator != 1 and BYTE_UNITS[unit.lower()] == 1:
         raise KvplanError(f"{what} {brief(text)} is not a whole number of bytes")
+    size = size.numerator // size.denominator
     if size < 0 or (size == 0 and not allow_zero):
         raise KvplanError(f"{what} must be more than 0 bytes, got {brief(text)}")
     if size > MAX_BYTES:
@@ -76,6 +79,11 @@ def format_bytes(n: int | float, decimal: bool = False) -> str:
             return f"{int(value):,} B" if unit == "B" else f"{value:,.2f} {unit}"
         value /= base
     raise AssertionError("unreachable")
+
+
+def format_figure(value: float) -> str:
+    """A time or a rate to three significant figures or more, whole from 100: 0.52, 5.50, 21.4, 886, 1,234."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
 
 
 def parse_gib(text: str, what: str) -> int:

@@ -22,6 +22,7 @@ os.environ["KVPLAN_DEBUG"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = ROOT / "model_specs"
+DATA = ROOT / "tests" / "data"  # third-party data the tests read, each file's source in its README.md
 SHARED_CONFIGS = ROOT.parent / "shared" / "hf_configs"
 
 GB = 10**9

@@ -33,12 +33,17 @@ def tensor_nbytes(shape: list[int], qtype: GGMLQuantizationType) -> int:
     return math.prod(shape) // block * size
 
 
+SPARSE_FROM = 16 * 2**20  # tensor data past this is left a hole unless `sparse` says otherwise
+
+
 def write_gguf(path: Path, arch: str, meta: dict, tensors: list[tuple[str, list[int], GGMLQuantizationType]],
-               sparse: bool = False) -> Path:
+               sparse: bool | None = None) -> Path:
     """A GGUF file by gguf-py's GGUFWriter. Keys starting with "." get the architecture's prefix; ints are
     written u32 (as llama.cpp reads its counts), floats f32, lists of ints i32 arrays (as gguf-py writes them),
     lists of bools bool arrays. `sparse`: the tensor data is left a hole (the file truncated to its full size),
-    for a model of several GB."""
+    for a model of several GB; by default where it passes SPARSE_FROM bytes."""
+    if sparse is None:
+        sparse = sum(tensor_nbytes(shape, q) for _, shape, q in tensors) > SPARSE_FROM
     writer = GGUFWriter(str(path), arch)
     for key, value in meta.items():
         key = arch + key if key.startswith(".") else key
@@ -150,3 +155,46 @@ def raw_tensor(name: str, dims: list[int], ggml_type: int, offset: int = 0) -> b
 
 
 ARCH_LLAMA = raw_kv("general.architecture", 8, raw_string("llama"))
+
+
+SCALAR_FORMATS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+
+def raw_value(kind: int, value, sub: int | None = None) -> bytes:
+    """A metadata value of GGUF type `kind` (an array of `sub` items for 9); integers are wrapped to the type's
+    width, as a writer in another language would store them."""
+    if kind == 8:
+        return struct.pack("<I", 8) + raw_string(value)
+    if kind == 9:
+        items = b"".join(raw_value(sub, item)[4:] for item in value)
+        return struct.pack("<IIQ", 9, sub, len(value)) + items
+    fmt = SCALAR_FORMATS[kind]
+    if fmt == "?":
+        value = bool(value)
+    elif fmt in "fd":
+        value = float(value)
+        value = math.copysign(math.inf, value) if fmt == "f" and abs(value) > 3.4e38 else value
+    else:
+        bits = 8 * struct.calcsize(fmt)
+        value = int(value) % 2**bits
+        if fmt.islower() and value >= 2 ** (bits - 1):
+            value -= 2**bits
+    return struct.pack("<I" + fmt, kind, value)
+
+
+def raw_gguf(metadata: dict[str, tuple], tensors: list[tuple[str, list[int], int]],
+             align: int = 32) -> tuple[bytes, int]:
+    """A GGUF header by hand: metadata {key: (kind, value[, sub])}, tensors (name, dims, ggml type) laid out one
+    after the other, each padded to `align`. Returns the header (padded) and the bytes of tensor data it
+    declares, for the caller to append or leave a hole."""
+    from kvplan.dtypes import GGML_TYPES
+
+    kv = b"".join(raw_string(key) + raw_value(*value) for key, value in metadata.items())
+    infos, offset = b"", 0
+    for name, dims, ggml_type in tensors:
+        infos += raw_tensor(name, dims, ggml_type, offset % 2**64)
+        dtype = GGML_TYPES.get(ggml_type)
+        size = dtype.bytes_for(math.prod(dims)) if dtype and dims and dims[0] % dtype.block_elements == 0 else 0
+        offset += -(-size // align) * align
+    head = raw_header(len(tensors), len(metadata)) + kv + infos
+    return head + bytes(-len(head) % align), offset

@@ -202,8 +202,8 @@ def test_cli_dp8_ep8_json_and_text(monkeypatch, capsys):
     assert code == 0, err
     flat = " ".join(text.split())
     for fragment in ("DP 8 x TP 1, PP 1, EP 8", "routed experts (over 8 GPUs, EP 8) 76.12 GiB",
-                     "attention, dense, embeddings 17.77 GiB", "max users of one DP rank 14",
-                     "(14 x 8 DP ranks) 112", "Each of the 8 DP ranks would log"):
+                     "attention, dense, embeddings 17.77 GiB", "max users of one DP rank (x 8) 14",
+                     "max users at 32,768 tokens 112", "Each of the 8 DP ranks would log"):
         assert fragment in flat, fragment
     code, out, err = run_main(monkeypatch, capsys, *args[:-4], "--dp", "8", "--enable-expert-parallel", "--json")
     assert code == 0 and json.loads(out)["max_concurrent_users"] == 112

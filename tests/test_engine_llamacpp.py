@@ -129,6 +129,45 @@ def test_block_must_divide_the_head_size():
     assert kv_bytes("microsoft/phi-2", 4096, cache_type_k="q8_0", flash_attn="off") == 32 * 4096 * (80 * 34 + 5120)
 
 
+def test_k_rows_of_partial_blocks_are_refused_without_flash_attention(tmp_path):
+    """-fa off checks no head size, but llama_kv_cache makes each layer's K tensor [KV heads x head size, cells]
+    and a view of it per stream; a row that is not whole blocks of the K type gets a stride of whole blocks, the
+    view overruns the tensor and ggml aborts (GGML_ASSERT in ggml_new_tensor_impl, ggml/src/ggml.c). One KV head
+    of 80 with q8_0 (32 a block): refused. Eight KV heads of 80 (640, 20 blocks) are made, as with Phi-2 above
+    (llama.cpp made that context: docs/accuracy.md), 20 x 34 B of K a layer and token."""
+    from ggufkit import Q, write_gguf
+
+    meta = {".block_count": 2, ".context_length": 4096, ".embedding_length": 640, ".attention.head_count": 8,
+            ".feed_forward_length": 1024}
+    embd = [("token_embd.weight", [640, 512], Q.Q8_0)]
+    mqa = load_model(str(write_gguf(tmp_path / "mqa.gguf", "llama", {**meta, ".attention.head_count_kv": 1}, embd)))
+    with pytest.raises(KvplanError, match=r"K cache type q8_0 with block size 32 does not divide the K row of "
+                                          r"layer 0 \(1 KV heads x 80 = 80\)"):
+        plan(mqa, 4096, cache_type_k="q8_0", flash_attn="off")
+    gqa = load_model(str(write_gguf(tmp_path / "gqa.gguf", "llama", {**meta, ".attention.head_count_kv": 8}, embd)))
+    assert kv_bytes(gqa, 4096, cache_type_k="q8_0", flash_attn="off") == 2 * 4096 * (20 * 34 + 640 * 2)
+
+
+def test_apple_gpus_are_planned_as_metal_runs_llama_cpp(monkeypatch, capsys):
+    """On Apple silicon llama.cpp runs on Metal: no CUDA context in the overhead (the Metal backend keeps nothing
+    beside its buffers), and --flash-attn auto resolved by Metal's kernels (ggml-metal-device.m, supports_op for
+    FLASH_ATTN_EXT): K and V of one cache type, so K q8_0 with V f16 turns it off there, where CUDA's kernels keep
+    it on (the head size, 128, is all they check); the assumptions say which backend resolved it."""
+    args = ["estimate", "-m", "meta-llama/Llama-3-8B", "--ctx", "8k", "--engine", "llama.cpp", "--json",
+            "--cache-type-k", "q8_0", "--cache-type-v", "f16"]
+    code, out, err = run_main(monkeypatch, capsys, *args, "--gpu", "m4-max-64gb")
+    metal = json.loads(out)
+    assert code == 0, err
+    assert not any(metal["overhead"].values())
+    assert any("resolved as Metal does" in line for line in metal["engine_assumptions"])
+    assert any("flash attention off (auto)" in note for note in metal["notes"])
+    code, out, err = run_main(monkeypatch, capsys, *args, "--gpu", "h100")
+    cuda = json.loads(out)
+    assert cuda["overhead"]["cuda_context"] == 2**29
+    assert any("resolved as CUDA does" in line for line in cuda["engine_assumptions"])
+    assert any("flash attention on (auto)" in note for note in cuda["notes"])
+
+
 def test_at_most_256_sequences_per_server():
     """src/llama-cparams.h: LLAMA_MAX_SEQ 256; llama_context: "n_seq_max must be <= 256". A 1B model with 500 GiB
     for its cache could hold thousands of 1k-token sequences: one server holds 256, two replicas 512."""
@@ -438,6 +477,28 @@ def test_lora_files_llama_cpp_refuses(tmp_path, monkeypatch, capsys, meta, tenso
     path = write_gguf(tmp_path / "bad.gguf", "llama", meta, listed)
     refused(monkeypatch, capsys, ["estimate", "-m", LLAMA31_8B, "--ctx", "8k", "--gpu", "h100",
                                                 "--engine", "llama.cpp", "--lora", str(path)], fragments)
+
+
+@pytest.mark.parametrize(("a_dims", "b_dims", "fragments"), [
+    ([64, 8], [], ["lora_a tensor is not transposed", "B []"]),  # B of no dimensions: ggml's ne [1, 1, 1, 1]
+    ([64, 8], [4, 64], ["lora_a tensor is not transposed", "A is [64, 8], B [4, 64]"]),
+    ([64, 0], [0, 64], ["has rank 0"]),
+])
+def test_lora_pairs_of_no_rank_are_one_line(tmp_path, monkeypatch, capsys, a_dims, b_dims, fragments):
+    """A pair whose A and B do not meet (llama.cpp: A's ne[1] must be B's ne[0], a dimension left out being 1),
+    or meet at rank 0, in a file written byte by byte (gguf-py writes no tensor of no dimensions)."""
+    from ggufkit import raw_header, raw_kv, raw_string, raw_tensor
+
+    meta = [raw_kv(key, 8, raw_string(value)) for key, value in (("general.architecture", "llama"),
+                                                                 ("general.type", "adapter"), ("adapter.type", "lora"))]
+    a_bytes = 2 * a_dims[0] * a_dims[1]
+    head = raw_header(2, len(meta)) + b"".join(meta) + raw_tensor("blk.0.attn_q.weight.lora_a", a_dims, 1) \
+        + raw_tensor("blk.0.attn_q.weight.lora_b", b_dims, 1, -(-a_bytes // 32) * 32)
+    b_bytes = 2 * (b_dims[0] * b_dims[1] if b_dims else 1)
+    path = tmp_path / "lora.gguf"
+    path.write_bytes(head + bytes(-len(head) % 32) + bytes(-(-a_bytes // 32) * 32 + b_bytes))
+    refused(monkeypatch, capsys, ["estimate", "-m", LLAMA31_8B, "--ctx", "8k", "--gpu", "h100",
+                                  "--engine", "llama.cpp", "--lora", str(path)], fragments)
 
 
 def test_lora_of_another_architecture_is_refused_for_a_gguf_model(tmp_path, monkeypatch, capsys):

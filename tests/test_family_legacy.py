@@ -369,7 +369,7 @@ def test_xlnet_without_memories_keeps_nothing():
     spec = read({**XLNET_BASE, "use_mems_eval": False})
     assert {c.kind for c in spec.caches} == {"none"}
     assert estimate(spec, ctx=4096).kv_bytes_per_sequence == 0
-    with pytest.raises(KvplanError, match="need no KV memory of their own"):
+    with pytest.raises(KvplanError, match="keeps no per-sequence cache"):
         capacity(spec, Workload(ctx=4096), engine_name="transformers", kv_budget=BUDGET)
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SPECS, assert_one_line_error, load, run_main
+from conftest import SPECS, assert_one_line_error, load, run_cli, run_main
 from gguf import GGML_QUANT_SIZES, GGUFReader
 from ggufkit import (
     ARCH_LLAMA,
@@ -166,12 +166,16 @@ def layout(spec) -> list[tuple]:
             out.append((c.layer, c.kind, c.latent_dim, c.rope_dim))
         elif c.kind == "recurrent":
             out.append((c.layer, c.kind, c.conv_elements, c.ssm_elements))
+        elif c.kind == "shared":
+            out.append((c.layer, c.kind, c.source))
         else:
             out.append((c.layer, c.kind))
     return out
 
 
-def embd(n_embd: int, vocab: int = 256):
+def embd(n_embd: int, vocab: int = 32_768):
+    """The token embeddings alone: enough weights (n_embd x 32,768) for the widths and states of the models the
+    tests read from their headers, which kvplan bounds by the values a file's tensors hold."""
     return [("token_embd.weight", [n_embd, vocab], Q.Q8_0)]
 
 
@@ -259,6 +263,227 @@ def test_sliding_window_patterns_as_llama_cpp_sets_them(tmp_path, arch, keys, ki
     spec = load_model(str(write_gguf(tmp_path / "swa.gguf", arch, meta, embd(256))))
     assert "".join("S" if c.kind == "sliding" else "F" for c in spec.caches) == kinds
     assert all(c.window == 512 for c in spec.caches if c.kind == "sliding")
+
+
+def ffn_tensors(cfg: dict, layers: list[tuple[int, int, int]], gated: bool = True, tied: bool = False) -> list:
+    """token_embd (and output, unless tied) and each layer's feed-forward tensors as llama.cpp names and shapes
+    them (ggml order), per layer (dense n_ff, shared-expert n_ff, routed experts): ffn_gate/up [n_embd, n_ff] and
+    ffn_down [n_ff, n_embd]; ffn_*_shexp alike; ffn_gate_inp [n_embd, n_expert] and ffn_*_exps [.., n_expert] of
+    expert_feed_forward_length. The forward widths are read from these."""
+    h, vocab = cfg["hidden_size"], cfg["vocab_size"]
+    experts, expert_ff = cfg.get("experts", 0), cfg.get("expert_ff", 0)
+    out = [("token_embd.weight", [h, vocab], Q.Q8_0)] + ([] if tied else [("output.weight", [h, vocab], Q.Q8_0)])
+    for i, (dense, shared, routed) in enumerate(layers):
+        for suffix, ff in (("", dense), ("_shexp", shared)):
+            if ff:
+                out += [(f"blk.{i}.ffn_up{suffix}.weight", [h, ff], Q.Q8_0),
+                        (f"blk.{i}.ffn_down{suffix}.weight", [ff, h], Q.Q8_0)]
+                out += [(f"blk.{i}.ffn_gate{suffix}.weight", [h, ff], Q.Q8_0)] if gated else []
+        if routed:
+            out += [(f"blk.{i}.ffn_gate_inp.weight", [h, experts], Q.F32),
+                    (f"blk.{i}.ffn_up_exps.weight", [h, expert_ff, experts], Q.Q8_0),
+                    (f"blk.{i}.ffn_down_exps.weight", [expert_ff, h, experts], Q.Q8_0)]
+            out += [(f"blk.{i}.ffn_gate_exps.weight", [h, expert_ff, experts], Q.Q8_0)] if gated else []
+    return out
+
+
+def gguf_twin(tmp_path, name: str):
+    """A model's GGUF, written with its config.json's numbers as llama.cpp's converter writes them (the keys:
+    conversion/*.py `set_gguf_parameters`) and its loader wants the tensors (their shapes)."""
+    if name.startswith("meta-llama"):
+        return write_gguf(tmp_path / "l.gguf", "llama", LLAMA3_8B, llama3_8b_q4_k_m(), sparse=True)
+    cfg = from_config(name)
+    arch, meta, layers, tied = TWINS[name.split("__")[1].removesuffix(".json")](cfg)
+    tensors = ffn_tensors({"experts": meta.get(".expert_count", 0), **cfg}, layers, gated=arch != "nemotron_h",
+                          tied=tied)
+    return write_gguf(tmp_path / f"{arch}.gguf", arch, meta, tensors)
+
+
+def heads(cfg: dict) -> dict:
+    return {"attention__head_count_kv": cfg["num_key_value_heads"], "attention__key_length": cfg["head_dim"],
+            "attention__value_length": cfg["head_dim"]}
+
+
+def gemma3_twin(cfg):  # tied embeddings, a vocabulary of 262,208
+    cfg["vocab_size"] = 262_208
+    meta = config_meta(cfg, 131072, **heads(cfg), attention__sliding_window=cfg["sliding_window"])
+    return "gemma3", meta, [(cfg["intermediate_size"], 0, 0)] * cfg["num_hidden_layers"], True
+
+
+def qwen3moe_twin(cfg):  # every layer routed: 128 experts of 768, 8 a token
+    cfg["expert_ff"] = cfg["moe_intermediate_size"]
+    meta = config_meta(cfg, **heads(cfg), expert_count=128, expert_used_count=8)
+    return "qwen3moe", meta, [(0, 0, 1)] * cfg["num_hidden_layers"], False
+
+
+def gpt_oss_twin(cfg):  # 32 experts of 2,880, 4 a token, a window of 128 on every other layer
+    cfg["expert_ff"] = cfg["intermediate_size"]
+    meta = config_meta(cfg, **heads(cfg), attention__sliding_window=cfg["sliding_window"], expert_count=32,
+                       expert_used_count=4)
+    return "gpt-oss", meta, [(0, 0, 1)] * cfg["num_hidden_layers"], False
+
+
+def jamba_twin(cfg):  # experts on odd layers (16 of 14,336, 2 a token); Mamba but on layers 4 of 8
+    n, cfg["expert_ff"] = cfg["num_hidden_layers"], cfg["intermediate_size"]
+    kv = [cfg["num_key_value_heads"] if i % 8 == 4 else 0 for i in range(n)]
+    meta = config_meta(cfg, attention__head_count_kv=kv, ssm__conv_kernel=4, ssm__inner_size=2 * cfg["hidden_size"],
+                       ssm__state_size=16, ssm__time_step_rank=256, expert_count=16, expert_used_count=2)
+    return "jamba", meta, [(0, 0, 1) if i % 2 else (cfg["intermediate_size"], 0, 0) for i in range(n)], False
+
+
+def mla_keys(cfg: dict) -> dict:
+    """DeepseekV2Model / KimiLinearModel: MLA as MQA of one KV head of kv_lora_rank + rope, with the MLA head
+    sizes."""
+    rank, rope = cfg["kv_lora_rank"], cfg["qk_rope_head_dim"]
+    return {"attention__kv_lora_rank": rank, "attention__key_length": rank + rope,
+            "attention__key_length_mla": cfg["qk_nope_head_dim"] + rope,
+            "attention__value_length_mla": cfg["v_head_dim"], "rope__dimension_count": rope}
+
+
+def deepseek3_twin(cfg):  # 3 dense layers of 18,432, then a shared expert and 256 routed of 2,048, 8 a token
+    n, cfg["expert_ff"], ff = cfg["num_hidden_layers"], cfg["moe_intermediate_size"], cfg["moe_intermediate_size"]
+    meta = config_meta(cfg, **mla_keys(cfg), attention__head_count_kv=1, attention__value_length=cfg["kv_lora_rank"],
+                       expert_count=256, expert_used_count=8)
+    return "deepseek2", meta, [(cfg["intermediate_size"], 0, 0)] * 3 + [(0, ff, 1)] * (n - 3), False
+
+
+def gemma3n_twin(cfg):  # Gemma3NModel: a per-layer MLP width, the layer types as flags, shared_kv_layers
+    meta = config_meta(cfg, **heads(cfg), attention__sliding_window=cfg["sliding_window"],
+                       attention__sliding_window_pattern=[t == "sliding_attention" for t in cfg["layer_types"]],
+                       attention__shared_kv_layers=cfg["num_kv_shared_layers"],
+                       feed_forward_length=cfg["intermediate_size"])
+    return "gemma3n", meta, [(ff, 0, 0) for ff in cfg["intermediate_size"]], False
+
+
+def gemma4_twin(cfg):
+    """Gemma4Model: key_length the full layers' head (global_head_dim), key_length_swa the sliding ones'; KV heads
+    per layer where the full layers have their own count; MLPs twice as wide on KV-shared layers with
+    use_double_wide_mlp."""
+    n, shared, swa = cfg["num_hidden_layers"], cfg["num_kv_shared_layers"], cfg["layer_types"]
+    ff = [cfg["intermediate_size"] * (2 if cfg["use_double_wide_mlp"] and i >= n - shared else 1) for i in range(n)]
+    kv = [cfg["num_key_value_heads"] if t == "sliding_attention" else cfg["num_global_key_value_heads"]
+          or cfg["num_key_value_heads"] for t in swa]
+    meta = config_meta(cfg, attention__head_count_kv=kv, attention__key_length=cfg["global_head_dim"],
+                       attention__value_length=cfg["global_head_dim"], attention__key_length_swa=cfg["head_dim"],
+                       attention__value_length_swa=cfg["head_dim"], attention__sliding_window=cfg["sliding_window"],
+                       attention__sliding_window_pattern=[t == "sliding_attention" for t in swa],
+                       attention__shared_kv_layers=shared, feed_forward_length=ff,
+                       embedding_length_per_layer_input=cfg["hidden_size_per_layer_input"] or 0)
+    return "gemma4", meta, [(f, 0, 0) for f in ff], True
+
+
+def kimi_linear_twin(cfg):
+    """KimiLinearModel: KV heads 1 on the full_attn_layers (1-based) and 0 on the KDA layers, the MLA keys,
+    ssm.conv_kernel and kda.head_dim; one dense layer of 9,216, then a shared expert and 256 of 1,024."""
+    n, linear = cfg["num_hidden_layers"], cfg["linear_attn_config"]
+    kv = [1 if i + 1 in linear["full_attn_layers"] else 0 for i in range(n)]
+    cfg["expert_ff"] = ff = cfg["moe_intermediate_size"]
+    meta = config_meta(cfg, cfg["model_max_length"], **mla_keys(cfg), attention__head_count_kv=kv, ssm__conv_kernel=4,
+                       kda__head_dim=linear["head_dim"], expert_count=256, expert_used_count=8,
+                       expert_shared_count=1, leading_dense_block_count=1)
+    return "kimi-linear", meta, [(cfg["intermediate_size"], 0, 0)] + [(0, ff, 1)] * (n - 1), False
+
+
+def minimax01_twin(cfg):  # MiniMaxText01Model: TextModel's keys alone; 32 experts of 9,216, 2 a token
+    cfg["expert_ff"] = cfg["intermediate_size"]
+    meta = config_meta(cfg, **heads(cfg), expert_count=32, expert_used_count=2, rope__dimension_count=64)
+    return "minimax-01", meta, [(0, 0, 1)] * cfg["num_hidden_layers"], False
+
+
+def nemotron_h_twin(cfg):  # NemotronHModel: KV heads on '*' layers, the MLP width on '-' layers (ReLU squared)
+    pattern, ff = cfg["hybrid_override_pattern"], cfg["intermediate_size"]
+    meta = config_meta(cfg, attention__head_count_kv=[8 if p == "*" else 0 for p in pattern],
+                       feed_forward_length=[ff if p == "-" else 0 for p in pattern], attention__key_length=128,
+                       attention__value_length=128, ssm__conv_kernel=4,
+                       ssm__inner_size=cfg["mamba_num_heads"] * cfg["mamba_head_dim"], ssm__state_size=256,
+                       ssm__group_count=8, ssm__time_step_rank=256)
+    return "nemotron_h", meta, [(ff if p == "-" else 0, 0, 0) for p in pattern], False
+
+
+TWINS = {"Nemotron-H-56B-Base-8K": nemotron_h_twin,
+         "gemma-3-27b-it": gemma3_twin, "Qwen3-30B-A3B": qwen3moe_twin, "gpt-oss-20b": gpt_oss_twin,
+         "Jamba-v0.1": jamba_twin, "DeepSeek-V3": deepseek3_twin, "gemma-3n-E2B": gemma3n_twin,
+         "gemma-4-E2B-it": gemma4_twin, "gemma-4-31B-it": gemma4_twin,
+         "Kimi-Linear-48B-A3B-Instruct": kimi_linear_twin, "MiniMax-M1-80k": minimax01_twin}
+NEW_FAMILIES = ["google__gemma-3n-E2B.json", "google__gemma-4-E2B-it.json", "google__gemma-4-31B-it.json",
+                "moonshotai__Kimi-Linear-48B-A3B-Instruct.json", "MiniMaxAI__MiniMax-M1-80k.json"]
+
+
+@pytest.mark.parametrize("name", ["meta-llama__Meta-Llama-3-8B.json", "google__gemma-3-27b-it.json",
+                                  "Qwen__Qwen3-30B-A3B.json", "openai__gpt-oss-20b.json",
+                                  "ai21labs__Jamba-v0.1.json", "deepseek-ai__DeepSeek-V3.json",
+                                  "nvidia__Nemotron-H-56B-Base-8K.json", *NEW_FAMILIES])
+def test_a_gguf_and_its_config_give_the_same_compute_buffer(tmp_path, name):
+    """The forward widths come from the GGUF's tensors (n_embd, the dense and shared-expert ffn_down, the routed
+    ffn_down_exps, expert_used_count): llama.cpp's compute buffer for the GGUF is the one for the config.json, for
+    dense, sliding, MoE, hybrid and MLA models, at one and at four users, with and without flash attention
+    (Nemotron-H's ReLU-squared MLP blocks too, which its config.json gave no widths for before).
+    Llama-3-8B at 8,192 tokens: 116 MiB, llama.cpp's own figure for the same shape (docs/accuracy.md), where a
+    GGUF got a flat 0.5 GiB."""
+    from kvplan.capacity import Workload, capacity
+    from kvplan.engines import EngineOptions
+
+    gguf_spec, config_spec = load_model(str(gguf_twin(tmp_path, name))), load(name)
+    assert gguf_spec.widths == config_spec.widths
+    for users, ctx, flash_attn in ((1, 8192, "auto"), (4, 4096, "off"), (1, 32768, "on")):
+        buffers = [capacity(spec, Workload(ctx=ctx, users=users), engine_name="llama.cpp", kv_budget=1 << 40,
+                            options=EngineOptions(flash_attn=flash_attn)).engine_activation_bytes_for_users
+                   for spec in (gguf_spec, config_spec)]
+        assert buffers[0] == buffers[1], (users, ctx, flash_attn)
+    if name.startswith("meta-llama"):
+        cap = capacity(gguf_spec, Workload(ctx=8192), engine_name="llama.cpp", kv_budget=1 << 40)
+        assert round(cap.engine_activation_bytes_for_users / 2**20) == 116
+
+
+@pytest.mark.parametrize("name", NEW_FAMILIES)
+def test_gemma_4_gemma_3n_kimi_linear_minimax_01_cache_as_llama_cpp_allocates(tmp_path, name):
+    """GGUFs of Gemma 3n, Gemma 4, Kimi Linear and MiniMax-01, written with the keys llama.cpp's converter writes
+    (conversion/gemma.py, kimi_linear.py, minimax.py), read as llama.cpp's loader reads them (src/models/
+    gemma3n.cpp, gemma4.cpp, kimi-linear.cpp, minimax-01.cpp; `create_memory`), and planned: each layer's cache
+    is what kvplan reads from the model's config.json, which transformers confirms
+    (tests/test_every_architecture.py). Gemma 3n E2B: 20 layers with KV (sliding 512, 2 KV heads of 256), the last
+    10 reusing layers 18 and 19; Gemma 4 E2B: 15 with KV (sliding ones 1 KV head of 256, full ones of 512), 20
+    reusing 13 and 14; Gemma 4 31B: full layers 4 KV heads of 512, sliding ones 16 of 256; Kimi Linear: MLA
+    (512 + 64) on 7 layers, KDA elsewhere, 3 x (4 - 1) x 32 x 128 = 36,864 convolution and 128 x 128 x 32 =
+    524,288 state values; MiniMax-01: lightning attention but on every 8th layer, 128 x 128 x 64 = 1,048,576
+    values of state. Under llama.cpp's rules, 2 users of 8,192 tokens: the same cache bytes."""
+    from kvplan.capacity import Workload, capacity
+
+    spec, config_spec = load_model(str(gguf_twin(tmp_path, name))), load(name)
+    assert layout(spec) == layout(config_spec) and spec.architecture == config_spec.architecture
+    plans = [capacity(model, Workload(ctx=8192, users=2), engine_name="llama.cpp", kv_budget=1 << 40)
+             for model in (spec, config_spec)]
+    assert plans[0].engine_kv_bytes_for_users == plans[1].engine_kv_bytes_for_users > 0
+
+
+def test_gemma_3n_keeps_the_first_20_layers_kv_as_llama_cpp_does(tmp_path):
+    """llama.cpp sets n_layer_kv_from_start = 20 for every Gemma 3n (src/models/gemma3n.cpp), whatever
+    attention.shared_kv_layers says: a 30-layer file that says 5 still caches 20 layers, the last 10 reusing
+    layer 18 (sliding) or 19 (full); a 12-layer one caches all 12."""
+    cfg = from_config("google__gemma-3n-E2B.json")
+    _, meta, _, _ = gemma3n_twin(cfg)
+    spec = load_model(str(write_gguf(tmp_path / "a.gguf", "gemma3n", {**meta, ".attention.shared_kv_layers": 5},
+                                     embd(2048))))
+    assert [c.kind for c in spec.caches].count("shared") == 10
+    assert {c.source for c in spec.caches if c.kind == "shared"} == {18, 19}
+    assert any("whatever its attention.shared_kv_layers (5)" in note for note in spec.notes)
+    short = {**meta, ".block_count": 12, ".attention.sliding_window_pattern": [i % 5 < 4 for i in range(12)],
+             ".feed_forward_length": [8192] * 12}
+    spec = load_model(str(write_gguf(tmp_path / "b.gguf", "gemma3n", short, embd(2048))))
+    assert "shared" not in {c.kind for c in spec.caches} and len(spec.caches) == 12
+
+
+def test_gemma_4_needs_two_layers_of_its_own_kv(tmp_path, monkeypatch, capsys):
+    """`create_memory` asserts n_layer_kv_from_start >= 2 for Gemma 4 (GGML_ASSERT): a file whose
+    shared_kv_layers leaves fewer is refused in one line; its sliding_window_pattern is required (get_arr)."""
+    cfg = from_config("google__gemma-4-E2B-it.json")
+    _, meta, _, _ = gemma4_twin(cfg)
+    for keys, fragment in (({".attention.shared_kv_layers": 34}, "shared_kv_layers is 34 of 35 layers"),
+                           ({".attention.sliding_window_pattern": None}, "sliding_window_pattern is missing")):
+        bad = {k: v for k, v in {**meta, **keys}.items() if v is not None}
+        path = write_gguf(tmp_path / "bad.gguf", "gemma4", bad, embd(1536))
+        code, _, err = run_main(monkeypatch, capsys, "show", "--model", str(path))
+        assert_one_line_error(code, err, fragment)
 
 
 def test_deepseek_v3_caches_the_mla_latent(tmp_path):
@@ -436,6 +661,63 @@ def test_metadata_llama_cpp_would_refuse_is_one_line(tmp_path, monkeypatch, caps
     path = write_gguf(tmp_path / "bad.gguf", "llama", meta, embd(256))
     code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "1k")
     assert_one_line_error(code, err, fragment, "bad.gguf")
+
+
+SSM = {**TINY, ".attention.head_count": 0, ".ssm.conv_kernel": 4, ".ssm.inner_size": 512, ".ssm.state_size": 16,
+       ".ssm.time_step_rank": 16}
+LFM2 = {**TINY, ".attention.head_count_kv": [0, 2], ".shortconv.l_cache": 3}
+
+
+@pytest.mark.parametrize("arch, meta, fragment", [
+    # a short convolution of 0 taps: n_embd x (l_cache - 1) conv values, negative
+    ("lfm2", {**LFM2, ".shortconv.l_cache": 0}, "lfm2.shortconv.l_cache is 0"),
+    # Mamba widths of 0: a state of 0 bytes, which planned as "no user limit"
+    ("mamba", {**SSM, ".ssm.inner_size": 0}, "mamba.ssm.inner_size is 0"),
+    ("mamba", {**SSM, ".ssm.conv_kernel": 0, ".ssm.inner_size": 0, ".ssm.state_size": 0}, "ssm.conv_kernel is 0"),
+    ("mamba2", {**SSM, ".ssm.group_count": 0}, "mamba2.ssm.group_count is 0"),
+    # SSM widths of 2^32 - 1: 2^64 values of state per layer, 6.3e29 B a sequence
+    ("mamba", {**SSM, ".ssm.conv_kernel": 2**32 - 1, ".ssm.inner_size": 2**32 - 1, ".ssm.state_size": 2**32 - 1,
+               ".ssm.time_step_rank": 2**32 - 1}, "recurrent state is 36,893,488,125,944,266,755 values"),
+    ("mamba", {**SSM, ".ssm.state_size": 2**20}, "more than the 8,388,608 weights"),
+    ("llama", {**TINY, ".embedding_length": 2**32 - 1}, "embedding_length is 4,294,967,295 values"),
+    ("llama", {**TINY, ".attention.key_length": 2**31}, "K and V row"),
+    ("llama", {**TINY, ".feed_forward_length": 2**31}, "feed_forward_length is 2,147,483,648"),
+    # every layer a NextN layer: llama.cpp caches them all (no trunk to filter them from), for an MTP draft
+    ("glm4moe", {**TINY, ".nextn_predict_layers": 2}, "every layer: the file is a NextN/MTP draft head"),
+])
+def test_header_sizes_no_file_holds_are_one_line(tmp_path, monkeypatch, capsys, arch, meta, fragment):
+    """Widths a GGUF header gives that no model has: each refused in one line, not planned (a negative or zero
+    state, 10^29 bytes of it), the widths and states bounded by the weights the file's tensors hold (here the
+    token embeddings of 256 x 32,768)."""
+    path = write_gguf(tmp_path / "bad.gguf", arch, meta, embd(256))
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", str(path), "--ctx", "1k", "--gpu", "h100",
+                            "--engine", "llama.cpp")
+    assert_one_line_error(code, err, fragment, "bad.gguf")
+
+
+def test_sizes_a_file_holds_plan_as_before(tmp_path):
+    """The bounds leave real shapes be: the same small Mamba, LFM2 and NextN model plan (a state of (4 - 1) x 512
+    conv and 16 x 512 SSM values; LFM2 256 x (3 - 1) conv values; one NextN layer of two uncached)."""
+    spec = load_model(str(write_gguf(tmp_path / "m.gguf", "mamba", SSM, embd(256))))
+    assert (spec.caches[0].conv_elements, spec.caches[0].ssm_elements) == (3 * 512, 16 * 512)
+    spec = load_model(str(write_gguf(tmp_path / "l.gguf", "lfm2", LFM2, embd(256))))
+    assert [c.kind for c in spec.caches] == ["recurrent", "full"] and spec.caches[0].conv_elements == 512
+    spec = load_model(str(write_gguf(tmp_path / "n.gguf", "glm4moe", {**TINY, ".nextn_predict_layers": 1},
+                                     embd(256))))
+    assert [c.kind for c in spec.caches] == ["full", "none"]
+
+
+def test_a_fifo_named_gguf_is_refused_not_read(tmp_path):
+    """A named pipe as --model, --lora or --draft-model: opening it to read blocks until a writer comes, so it is
+    checked first (as config.json and YAML files are) and refused in one line, in a fresh interpreter under a
+    time limit (a hang fails the test)."""
+    model = write_gguf(tmp_path / "tiny.gguf", "llama", TINY, tiny_tensors())
+    fifo = tmp_path / "pipe.gguf"
+    os.mkfifo(fifo)
+    for flags in (["--model", str(fifo)], ["--model", str(model), "--lora", str(fifo)],
+                  ["--model", str(model), "--draft-model", str(fifo)]):
+        result = run_cli("estimate", *flags, "--ctx", "1k", "--engine", "llama.cpp", "--gpu", "h100", timeout=30)
+        assert_one_line_error(result.returncode, result.stderr, "pipe.gguf: not a regular file")
 
 
 def test_a_vocabulary_only_file_is_refused(tmp_path, monkeypatch, capsys):

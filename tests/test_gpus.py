@@ -22,6 +22,9 @@ from kvplan.errors import KvplanError
     ("rtx-4090", 24_564),
     ("rtx-3090", 24_576),
     ("rtx-5090", 32_607),
+    ("b300", 275_040),  # NVIDIA B300 SXM6 AC, 275040 MiB
+    ("gb200", 189_471),  # NVIDIA GB200, 189471 MiB
+    ("gb300", 284_208),  # NVIDIA GB300, 284208 MiB
 ])
 def test_memory_as_the_driver_reports_it(name, mib):
     assert gpus.find(name).memory_bytes == mib * MiB
@@ -102,6 +105,7 @@ def test_every_entry_has_a_source_and_bandwidth():
 @pytest.mark.parametrize(("name", "capability"), [
     # NVIDIA's table of CUDA compute capabilities (developer.nvidia.com/cuda-gpus)
     ("h100", (9, 0)), ("h100-pcie", (9, 0)), ("h200", (9, 0)), ("h20", (9, 0)), ("b200", (10, 0)),
+    ("gb200", (10, 0)), ("b300", (10, 3)), ("gb300", (10, 3)),
     ("rtx-5090", (12, 0)), ("a100-80gb", (8, 0)), ("a10g", (8, 6)), ("l40s", (8, 9)), ("rtx-4090", (8, 9)),
     ("v100", (7, 0)), ("t4", (7, 5)), ("mi300x", None), ("m3-ultra", None), ("tpu", None),
 ])
@@ -135,3 +139,47 @@ def test_unknown_gpu_names_the_closest():
 
 def test_catalogue_ships_inside_the_package():
     assert gpus.CATALOGUE.parent.parent.name == "kvplan"
+
+
+# Dense tensor throughput per GPU, TFLOP/s (BF16, FP8, FP4), from NVIDIA's datasheets: most state it with 2:4
+# sparsity, which doubles the dense figure; the system datasheets state it for the whole board or rack.
+DENSE = {
+    "h100": (1979 / 2, 3958 / 2, None),  # H100 SXM5: 1,979 and 3,958 with sparsity
+    "h200": (1979 / 2, 3958 / 2, None),
+    "h100-pcie": (1513 / 2, 3026 / 2, None),
+    "b200": (36_000 / 2 / 8, 72_000 / 2 / 8, 72_000 / 8),  # HGX B200: 36 PF BF16, 72 PF FP8 sparse; 72 PF FP4 dense
+    "b300": (36_000 / 2 / 8, 72_000 / 2 / 8, 108_000 / 8),  # HGX B300: 108 PF FP4 dense
+    "gb200": (5000 / 2, 10_000 / 2, 20_000 / 2),  # GB200 NVL72, a GPU: 5, 10, 20 PF with sparsity
+    "gb300": (180_000 / 72, 360_000 / 72, 1_080_000 / 72),  # GB300 NVL72: 180, 360, 1,080 PF dense for 72 GPUs
+}
+
+
+@pytest.mark.parametrize(("name", "figures"), sorted(DENSE.items()))
+def test_dense_tensor_throughput_by_dtype(name, figures):
+    gpu = gpus.find(name)
+    for given, published in zip((gpu.bf16_tflops, gpu.fp8_tflops, gpu.fp4_tflops), figures, strict=True):
+        assert given == (published and pytest.approx(published, rel=1e-3))  # 1,979 is 1,978.9 rounded
+
+
+def test_nvlink_per_gpu_and_domain():
+    # NVLink 4 (Hopper): 900 GB/s a GPU, 8 on an HGX board; NVLink 5 (Blackwell): 1.8 TB/s, 8 on HGX, 72 in NVL72
+    assert [(gpus.find(n).nvlink_gbs, gpus.find(n).nvlink_gpus) for n in ("h100", "h200", "b200", "b300", "gb200",
+                                                                            "gb300")] == [
+        (900, 8), (900, 8), (1800, 8), (1800, 8), (1800, 72), (1800, 72)]
+    assert gpus.find("l40s").nvlink_gbs is None and gpus.find("h100-pcie").nvlink_gpus == 2
+
+
+def test_every_hopper_and_blackwell_part_has_its_low_precision_rates():
+    """FP8 tensor cores from Hopper (9.0) on, FP4 from Blackwell (10.x); each rate above the wider one's."""
+    for gpu in gpus.catalogue():
+        major = gpus.compute_capability(gpu.name)
+        if major and major[0] in (9, 10):
+            assert gpu.fp8_tflops and gpu.fp8_tflops > gpu.bf16_tflops, gpu.name
+            assert (gpu.fp4_tflops is not None) == (major[0] == 10), gpu.name
+            assert gpu.fp4_tflops is None or gpu.fp4_tflops > gpu.fp8_tflops, gpu.name
+
+
+def test_grace_blackwell_entries_are_one_gpu_of_a_superchip():
+    for name in ("gb200", "gb300"):
+        gpu = gpus.find(name)
+        assert "per GPU, not per superchip" in gpu.source and gpu.memory_bytes < 300 * GiB

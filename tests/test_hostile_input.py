@@ -211,6 +211,36 @@ def test_out_never_overwrites_an_input_named_another_way(monkeypatch, capsys, tm
     assert code == 0 and err.strip() == "kvplan: wrote ckpt/table.md"
 
 
+def test_out_never_overwrites_another_part_of_a_split_gguf(monkeypatch, capsys, tmp_path):
+    """Naming one part of a split GGUF reads all of them (tests/test_gguf.py): each is an input, not only the one
+    named."""
+    from test_gguf import write_split
+
+    parts = write_split(tmp_path)
+    before = [part.read_bytes() for part in parts]
+    for named, out in ((parts[0], parts[2]), (parts[1], parts[0]), (parts[2], parts[1])):
+        code, _, err = table_to(monkeypatch, capsys, str(out), "-f", "csv", models=str(named))
+        assert_one_line_error(code, err, "one of this command's inputs")
+    assert [part.read_bytes() for part in parts] == before
+
+
+def test_out_takes_any_name_the_file_system_does(monkeypatch, capsys, tmp_path):
+    """A file name may have 255 bytes; the temporary file written beside it had 14 more, so a name of 242 to 255
+    bytes could not be written at all."""
+    target = tmp_path / ("t" * 252 + ".md")
+    code, _, err = table_to(monkeypatch, capsys, str(target))
+    assert code == 0, err
+    assert "| model" in target.read_text() and os.listdir(tmp_path) == [target.name]
+
+
+@pytest.mark.parametrize("name", ["t" * 253 + ".md", "d/" * 2100 + "t.md"], ids=["256-byte name", "4200-byte path"])
+def test_out_past_the_file_systems_limits_is_one_line(monkeypatch, capsys, tmp_path, name):
+    """Past 255 bytes a name, or PATH_MAX a path, every look at the file failed (ENAMETOOLONG, exit 70)."""
+    code, _, err = table_to(monkeypatch, capsys, str(tmp_path / name))
+    assert_one_line_error(code, err, "cannot write", "too long")
+    assert os.listdir(tmp_path) == []
+
+
 def test_out_does_not_follow_a_symlink_without_force(monkeypatch, capsys, tmp_path):
     precious = tmp_path / "precious.txt"
     precious.write_text("keep me", encoding="utf-8")
@@ -301,6 +331,59 @@ def test_misleading_messages_name_what_was_given(monkeypatch, capsys):
     code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", "--engine",
                             "sglang", "--vram", "512KiB")
     assert_one_line_error(code, err, "SGLang's default --mem-fraction-static", "set the fraction yourself")
+
+
+def test_kv_budget_prints_no_memory_fraction(monkeypatch, capsys):
+    """--kv-budget is the KV memory itself: no gpu_memory_utilization applies, and the report said one did."""
+    for extra in ((), ("--engine", "sglang"), ("--engine", "llama.cpp")):
+        code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k",
+                                  "--kv-budget", "20GiB", *extra)
+        assert code == 0, err
+        assert "gpu_memory_utilization" not in out and "mem_fraction" not in out
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", "--gpu", "h100")
+    assert code == 0 and "note: gpu_memory_utilization 0.92" in out  # where it does apply, it is said
+
+
+@pytest.mark.parametrize("value", ["image=0,image=5", '{"image": 0, "image": 5}', "image=5, image=0"])
+def test_a_modality_given_twice_is_refused(monkeypatch, capsys, value):
+    """The second count silently replaced the first (a dict keeps the last); vLLM's JSON form is read by Python's
+    json, which does the same."""
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "google/gemma-3-27b-it", "--ctx", "8k",
+                            "--gpu", "h100", "--limit-mm-per-prompt", value)
+    assert_one_line_error(code, err, "'image' more than once")
+
+
+@pytest.mark.parametrize("value_of", ["--model", "--ctx", "--out"])
+def test_debug_is_never_an_options_value(monkeypatch, capsys, tmp_path, value_of):
+    """`--debug` was taken out of the arguments wherever it stood, so `--model --debug` left --model without its
+    value and turned debugging on; an option's value is now its value."""
+    monkeypatch.delenv("KVPLAN_DEBUG")
+    monkeypatch.chdir(tmp_path)
+    args = {"--model": ("estimate", "--model", "--debug", "--ctx", "8k"),
+            "--ctx": ("estimate", "--model", "llama-3-8b", "--ctx", "--debug"),
+            "--out": ("table", "--models", "llama-3-8b", "--ctx", "8k", "-f", "md", "--out", "--debug")}[value_of]
+    code, _, err = run_main(monkeypatch, capsys, *args)
+    if value_of == "--out":
+        assert code == 0 and err.strip() == "kvplan: wrote --debug" and (tmp_path / "--debug").is_file()
+    else:
+        assert_one_line_error(code, err, "'--debug'")
+
+
+def test_debug_is_still_a_flag_before_or_after_the_command(monkeypatch, capsys):
+    from kvplan import memory
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(memory, "estimate", broken)
+    monkeypatch.delenv("KVPLAN_DEBUG")
+    for args in (("--debug", "estimate", "--model", "llama-3-8b", "--ctx", "8k"),
+                 ("estimate", "--model", "llama-3-8b", "--debug", "--ctx", "8k"),
+                 ("estimate", "--json", "--debug", "--model", "llama-3-8b", "--ctx", "8k")):
+        with pytest.raises(RuntimeError):
+            run_main(monkeypatch, capsys, *args)
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k")
+    assert code == 70 and "bug in kvplan" in err
 
 
 # config file, decoder fields: top-k above the expert count. Mixtral (MoE.read), Nemotron-H's MoE blocks and Gemma 4's

@@ -158,6 +158,23 @@ def test_repo_without_safetensors_falls_back_with_a_note(env, hub, monkeypatch, 
     )
 
 
+def test_modelopt_hf_quant_config_is_fetched_beside_config_json(env, hub, monkeypatch, capsys):
+    """A TensorRT Model Optimizer checkpoint states its quantisation in hf_quant_config.json (the genuine one of
+    NVIDIA's FP4 DeepSeek-R1 is in tests/data/modelopt): kvplan fetches it with config.json, so the weights (no
+    safetensors here) are counted in NVFP4, and an FP8 KV cache is the default; offline, from the cache."""
+    sidecar = {"producer": {"name": "modelopt", "version": "0.23.0"},
+               "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8", "group_size": 16,
+                                "exclude_modules": ["lm_head"]}}
+    hub.add("org/tiny-nvfp4", {"config.json": CONFIG, "hf_quant_config.json": json.dumps(sidecar).encode()})
+    data = estimate_json(monkeypatch, capsys, "-m", "org/tiny-nvfp4")
+    # linear layers: 2 x (q 64x64 + k 32x64 + v 32x64 + o 64x64 + 3 x 128x64) = 73,728 in NVFP4, 9 bytes per 16;
+    # embedding and lm_head 2 x 16,384, norms 5 x 64 in bf16
+    assert (data["weights_dtype"], data["kv_dtype"]) == ("nvfp4", "fp8")
+    assert data["weights_bytes"] == 73_728 // 16 * 9 + (2 * 16_384 + 5 * 64) * 2
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert estimate_json(monkeypatch, capsys, "-m", "org/tiny-nvfp4")["weights_dtype"] == "nvfp4"
+
+
 def test_revision_branch_and_commit(env, hub, monkeypatch, capsys):
     main = hub.add("org/tiny", {"config.json": CONFIG})
     v2 = commit_of("v2")

@@ -116,6 +116,12 @@ LATER_KV_PER_TOKEN_BF16 = {
     "state-spaces__mamba2-2.7b.json": 0,
     # DeepSeek-V2: MLA, 60 layers, one latent row of kv_lora_rank 512 + qk_rope_head_dim 64
     "deepseek-ai__DeepSeek-V2.json": 60 * (512 + 64) * BF16,  # 69,120
+    # MiniMax-M2.5: M2.7's 62 layers of 8 KV heads x head_dim 128
+    "MiniMaxAI__MiniMax-M2.5.json": 2 * 62 * 8 * 128 * BF16,  # 253,952
+    # Qwen3-235B-A22B-FP8: Qwen3-235B-A22B's 94 layers, 4 KV heads x head_dim 128 (fp8 weights, bf16 cache)
+    "Qwen__Qwen3-235B-A22B-FP8.json": 2 * 94 * 4 * 128 * BF16,  # 192,512
+    # Qwen3.5-397B-A17B: full attention on every 4th of 60 layers (15), 2 KV heads x head_dim 256
+    "Qwen__Qwen3.5-397B-A17B.json": 2 * 15 * 2 * 256 * BF16,  # 30,720
 }
 
 
@@ -366,6 +372,9 @@ PUBLISHED_TOTAL = {
     "meta-llama__Llama-4-Maverick-17B-128E-Instruct.json": 400e9,
     "LiquidAI__LFM2-1.2B.json": 1.17e9,  # LFM2 model card: 1.17B
     "MiniMaxAI__MiniMax-M2.7.json": 230e9,  # MiniMax-M2 model cards: 230B total, 10B active
+    "MiniMaxAI__MiniMax-M2.5.json": 230e9,
+    "Qwen__Qwen3-235B-A22B-FP8.json": 235e9,  # model card: 235B in total, 22B activated
+    "Qwen__Qwen3.5-397B-A17B.json": 397e9,  # model card: 397B in total, 17B activated
 }
 
 
@@ -436,6 +445,23 @@ def test_qwen3_30b_a3b_active_parameters():
     params = load("Qwen__Qwen3-30B-A3B.json").params
     assert abs(params.active - 3.3e9) <= 0.02 * 3.3e9
     assert params.total > 9 * params.active
+
+
+@pytest.mark.parametrize(("filename", "active"), [
+    ("Qwen__Qwen3-235B-A22B-FP8.json", 22),  # model card: 22B activated
+    ("Qwen__Qwen3.5-397B-A17B.json", 17),  # model card: 17B activated
+])
+def test_active_parameters_of_the_larger_qwen_moe_models(filename, active):
+    """Model cards give whole billions; kvplan's active count is the decoder less the routed experts not
+    chosen, embedding and lm_head included (22.19B and 17.35B)."""
+    assert round(load(filename).params.active / 1e9) == active
+
+
+def test_qwen35_397b_state_by_hand():
+    # 45 Gated DeltaNet layers: conv (2 x 16 x 128 keys + 64 x 128 values) x (4 - 1) = 36,864 bf16 elements and
+    # an fp32 (mamba_ssm_dtype) state of 64 heads x 128 x 128 = 1,048,576 elements
+    result = estimate(load("Qwen__Qwen3.5-397B-A17B.json"), ctx=1, kv_dtype_name="bf16")
+    assert result.state_bytes_per_sequence == 45 * (36_864 * 2 + 1_048_576 * 4)  # 192,055,296
 
 
 def test_llama4_active_parameters_leave_the_vision_tower_out():

@@ -25,6 +25,9 @@ CASES = [
     Case("deepseek2 MLA", 8192, type_k="q8_0", type_v="f16",
          refused="model does not support different K (q8_0) and V (f16) cache types"),
     Case("dense GQA", 4096, seqs=4, unified=False, flash_attn="off", draft="draft"),
+    Case("MQA head 80", 4096, type_k="q8_0", flash_attn="off", refused="GGML_ASSERT"),
+    Case("gemma3n", 4096, seqs=2, gguf=True), Case("gemma4", 4096, seqs=2, unified=False, gguf=True),
+    Case("kimi-linear", 4096, seqs=2, gguf=True), Case("minimax-01", 8192, gguf=True),
 ]
 
 
@@ -41,7 +44,7 @@ def built(tmp_path_factory) -> dict[str, Path]:
 def test_kvplan_allocates_as_llama_cpp(built, case):
     path = built[case.family]
     result = ORACLE.run(sys.executable, case, built)
-    ours = ORACLE.kvplan_figures(path.with_name("config.json"), case,
+    ours = ORACLE.kvplan_figures(case.source(path), case,
                                  built[case.draft].with_name("config.json") if case.draft else None)
     row = ORACLE.row(ORACLE.FAMILIES[case.family], case, result, ours)
     assert " | yes | " in row, row

@@ -13,15 +13,34 @@ CPU_TORCH = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 def test_the_cpu_only_torch_install_is_given_wherever_the_extra_is(monkeypatch, capsys, tmp_path):
-    """`pip install 'kvplan[profile]'` alone takes torch's CUDA build from the package index, even on a machine without
+    """`pip install '.[profile]'` alone takes torch's CUDA build from the package index, even on a machine without
     a GPU: the README, profile.md and the missing-torch error give PyTorch's CPU index first."""
     for page in ("README.md", "docs/profile.md"):
         text = (ROOT / page).read_text(encoding="utf-8")
-        assert CPU_TORCH in text and "pip install 'kvplan[profile]'" in text, page
+        assert CPU_TORCH in text and "pip install '.[profile]'" in text, page
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError, as where it is missing
     code, _, err = run_main(monkeypatch, capsys, "profile", "--model", "llama-3-8b", "--ctx", "64", "--device",
                             "cpu")
-    assert_one_line_error(code, err, "pip install 'kvplan[profile]'", CPU_TORCH)
+    assert_one_line_error(code, err, "pip install '.[profile]' in kvplan's source directory", CPU_TORCH)
+
+
+def test_install_lines_work_from_a_clone():
+    """kvplan is installed from its source directory, not from the package index: `pip install 'kvplan[profile]'`
+    finds no distribution, so no page or message says it. The README's test command names PyTorch's CPU index
+    for torch (`torch==2.13.0` from the package index is the CUDA build on Linux), and CI runs that command."""
+    import re
+
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    sources = [*sorted((ROOT / "kvplan").rglob("*.py"))]
+    said = [f"{path.relative_to(ROOT)}:{number}" for path in pages + sources
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            if re.search(r"install '?kvplan\[", line)]
+    assert not said, said
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (test_line,) = [line for line in readme.splitlines() if line.startswith("pip install torch==")]
+    assert test_line.startswith("pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && ")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()[-1]
+    assert ci.replace(" --quiet", "") == test_line
 
 
 def test_version_help_and_completion(monkeypatch, capsys):
@@ -32,6 +51,29 @@ def test_version_help_and_completion(monkeypatch, capsys):
         assert code == 0 and out.startswith("Usage: kvplan")
     result = run_cli("--show-completion", "bash")
     assert result.returncode == 0 and "_kvplan_completion" in result.stdout
+
+
+def test_estimate_help_groups_its_flags_by_what_they_set(monkeypatch, capsys):
+    """`estimate --help` listed the flags of five engines in one list: they are under headings, as `vllm serve
+    --help` groups its own, each engine's flags under its name; `plan`, `table` and `plot` share them."""
+    import re
+
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, _ = run_main(monkeypatch, capsys, "estimate", "--help")
+    sections = dict(re.findall(r"^(\S[^\n]*):\n((?:  [^\n]*\n|\n(?=  ))+)", out, re.M))
+    assert code == 0 and list(sections) == ["Model", "Workload", "Speed targets", "GPUs, engine and budget",
+                                            "Parallelism", "Speculative decoding", "vLLM", "vLLM and SGLang",
+                                            "SGLang", "llama.cpp", "transformers", "Options"]
+    for section, flags in {"Model": ["--model", "--kv-dtype"], "Workload": ["--ctx", "--users", "--isl", "--osl"],
+                           "Speed targets": ["--max-tpot", "--max-ttft", "--min-tps"],
+                           "GPUs, engine and budget": ["--gpu", "--kv-budget"], "Parallelism": ["--tp", "--dp"],
+                           "vLLM": ["--block-size", "--enable-lora"], "SGLang": ["--max-mamba-cache-size"],
+                           "llama.cpp": ["--ubatch-size", "--cache-type-k"], "Options": ["--json"],
+                           "transformers": ["--cache-implementation"]}.items():
+        assert all(flag in sections[section] for flag in flags), section
+    for command in ("plan", "table", "plot"):
+        code, out, _ = run_main(monkeypatch, capsys, command, "--help")
+        assert code == 0 and "\nModel:\n" in out and "\nGPUs, engine and budget:\n" in out, command
 
 
 def test_the_shell_completes_commands(monkeypatch):
@@ -80,6 +122,35 @@ def test_a_typo_in_a_bundled_name_suggests_it_even_offline(monkeypatch, capsys, 
     assert_one_line_error(code, err, "HF_HUB_OFFLINE", "did you mean meta-llama/Meta-Llama-3-8B")
 
 
+def test_a_hub_id_missing_its_suffix_suggests_the_bundled_model_first(monkeypatch, capsys, tmp_path):
+    """`meta-llama/Llama-3.2-1B` (the library has the -Instruct model of that size): the name that holds it as
+    whole words comes first, before names of other sizes that are spelt alike (3.2-3B, 2-13b)."""
+    from hubkit import hub_environment
+
+    from kvplan.sources import library
+
+    assert library.suggestions("meta-llama/Llama-3.2-1B")[0] == "meta-llama/Llama-3.2-1B-Instruct"
+    assert library.suggestions("Qwen/Qwen3-8B-Instruct")[0] == "Qwen/Qwen3-8B"  # a name it holds
+    hub_environment(monkeypatch, tmp_path / "hf", offline=True)
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "meta-llama/Llama-3.2-1B", "--ctx", "8k")
+    assert_one_line_error(code, err, "did you mean meta-llama/Llama-3.2-1B-Instruct or")
+
+
+def test_a_size_pasted_with_decimals_is_rounded_down_to_a_byte(monkeypatch, capsys):
+    """`--kv-budget 64.68GiB`, as a log prints it: 64.68 x 2^30 = 69,449,621,176.32 bytes, rounded down as the
+    engines round a size (vLLM keeps int(GiB x 2^30)); a count of bytes itself must still be whole."""
+    code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k",
+                              "--kv-budget", "64.68GiB", "--json")
+    assert code == 0, err
+    assert json.loads(out)["kv_budget_bytes"] == 6468 * 2**30 // 100 == 69_449_621_176
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k", "--vram",
+                            "23.99GiB")
+    assert code == 0, err
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "--model", "llama-3-8b", "--ctx", "8k",
+                            "--kv-budget", "1.5B")
+    assert_one_line_error(code, err, "not a whole number of bytes")
+
+
 # ---------------------------------------------------------------------------------------------- output width
 
 
@@ -120,6 +191,15 @@ def test_models_lists_every_id_and_alias_whole(monkeypatch, capsys):
         assert entry.id in out and all(alias in out for alias in entry.aliases)
 
 
+def test_the_readme_counts_the_library_as_it_is():
+    from conftest import ROOT
+
+    from kvplan.sources import library
+
+    assert f"the bundled library of {len(library.entries())} popular models" in " ".join(
+        (ROOT / "README.md").read_text().split())
+
+
 def test_piped_output_has_no_trailing_spaces(monkeypatch, capsys):
     for args in (["estimate", "--model", "google/gemma-3-27b-it", "--ctx", "32k", "--gpu", "h100"], ["gpus"],
                  ["show", "--model", "llama-3-8b"], ["models"]):
@@ -128,20 +208,48 @@ def test_piped_output_has_no_trailing_spaces(monkeypatch, capsys):
         assert not any(line.endswith(" ") for line in out.splitlines()), args
 
 
-def test_a_wrapped_capacity_label_is_set_off_from_the_next_row():
-    """Too narrow for a label and its value: a blank line after each row, so a label's second line is not read as
-    a row of its own."""
-    from kvplan.capacity import Hardware, Workload, capacity
-    from kvplan.report import print_capacity
-    from kvplan.sources import load_model
+CAPACITY_RUNS = {  # runs whose capacity block had a label too long for 80 columns, each kind of block
+    "MoE on a GPU set": ["--model", "deepseek-v3", "--ctx", "32k", "--gpu", "8xh200", "--users", "64"],
+    "DP ranks and EP": ["--model", "deepseek-v3", "--ctx", "32k", "--gpu", "8xh200", "--dp", "8", "--ep", "8"],
+    "draft model": ["--model", "llama-3-8b", "--ctx", "8k", "--gpu", "h100", "--draft-model",
+                    "llama-3.2-1b-instruct", "--speculative-tokens", "4", "--users", "100"],
+    "llama.cpp": ["--model", "llama-3.1-70b", "--ctx", "8k", "--gpu", "h100", "--engine", "llama.cpp"],
+    "hybrid under SGLang": ["--model", "granite-4.0-h-small", "--ctx", "128k", "--gpu", "h100", "--engine",
+                            "sglang", "--users", "16"],
+    "two figures": ["--model", "gemma-3-27b-it", "--ctx", "32k", "--gpu", "h100", "--batch", "8"],
+    "mean context, shared prefix": ["--model", "gpt-oss-120b", "--ctx", "32k", "--gpu", "4xh100", "--dp", "4",
+                                    "--ep", "4", "--users", "5000", "--avg-ctx", "8k", "--shared-prefix", "1k"],
+    "transformers": ["--model", "llama-3-8b", "--ctx", "8k", "--gpu", "rtx-4090", "--engine", "transformers",
+                     "--users", "4"],
+    "LoRA and offloading": ["--model", "llama-3-8b", "--ctx", "8k", "--gpu", "h100", "--enable-lora", "--max-loras",
+                            "4", "--kv-offloading-size", "64", "--cpu-offload-gb", "4", "--users", "1000"],
+}
 
-    cap = capacity(load_model("google/gemma-3-27b-it"), Workload(ctx=32768, users=8),
-                   hardware=Hardware(name="H100", memory_bytes=80 * 2**30))
-    def after_gpu_memory(width: int) -> str:
-        lines = rendered(width, lambda c: print_capacity(c, cap)).splitlines()
-        return next(lines[i + 1] for i, line in enumerate(lines) if "GPU memory" in line).strip()
 
-    assert after_gpu_memory(50) == "" and after_gpu_memory(120).startswith("x memory fraction")
+def capacity_block(monkeypatch, args: list[str], width: int) -> list[str]:
+    """The label-and-value rows of `kvplan estimate ARGS`' capacity block on a terminal `width` columns wide (the
+    real command line, rich at that width): from the GPU's memory (or --kv-budget) to the last figure."""
+    from test_output_golden import screen
+
+    lines = screen(["estimate", *args], width, monkeypatch).splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(("  GPU memory", "  KV budget per GPU")))
+    end = next(i for i in range(first, len(lines)) if not lines[i].startswith("  "))
+    return lines[first:end]
+
+
+def test_capacity_rows_stay_single_spaced_at_80_columns(monkeypatch):
+    """On an 80-column terminal every label of the capacity block fits beside its value (as many rows as on a
+    wide one) and no blank line splits the rows; on a narrower one a label wraps, indented under itself, and the
+    rows stay single-spaced."""
+    for name, args in CAPACITY_RUNS.items():
+        at_80, wide = capacity_block(monkeypatch, args, 80), capacity_block(monkeypatch, args, 200)
+        assert len(at_80) == len(wide) and all(line.strip() for line in at_80), (name, "\n".join(at_80))
+        assert max(map(len, at_80)) <= 80, name
+        narrow = capacity_block(monkeypatch, args, 50)
+        assert all(line.strip() for line in narrow), (name, "\n".join(narrow))
+    narrow = capacity_block(monkeypatch, CAPACITY_RUNS["MoE on a GPU set"], 50)
+    wrapped = next(i for i, line in enumerate(narrow) if line.strip().startswith("max users at 32,768"))
+    assert narrow[wrapped + 1].startswith("    tokens") and narrow[wrapped].endswith("21")
 
 
 # ---------------------------------------------------------------------------------------------- GPU sets
@@ -304,7 +412,8 @@ def test_docs_speak_to_users():
              for number, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1) if internal.search(line)]
     assert not found, "\n".join(found)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "Not measured on a GPU yet" in readme
+    # what was measured on a GPU, and what was not: the other engines' activation and overhead figures
+    assert "**On a GPU**" in readme and "not kvplan measurements" in readme
 
 
 # ---------------------------------------------------------------------------------------------- small things

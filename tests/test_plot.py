@@ -64,7 +64,7 @@ def test_matplotlib_missing_is_one_line(monkeypatch, capsys, tmp_path):
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     code, _, err = run_main(monkeypatch, capsys, "plot", "-m", LLAMA31, "--out", str(tmp_path / "x.png"))
-    assert_one_line_error(code, err, "needs matplotlib", "kvplan[plot]")
+    assert_one_line_error(code, err, "needs matplotlib", "pip install '.[plot]' in kvplan's source directory")
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -382,7 +382,8 @@ def plausible(key: str):
                 optional={
                     "quant_method": st.one_of(
                         st.sampled_from(
-                            ["fp8", "mxfp4", "awq", "gptq", "bitsandbytes", "compressed-tensors", "bogus"]
+                            ["fp8", "mxfp4", "awq", "gptq", "bitsandbytes", "compressed-tensors", "modelopt",
+                             "bogus"]
                         ),
                         scalars,
                     ),
@@ -391,6 +392,11 @@ def plausible(key: str):
                     "modules_to_not_convert": anything,
                     "config_groups": anything,
                     "kv_cache_scheme": anything,
+                    "quant_algo": st.one_of(st.sampled_from(["NVFP4", "FP8", "W4A8_AWQ"]), scalars),
+                    "quantization": anything,
+                    "ignore": anything,
+                    "exclude_modules": anything,
+                    "kv_cache_quant_algo": anything,
                 },
             ),
             anything,

@@ -51,7 +51,8 @@ def test_hand_values_markdown(monkeypatch, capsys):
     assert code == 0, err
     head, rule, rows = parse_markdown(out)
     assert head == ["model", "ctx", "dtype (W / KV)", "KV / token (KiB)", "KV / seq (GiB)", "weights (GiB)",
-                    "total, 1 user (GiB)", "max users in steady decode, NVIDIA H100 SXM"]
+                    "total, 1 user (GiB)", "users, h100"]
+    assert "\nusers: max users in steady decode with vllm 0.33.0 (h100: NVIDIA H100 SXM)\n" in out
     # numbers right-aligned, text left
     assert [r.endswith(":") for r in rule] == [False, True, False, True, True, True, True, True]
     assert all(set(r.rstrip(":")) == {"-"} for r in rule)
@@ -111,7 +112,8 @@ def test_json_records_match_csv(monkeypatch, capsys):
     assert data[0]["beyond_max_context"] is False
     _, csv_out, _ = run_main(monkeypatch, capsys, *args, "--format", "csv")
     (record,) = csv.DictReader(io.StringIO(csv_out))
-    assert {k: str(v).lower() for k, v in data[0].items()} == {k: v.lower() for k, v in record.items()}
+    assert {k: "" if v is None else str(v).lower() for k, v in data[0].items()} == {k: v.lower() for k, v in
+                                                                                    record.items()}
 
 
 def test_without_gpu_no_users_column(monkeypatch, capsys):
@@ -177,7 +179,8 @@ def test_pivot(monkeypatch, capsys):
                               "--gpu", "h100,l40s", "--pivot", "-f", "md")
     assert code == 0, err
     head, rule, rows = parse_markdown(out)
-    assert head == ["model (max users in steady decode)", "GPU", "4k", "8k", "32k"]
+    assert head == ["model (users)", "GPU", "4k", "8k", "32k"]
+    assert "users: max users in steady decode with vllm 0.33.0 (h100: NVIDIA H100 SXM; l40s: NVIDIA L40S)" in out
     assert rows[0] == [LLAMA31, "NVIDIA H100 SXM", "112", "56", "14"]
     assert len(rows) == 4 and rows[3][4] == "6\\*"  # Llama-3-8B at 32k: starred
     code, out, err = run_main(monkeypatch, capsys, "table", "-m", LLAMA31, "--ctx", "4k,8k", "--pivot",
@@ -220,9 +223,8 @@ def drawn_by_rich(result, width: int, **options) -> str:
         table.add_row(*map(Text, cells), end_section=end)
     console = Console(file=io.StringIO(), width=width, color_system=None, markup=False, emoji=False)
     print_table(console, table, whole=tuple(range(len(headers))))
-    note = planning.footnote(result)
-    if note:
-        console.print(Text(f"* {note}"))
+    for line in planning.below(result, **options):
+        console.print(Text(line))
     return "".join(line.rstrip() + "\n" for line in console.file.getvalue().splitlines())
 
 
@@ -350,6 +352,69 @@ def test_keep_going_renders_the_others(monkeypatch, capsys, tmp_path):
                               "--keep-going")
     assert_one_line_error(code, err, "no-such-model")
     assert out == ""
+
+
+def test_a_cell_the_engine_cannot_plan_is_marked_and_the_rest_rendered(monkeypatch, capsys):
+    """The whole library on an A100 and an H100: vLLM 0.33 runs no MiniMax model (its last release that did is
+    0.23), and kvplan lays out DeepSeek V4's cache for Hopper and Blackwell only. Those cells say so, in every
+    format; every other cell is counted, the H100's DeepSeek V4 cells too, and the table exits 0."""
+    args = ["table", "--filter", "-", "--ctx", "8k", "--gpu", "a100-80gb,h100"]
+    code, out, err = run_main(monkeypatch, capsys, *args, "-f", "json")
+    assert (code, err) == (0, "")
+    records = json.loads(out)
+    from kvplan.sources import library
+
+    assert {r["model"] for r in records} == {e.id for e in library.entries()}
+    refused = {(r["model"], r["gpu"]): r["not_planned"] for r in records if r["not_planned"]}
+    assert set(refused) == {("MiniMaxAI/MiniMax-M1-80k", "NVIDIA A100 80GB SXM"),
+                            ("MiniMaxAI/MiniMax-M1-80k", "NVIDIA H100 SXM"),
+                            ("deepseek-ai/DeepSeek-V4-Flash", "NVIDIA A100 80GB SXM"),
+                            ("deepseek-ai/DeepSeek-V4-Pro", "NVIDIA A100 80GB SXM")}
+    assert "0.23.0" in refused["MiniMaxAI/MiniMax-M1-80k", "NVIDIA H100 SXM"]
+    assert all(r["max_users"] is None and r["max_users_bound"] is None for r in records if r["not_planned"])
+    v4_h100 = next(r for r in records if (r["model"], r["gpu"]) == ("deepseek-ai/DeepSeek-V4-Flash", "NVIDIA H100 SXM"))
+    assert isinstance(v4_h100["max_users"], int) and v4_h100["max_users_bound"] == "memory"
+    code, out, _ = run_main(monkeypatch, capsys, *args, "-f", "csv")
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert code == 0 and len(rows) == len(records)
+    assert {(r["model"], r["gpu"]) for r in rows if r["not_planned"]} == set(refused)
+    for fmt in ("md", "rich"):
+        code, out, _ = run_main(monkeypatch, capsys, *args, "-f", fmt)
+        assert code == 0 and "n/a" in out
+        note = next(line for line in out.splitlines() if line.startswith("n/a: not planned: "))
+        assert "MiniMax-M1-80k" in note and "DeepSeek-V4-Pro on NVIDIA A100 80GB SXM" in note
+
+
+def test_a_cell_at_the_engines_request_limit_is_marked(monkeypatch, capsys):
+    """Gemma-3-1B at 8k on an RTX 4090: vLLM runs at most max_num_seqs 256 requests on a GPU under 70 GiB
+    (vllm/engine/arg_utils.py), while its cache would hold more; Llama-3.1-8B's 5 users are memory's."""
+    args = ["table", "-m", f"{LLAMA31},google/gemma-3-1b-it", "--ctx", "8k", "--gpu", "rtx-4090"]
+    _, out, _ = run_main(monkeypatch, capsys, "estimate", "-m", "google/gemma-3-1b-it", "--ctx", "8k", "--gpu",
+                         "rtx-4090", "--max-num-seqs", "100000", "--json")
+    assert json.loads(out)["max_concurrent_users"] > 256  # what the KV cache holds
+    code, out, _ = run_main(monkeypatch, capsys, *args, "-f", "md")
+    _, _, rows = parse_markdown(out)
+    assert code == 0 and [row[-1] for row in rows] == ["5", "256†"]
+    assert "† as many users as one vLLM instance runs at once (max\\_num\\_seqs 256 on NVIDIA GeForce RTX 4090)" in out
+    code, out, _ = run_main(monkeypatch, capsys, *args, "-f", "rich")
+    assert "256† │" in out and "† as many users as one vLLM instance runs at once" in out
+    code, out, _ = run_main(monkeypatch, capsys, *args, "-f", "csv")
+    assert [(r["max_users"], r["max_users_bound"]) for r in csv.DictReader(io.StringIO(out))] == [
+        ("5", "memory"), ("256", "sequence_limit")]
+    code, out, _ = run_main(monkeypatch, capsys, *args, "--pivot", "-f", "md")
+    assert parse_markdown(out)[2][1][-1] == "256†"
+
+
+def test_markdown_headers_stay_short(monkeypatch, capsys):
+    """A header as wide as `max users in steady decode, NVIDIA GeForce RTX 4090` made every row wrap in a
+    terminal: a users column is headed `users, rtx-4090`, and the long form is under the table."""
+    code, out, _ = run_main(monkeypatch, capsys, "table", "-m", LLAMA31, "--ctx", "8k", "--gpu",
+                            "rtx-4090,4xh100", "--vram", "48GB", "-f", "md")
+    head, _, _ = parse_markdown(out)
+    assert code == 0 and head[-3:] == ["users, rtx-4090", "users, 4xh100", "users, 44.70GiB"]
+    assert max(map(len, head)) <= 20
+    assert ("users: max users in steady decode with vllm 0.33.0 (rtx-4090: NVIDIA GeForce RTX 4090; 4xh100: "
+            "4 x NVIDIA H100 SXM; 44.70GiB: 44.70 GiB GPU)") in out
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -156,7 +156,8 @@ def test_table_names_the_figure(monkeypatch, capsys):
                             "--gpu", "h100,l40s", "--format", "markdown")
     assert code == 0
     header, _, row = out.splitlines()[:3]
-    assert "max users in steady decode, NVIDIA H100 SXM" in header
+    assert "| users, h100 | users, l40s |" in header
+    assert "users: max users in steady decode with vllm 0.33.0 (h100: NVIDIA H100 SXM; l40s: NVIDIA L40S)" in out
     h100, l40s = (int(cell.strip().replace(",", "")) for cell in row.strip("|").split("|")[-2:])
     assert h100 > l40s
 

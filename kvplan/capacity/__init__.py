@@ -17,7 +17,8 @@ The headline `max_concurrent_users` is the steady-decode figure (0 where the sta
 refuses to start); `max_users_at_startup` the other.
 Tensor parallelism splits KV heads, max(1, kv_heads // tp) per GPU (replicated when tp > kv_heads), and
 recurrent state, never the MLA latent; pipeline parallelism splits layers into stages (vLLM's
-`get_pp_indices`) and the fullest stage binds; GPUs beyond tp x pp are data-parallel replicas.
+`get_pp_indices`) and the fullest stage binds (a stage whose layers keep no cache binds nothing); GPUs beyond
+tp x pp are data-parallel replicas.
 Weights per GPU = (what every TP rank holds whole + the rest / tp) / pp: MLA's down-projections, DSA indexers, norms
 and routers are whole on every rank (the `_replicated` parameter groups, `Engine.weight_shares`).
 Data-parallel attention (vLLM --data-parallel-size, SGLang --enable-dp-attention --dp) runs dp ranks of attention

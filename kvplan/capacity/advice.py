@@ -3,7 +3,7 @@
 
 from kvplan import engines
 from kvplan.capacity.layout import describe_layout
-from kvplan.capacity.plan import kv_options, minimum_gpus
+from kvplan.capacity.plan import best_layout, kv_options, minimum_gpus
 from kvplan.capacity.users import Capacity, count
 from kvplan.dtypes import WEIGHT_DTYPES, kv_dtype, weight_dtype
 from kvplan.engines import EngineOptions
@@ -21,9 +21,7 @@ def layout_label(cap: Capacity) -> str:
     """`TP >= 2` for one tensor-parallel group, else the whole layout: `16 GPUs (TP 8 x PP 2)`."""
     if cap.gpus == cap.tensor_parallel_size:
         return f"TP >= {cap.tensor_parallel_size}"
-    layout = describe_layout(cap.tensor_parallel_size, cap.pipeline_parallel_size, cap.data_parallel_size,
-                             cap.expert_parallel_size, cap.data_parallel_replicas)
-    return f"{cap.gpus} GPUs ({layout})"
+    return f"{cap.gpus} GPUs ({_layout(cap)})"
 
 
 def _gib(n: int) -> str:
@@ -48,7 +46,7 @@ def _reason(cap: Capacity) -> str:
         return (f"one sequence of {cap.ctx:,} tokens needs {_gib(cap.engine_kv_bytes_per_sequence)} of KV "
                 f"cache{also}{fixed}; the budget is {_gib(cap.kv_budget_bytes)}")
     verb = "fits" if cap.max_concurrent_users == 1 else "fit"
-    if cap.sequence_limit and cap.users > cap.sequence_limit * cap.data_parallel_size * cap.data_parallel_replicas:
+    if cap.max_concurrent_users_bound == "sequence_limit":
         limit, engine = cap.sequence_limit, engines.engine_class(cap.engine)
         return (f"one {engine.label} instance holds at most {users_label(limit)} "
                 f"({engine.sequence_limit_reason.format(limit=limit)}); {cap.users:,} asked")
@@ -62,7 +60,9 @@ def _reason(cap: Capacity) -> str:
 
 def _suggestions(model: ModelSpec, workload: Workload, cap: Capacity, parallel: Parallelism,
                  kv_name: str | None, weights_name: str | None, settings: dict) -> list[str]:
-    """What would make it fit: a smaller KV dtype, more GPUs, smaller weights, or a shorter context."""
+    """What would make it fit, each one change that does: a smaller KV dtype, another layout of the same GPUs
+    (`best_layout`, as `kvplan plan` ranks them), smaller weights, more GPUs (`minimum_gpus`, as `plan` finds
+    them; asked only where no layout of these GPUs fits), or a shorter context."""
     out = []
     engine = engines.engine(cap.engine, settings["options"])
     kv = kv_dtype(cap.kv_dtype)
@@ -70,7 +70,7 @@ def _suggestions(model: ModelSpec, workload: Workload, cap: Capacity, parallel: 
     for name in smaller_kv[:1]:
         alt = count(model, workload, parallel=parallel, kv_dtype_name=name, weights_dtype_name=weights_name,
                     **settings)
-        if alt.max_concurrent_users > cap.max_concurrent_users:
+        if alt.fits:
             out.append(f"{name} KV fits {users_label(alt.max_concurrent_users)}")
     if cap.kv_budget_bytes <= 0 and not cap.kv_budget_given:
         current = (weight_dtype(cap.weights_dtype).bits if cap.weights_dtype in WEIGHT_DTYPES  # GGUF: a mix of types
@@ -84,14 +84,23 @@ def _suggestions(model: ModelSpec, workload: Workload, cap: Capacity, parallel: 
                 out.append(f"{name} weights fit {users_label(alt.max_concurrent_users)}")
                 break
     if not cap.kv_budget_given:
-        more = minimum_gpus(model, workload, type(engine), kv_name, weights_name, settings, above=parallel.gpus)
-        if more is not None:
-            out.append(f"needs {layout_label(more)}: {more.gpus} x {cap.gpu or 'this GPU'} fit "
-                       f"{users_label(more.max_concurrent_users)}")
+        here = best_layout(model, workload, parallel.gpus, type(engine), kv_name, weights_name, settings)
+        if here is not None:
+            out.append(f"{_layout(here)} on the same {here.gpus} GPUs fits {users_label(here.max_concurrent_users)}")
+        else:
+            more = minimum_gpus(model, workload, type(engine), kv_name, weights_name, settings, above=parallel.gpus)
+            if more is not None:
+                out.append(f"needs {layout_label(more)}: {more.gpus} x {cap.gpu or 'this GPU'} fit "
+                           f"{users_label(more.max_concurrent_users)}")
     if workload.users and cap.max_ctx_for_users:
         verb = "fits" if workload.users == 1 else "fit"
         out.append(f"{users_label(workload.users)} {verb} at up to {cap.max_ctx_for_users:,} tokens each")
     return out
+
+
+def _layout(cap: Capacity) -> str:
+    return describe_layout(cap.tensor_parallel_size, cap.pipeline_parallel_size, cap.data_parallel_size,
+                           cap.expert_parallel_size, cap.data_parallel_replicas)
 
 
 def capacity(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",

@@ -108,7 +108,7 @@ def deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, op
         split = LayoutSplit(gpu_layers(engine.cached_layers(model), engine.stage_sizes(model.num_layers), parallel.tp),
                             weights_on_gpu(model, engine, weights_dtype_name, extras.tower_not_loaded))
     weights_label, weights_per_gpu, experts_per_gpu = split.weights
-    offloaded = engine.weights_offloaded(weights_per_gpu)
+    offloaded = engine.weights_offloaded(model, weights_per_gpu, weights_dtype_name)
     weights_per_gpu -= offloaded
     added = draft_and_adapters(model, draft, engine, parallel, weights_dtype_name)
     fraction = overhead_bytes = breakdown = None

@@ -1,7 +1,9 @@
 """Planning: the layouts and dtypes that serve a target, fewest GPUs first (`kvplan plan`), and the fewest GPUs that
 fit a workload (`minimum_gpus`, which the suggestions also ask)."""
 
-from pydantic import BaseModel, ConfigDict
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan import engines
 from kvplan.capacity.layout import valid_tp
@@ -52,27 +54,37 @@ def layouts(model: ModelSpec, gpus: int, engine: type[Engine]) -> list[Paralleli
 
 
 def best_layout(model: ModelSpec, workload: Workload, gpus: int, engine: type[Engine], kv_name: str | None,
-                weights_name: str | None, settings: dict) -> Capacity | None:
-    """Of the layouts of `gpus` GPUs that fit, the one with the fewest pipeline stages (TP keeps a node's GPUs
-    in step; PP adds a stage of latency), then the most users, then the fewest DP ranks. A speculative decoder is
-    sized on one stage."""
+                weights_name: str | None, settings: dict, accept: Callable[[Capacity], bool] | None = None
+                ) -> Capacity | None:
+    """Of the layouts of `gpus` GPUs that fit (and that `accept`, where given: `kvplan.speed.targets` checks
+    latency targets), the one with the fewest pipeline stages (TP keeps a node's GPUs in step; PP adds a stage of
+    latency), then the most users, then the fewest DP ranks. A speculative decoder is sized on one stage. A layout
+    the engine refuses (a stage it cannot build, a default memory fraction below zero at that many DP ranks:
+    `count` raises) serves no one and is passed over; `plan` has checked that the engine runs the model at all."""
     options = settings.get("options")
     one_stage = settings.get("draft") is not None or (options is not None and options.speculative_method)
-    fitting = [count(model, workload, parallel=layout, kv_dtype_name=kv_name, weights_dtype_name=weights_name,
-                     **settings)
-               for layout in layouts(model, gpus, engine) if layout.pp == 1 or not one_stage]
-    fitting = [cap for cap in fitting if cap.fits]
+    fitting = []
+    for layout in layouts(model, gpus, engine):
+        if layout.pp > 1 and one_stage:
+            continue
+        try:
+            cap = count(model, workload, parallel=layout, kv_dtype_name=kv_name, weights_dtype_name=weights_name,
+                        **settings)
+        except KvplanError:
+            continue
+        if cap.fits and (accept is None or accept(cap)):
+            fitting.append(cap)
     return min(fitting, key=lambda cap: (cap.pipeline_parallel_size, -cap.max_concurrent_users,
                                          cap.data_parallel_size), default=None)
 
 
 def minimum_gpus(model: ModelSpec, workload: Workload, engine: type[Engine], kv_name: str | None,
-                 weights_name: str | None, settings: dict, above: int = 0,
-                 max_gpus: int = 64) -> Capacity | None:
-    """The fewest GPUs (more than `above`) that fit the workload, in their best layout."""
+                 weights_name: str | None, settings: dict, above: int = 0, max_gpus: int = 64,
+                 accept: Callable[[Capacity], bool] | None = None) -> Capacity | None:
+    """The fewest GPUs (more than `above`) that fit the workload, in their best layout (`best_layout`)."""
     for gpus in GPU_COUNTS:
         if above < gpus <= max_gpus:
-            best = best_layout(model, workload, gpus, engine, kv_name, weights_name, settings)
+            best = best_layout(model, workload, gpus, engine, kv_name, weights_name, settings, accept)
             if best is not None:
                 return best
     return None
@@ -89,6 +101,7 @@ class PlanRow(BaseModel):
     data_parallel_replicas: int
     kv_dtype: str
     weights_dtype: str
+    weights_dtype_override: str | None = Field(None, exclude=True, description="dtype weights were cast to")
     weights_bytes_per_gpu: int
     kv_budget_bytes: int
     max_concurrent_users: int
@@ -115,26 +128,29 @@ class Plan(BaseModel):
 
 def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_name: str = "vllm",
          options: EngineOptions | None = None, overhead: int | None = None, max_gpus: int = 64,
-         draft: ModelSpec | None = None) -> Plan:
+         draft: ModelSpec | None = None, accept: Callable[[Capacity], bool] | None = None) -> Plan:
     """For each KV dtype x weights dtype worth trying, the fewest GPUs that serve workload.target users at
-    ctx; ranked by GPUs, then precision (checkpoint weights and the engine's own KV dtype first), then
-    headroom (KV budget left per GPU once the users are served)."""
+    ctx (in a layout `accept`s, where given); ranked by GPUs, then precision (checkpoint weights and the engine's
+    own KV dtype first), then headroom (KV budget left per GPU once the users are served)."""
     options = options or EngineOptions()
     engine = engines.engine(engine_name, options, hardware.name, hardware.memory_bytes)
     settings = dict(engine_name=engine_name, options=options, hardware=hardware, overhead=overhead, draft=draft)
+    count(model, workload, **settings)  # one GPU: what the engine refuses for the model, said once
     checkpoint = weights_bytes(model)[0]
     weights = [None, *(w for w in ("fp8", "int4") if weights_bytes(model, w)[0] < checkpoint)]
     rows = []
     for rank_w, weights_name in enumerate(weights):
         for rank_kv, kv_name in enumerate(kv_options(engine, model)):
-            best = minimum_gpus(model, workload, type(engine), kv_name, weights_name, settings, max_gpus=max_gpus)
+            best = minimum_gpus(model, workload, type(engine), kv_name, weights_name, settings, max_gpus=max_gpus,
+                                accept=accept)
             if best is not None:
                 rows.append(((best.gpus, rank_w, rank_kv, -best.headroom_bytes), PlanRow(
                     gpus=best.gpus, tensor_parallel_size=best.tensor_parallel_size,
                     pipeline_parallel_size=best.pipeline_parallel_size, data_parallel_size=best.data_parallel_size,
                     expert_parallel_size=best.expert_parallel_size,
                     data_parallel_replicas=best.data_parallel_replicas, kv_dtype=best.kv_dtype,
-                    weights_dtype=best.weights_dtype, weights_bytes_per_gpu=best.weights_bytes_per_gpu,
+                    weights_dtype=best.weights_dtype, weights_dtype_override=best.weights_dtype_override,
+                    weights_bytes_per_gpu=best.weights_bytes_per_gpu,
                     kv_budget_bytes=best.kv_budget_bytes, max_concurrent_users=best.max_concurrent_users,
                     headroom_bytes=best.headroom_bytes,
                     headroom_fraction=best.headroom_bytes / best.kv_budget_bytes,

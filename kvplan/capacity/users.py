@@ -8,7 +8,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvplan.capacity.deployment import Deployment, LayoutSplit, deploy
-from kvplan.capacity.search import SEARCH_LIMIT, capped, max_ctx, max_users
+from kvplan.capacity.search import SEARCH_LIMIT, UNBOUNDED_USERS, capped, max_ctx, max_users
 from kvplan.engines import EngineOptions, KVPool, VllmPool
 from kvplan.errors import KvplanError
 from kvplan.model import Hardware, ModelSpec, Parallelism, Workload
@@ -50,6 +50,9 @@ class Capacity(BaseModel):
     engine_kv_bytes_for_users: int
     engine_activation_bytes_for_users: int = 0  # activations that grow with the batch (transformers prefill)
     engine_activation_bytes_per_sequence: int = 0
+    engine_gpu_bytes_for_users: int | None = Field(None, description="device memory the engine's process holds for "
+                                                   "the users asked, as the driver counts it (transformers: what "
+                                                   "torch's caching allocator reserves and the CUDA context)")
     engine_kv_bytes_per_sequence_decode: int  # what a sequence holds in steady decode (sliding layers trimmed)
     engine_kv_bytes_fixed: int = Field(0, description="what the engine's pools hold whatever the users (vLLM's null "
                                        "block, SGLang's --max-mamba-cache-size slots)")
@@ -61,7 +64,13 @@ class Capacity(BaseModel):
                                        "max_num_seqs; SGLang: max_running_requests)")
     max_users_per_rank: int = Field(0, description="max_concurrent_users of one data-parallel rank (one replica "
                                                    "without data-parallel attention)")
+    max_concurrent_users_bound: str = Field("memory", description="what bounds max_concurrent_users: memory, or "
+                                            "sequence_limit (as many users as the engine runs at once)")
     max_ctx_for_users: int | None
+    max_ctx_for_users_bound: str | None = Field(None, description="what bounds max_ctx_for_users: memory, "
+                                                "max_context (the model's; memory would hold more), search_limit "
+                                                "(a model stating no maximum), or sequence_limit (more users than "
+                                                "the engine runs at once: 0)")
     avg_ctx: int | None
     max_users_at_avg_ctx: int | None
     shared_prefix: int
@@ -108,7 +117,7 @@ class Capacity(BaseModel):
 
     def unused_extras(self) -> set[str]:
         """The speculative-decoding and LoRA fields of a deployment that has neither, left out of --json."""
-        unused = set()
+        unused = set() if self.engine_gpu_bytes_for_users is not None else {"engine_gpu_bytes_for_users"}
         if self.speculative_method is None:
             unused |= {"speculative_method", "speculative_tokens", "draft_model", "draft_weights_bytes_per_gpu",
                        "engine_kv_bytes_per_sequence_draft"}
@@ -119,23 +128,30 @@ class Capacity(BaseModel):
 
 class UsersServed(NamedTuple):
     """Users at ctx on every stage, times the ranks (DP ranks x replicas): in steady decode (the headline) and as
-    the start-up reservation admits them; `binding` is the stage that binds the headline."""
+    the start-up reservation admits them; `binding` is the stage that binds the headline, and `at_limit` whether
+    its users are as many as its engine runs at once (its sequence limit), however much memory is left."""
 
     steady: int
     at_startup: int
     binding: KVPool
+    at_limit: bool = False
 
 
-def _check_users_cost(model: ModelSpec, pools: list[KVPool], ctx: int) -> None:
-    """Refuses a model whose users cost no memory at ctx: nothing would bound their number. A user's cost grows
-    with ctx, so a pool that passes at one ctx passes at every longer one."""
-    if all(p.peak_bytes(1, ctx) == p.peak_bytes(0, ctx) for p in pools):
+def _bounding_pools(model: ModelSpec, pools: list[KVPool], ctx: int, budget: int) -> list[KVPool]:
+    """The stages where enough users at ctx need more than the budget, which alone bound their number: a pipeline
+    stage whose layers keep no cache of their own (no-op attention, KV-shared layers) holds any number of users in
+    its fixed buffers (llama.cpp's compute buffer is as large for 8 users as for 2**40). Refuses a model none of
+    whose stages does: nothing would bound its users. A user's cost grows with ctx, so a stage that bounds at one
+    ctx bounds at every longer one."""
+    bounding = [p for p in pools if p.peak_bytes(UNBOUNDED_USERS, ctx) > budget]
+    if not bounding:
         raise KvplanError(f"{model.name} keeps no per-sequence cache: memory does not bound its concurrency")
+    return bounding
 
 
 def _users_at(pools: list[KVPool], budget: int, ctx: int, prefix: int, ranks: int) -> UsersServed:
     """A user costs its cache and, where the engine's activations grow with the batch (transformers), its share
-    of them (`_check_users_cost` has refused pools where a user costs nothing). Over the stages, the fewest users;
+    of them (`pools`: the stages where a user costs something, `_bounding_pools`). Over the stages, the fewest users;
     the binding stage is the first with the fewest in steady decode. The steady figure is 0 where not one request
     passes the start-up check, and never below the start-up figure (what the engine admits it holds)."""
     at_startup, steady, binding = None, None, pools[0]
@@ -146,7 +162,8 @@ def _users_at(pools: list[KVPool], budget: int, ctx: int, prefix: int, ranks: in
             steady, binding = held, pool
     if not at_startup:
         return UsersServed(0, 0, pools[0])
-    return UsersServed(max(steady, at_startup) * ranks, at_startup * ranks, binding)
+    return UsersServed(max(steady, at_startup) * ranks, at_startup * ranks, binding,
+                       steady == binding.sequence_limit(budget))
 
 
 def _stage_users(pool: KVPool, budget: int, ctx: int, prefix: int) -> tuple[int, int]:
@@ -173,8 +190,8 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     engine, pools, budget = d.engine, d.pools, d.budget
     notes = list(dict.fromkeys([*d.notes, *(note for p in pools for note in p.notes)]))
     ctx, prefix = workload.ctx, workload.shared_prefix
-    _check_users_cost(model, pools, ctx)
-    served = _users_at(pools, budget, ctx, prefix, parallel.ranks)
+    bounding = _bounding_pools(model, pools, ctx, budget)
+    served = _users_at(bounding, budget, ctx, prefix, parallel.ranks)
     users, binding = served.steady, served.binding
     notes += [note for note in binding.budget_notes(budget, ctx) if note not in notes]
     running = binding.sequence_limit(budget)
@@ -185,15 +202,19 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     keys, values = engine.cache_types(d.kv)
     need = math.ceil(workload.target / parallel.ranks)
     limit = model.max_context or SEARCH_LIMIT
-    longest = min(max_ctx(p, budget, need, limit, prefix) for p in pools) if workload.users else None
+    longest = longest_bound = None
+    if workload.users:
+        longest = min(max_ctx(p, budget, need, limit, prefix) for p in bounding)
+        longest_bound = _ctx_bound(longest, limit, model.max_context,
+                                   any(capped(p, need, budget) < need for p in bounding))
     at_avg = None
     if workload.avg_ctx:
         at_avg = min(capped(p, max_users(p, budget, workload.avg_ctx, prefix, steady=True), budget)
-                     for p in pools) * parallel.ranks
+                     for p in bounding) * parallel.ranks
     return Capacity(
         engine=engine.name, engine_version=engine.version, engine_version_given=engine.version_given,
-        engine_assumptions=engine.assumptions(), gpu=hardware.name, gpu_memory_bytes=hardware.memory_bytes,
-        platform=engine.options.platform or "gpu",
+        engine_assumptions=engine.assumptions(uses_fraction=d.fraction is not None), gpu=hardware.name,
+        gpu_memory_bytes=hardware.memory_bytes, platform=engine.options.platform or "gpu",
         gpus=parallel.gpus, tensor_parallel_size=parallel.tp, pipeline_parallel_size=parallel.pp,
         data_parallel_size=parallel.dp, expert_parallel_size=parallel.ep,
         data_parallel_replicas=parallel.replicas, ctx=ctx, kv_dtype=keys.name,
@@ -208,8 +229,10 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         engine_kv_bytes_for_users=max(p.steady_bytes_for(need, ctx, prefix) for p in pools),
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),
         engine_activation_bytes_per_sequence=binding.activation_bytes(1, ctx),
+        engine_gpu_bytes_for_users=binding.gpu_bytes_for(need, ctx),
         max_concurrent_users=users, max_users_at_startup=served.at_startup, sequence_limit=running,
-        max_users_per_rank=users // parallel.ranks, max_ctx_for_users=longest,
+        max_users_per_rank=users // parallel.ranks, max_ctx_for_users=longest, max_ctx_for_users_bound=longest_bound,
+        max_concurrent_users_bound="sequence_limit" if served.at_limit else "memory",
         avg_ctx=workload.avg_ctx, max_users_at_avg_ctx=at_avg, shared_prefix=prefix, fits=users >= workload.target,
         reasons=[], suggestions=[], notes=notes,
         **(_vllm_numbers(binding, budget, ctx) if isinstance(binding, VllmPool) else {}),
@@ -218,14 +241,27 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     )
 
 
+def _ctx_bound(longest: int, limit: int, max_context: int | None, over_sequence_limit: bool) -> str:
+    """What bounds the longest context for N users (`max_ctx` searched up to `limit`)."""
+    if longest == 0 and over_sequence_limit:
+        return "sequence_limit"
+    if longest == limit:
+        return "max_context" if max_context else "search_limit"
+    return "memory"
+
+
 class UsersAt(NamedTuple):
     """One cell of a planning table: what `capacity` reports as max_concurrent_users and
     engine_kv_bytes_per_sequence at ctx, with the KV budget per GPU (None, in a table, for a model that keeps no
-    per-sequence cache: `users_sweep` does not plan one)."""
+    per-sequence cache: `users_sweep` does not plan one); `sequence_limit`: the engine's limit on running requests
+    where the users reach it (an instance's, as `Capacity.sequence_limit`); `not_planned`: why the deployment
+    cannot be planned (the engine does not run the model on that GPU or release), where it cannot."""
 
     max_users: int | None
     engine_kv_bytes_per_sequence: int | None
     kv_budget_bytes: int | None
+    sequence_limit: int | None = None
+    not_planned: str | None = None
 
 
 def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple[Hardware, Parallelism]], *,
@@ -235,26 +271,32 @@ def users_sweep(model: ModelSpec, ctxs: Sequence[int], hardwares: Sequence[tuple
     """For each GPU set x ctx, the users `capacity` finds (the same budget, pools and search), without the rest of
     its report: `kvplan table`'s sweep. The model's split (`LayoutSplit`) is built and checked once for each
     parallel layout; each deployment is sized for the longest context; users fall as the context grows, so past
-    the shortest context at which none fits, none is counted."""
+    the shortest context at which none fits, none is counted. A GPU set the deployment cannot be planned on gets
+    cells that say why (`UsersAt.not_planned`), and the others are still counted."""
     options = options or EngineOptions()
     longest = [Workload(ctx=max(ctxs))]  # the workloads differ in ctx alone: a deployment is sized for the longest
     splits: dict[Parallelism, LayoutSplit] = {}
     out = []
     for hardware, parallel in hardwares:
-        d = deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
-                    weights_dtype_name, None, overhead, splits.get(parallel))
+        try:
+            d = deploy(model, longest, engine_name, options, hardware, parallel, kv_dtype_name,
+                       weights_dtype_name, None, overhead, splits.get(parallel))
+            bounding = _bounding_pools(model, d.pools, min(ctxs), d.budget)
+        except KvplanError as err:
+            out.append([UsersAt(None, None, None, not_planned=str(err))] * len(ctxs))
+            continue
         splits[parallel] = d.split
-        _check_users_cost(model, d.pools, min(ctxs))
         none_from = None  # the shortest ctx at which not one user fits: none fits at any longer one either
         row = []
         for ctx in ctxs:
             if none_from is not None and ctx >= none_from:
-                served = UsersServed(0, 0, d.pools[0])  # as `_users_at` gives it
+                served = UsersServed(0, 0, bounding[0])  # as `_users_at` gives it
             else:
-                served = _users_at(d.pools, d.budget, ctx, 0, parallel.ranks)
+                served = _users_at(bounding, d.budget, ctx, 0, parallel.ranks)
                 if not served.steady:
                     none_from = ctx
-            row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget))
+            limit = served.binding.sequence_limit(d.budget) if served.at_limit else None
+            row.append(UsersAt(served.steady, served.binding.bytes_per_sequence(ctx), d.budget, limit))
         out.append(row)
     return out
 

@@ -19,7 +19,9 @@ One module per engine, split by concern:
     vllm.py                 vLLM: KV cache groups and pages, its start-up log, LoRA slots, EAGLE classes
     sglang.py               SGLang: token pools, hybrid sliding-window pools, the Mamba pool
     llamacpp.py             llama.cpp: contexts, slots and padding, the compute graph, GGML cache types
-    transformers_engine.py  transformers: generate()'s caches and prefill activations
+    transformers_engine.py  transformers: generate()'s caches and prefill activations, and what torch reserves
+    transformers_allocations.py  the tensors a transformers run allocates and frees, in order, from the ModelSpec
+    cuda_allocator.py       torch's CUDA caching allocator, simulated: what it reserves for a run's allocations
     tensorrt_llm.py         TensorRT-LLM: KvCacheConfig block pools
     ideal.py                ideal: exactly the tokens each layer holds, no engine
     __init__.py             the registry (`engine_class`, `engine`, `default_engine`) and the names callers use

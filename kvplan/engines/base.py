@@ -86,6 +86,7 @@ class EngineOptions(BaseModel):
     kv_unified: bool | None = None
     swa_full: bool | None = None
     cache_implementation: Literal["dynamic", "static"] | None = None
+    expandable_segments: bool | None = None  # transformers: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
     ubatch_size: int | None = None
     batch_size: int | None = None
     cache_type_k: str | None = None
@@ -117,6 +118,7 @@ FLAG_NAMES = {
     "block_size": "--block-size", "max_num_batched_tokens": "--max-num-batched-tokens",
     "async_scheduling": "--async-scheduling/--no-async-scheduling", "platform": "--platform",
     "kv_unified": "--kv-unified", "swa_full": "--swa-full", "cache_implementation": "--cache-implementation",
+    "expandable_segments": "--expandable-segments",
     "ubatch_size": "--ubatch-size", "batch_size": "--batch-size", "cache_type_k": "--cache-type-k",
     "cache_type_v": "--cache-type-v", "flash_attn": "--flash-attn", "speculative_tokens": "--speculative-tokens",
     "frontend": "--frontend", "limit_mm_per_prompt": "--limit-mm-per-prompt",
@@ -227,6 +229,11 @@ class KVPool(ABC):
     def users_within(self, budget: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int | None:
         """The most users whose `peak_bytes` fits in `budget`, where the pool can count them without a search; None:
         search (`kvplan.capacity.search_users`)."""
+        return None
+
+    def gpu_bytes_for(self, users: int, ctx: int) -> int | None:
+        """The device memory the engine's process holds for `users` sequences of ctx tokens, where the engine's
+        allocator is modelled (transformers); None elsewhere."""
         return None
 
     def budget_notes(self, budget: int, ctx: int) -> list[str]:
@@ -405,17 +412,20 @@ class Engine(ABC):
     @abstractmethod
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> KVPool: ...
 
-    def assumptions(self) -> list[str]:
-        """One line per default this engine applied, with its basis."""
+    def assumptions(self, uses_fraction: bool = True) -> list[str]:
+        """One line per default this engine applied, with its basis; `uses_fraction` False where the budget was given
+        (--kv-budget), so that no memory fraction applied."""
         return []
 
     def serving_extras(self, model: ModelSpec, tower_bytes: int, max_len: int) -> ServingExtras:
         """What the engine keeps for a multimodal model's inputs and in host memory: nothing by default."""
         return ServingExtras()
 
-    def weights_offloaded(self, weights_per_gpu: int) -> int:
-        """Bytes of each GPU's weights the engine keeps in host memory instead (0: none)."""
+    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None) -> int:
+        """Bytes of each GPU's `weights_per_gpu` (of `model` in `dtype_name`) the engine keeps in host memory
+        instead (0: none)."""
         return 0
+
     def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,
                          kv: DType) -> KVPool:
         """One GPU's pool when the engine also runs a draft (`draft`: the draft model, MTP layers or EAGLE head, None

@@ -44,6 +44,11 @@ LLAMA_CPP_RS_ROLLBACK = frozenset({"qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qw
 # K and V of one of these sizes, or (K, V) with at least 2 query heads per KV head, a multiple of the number given.
 CUDA_FLASH_ATTN_HEADS = frozenset({40, 64, 72, 80, 96, 112, 128, 256})
 CUDA_FLASH_ATTN_GQA = {(512, 512): 1, (576, 512): 1, (192, 128): 8, (320, 256): 32}
+# What Metal's flash attention takes (`ggml_metal_device_supports_op`, GGML_OP_FLASH_ATTN_EXT,
+# ggml/src/ggml-metal/ggml-metal-device.m): K heads of these sizes, V no wider than K (equal at 72), K and V of one
+# cache type among these (bf16 on every Apple GPU from M1: MTLGPUFamilyApple6 and later).
+METAL_FLASH_ATTN_HEADS = frozenset({32, 40, 48, 64, 72, 80, 96, 112, 128, 192, 256, 320, 512, 576})
+METAL_FLASH_ATTN_TYPES = frozenset({"fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"})
 
 
 class LlamaCppFrontend(BaseModel):
@@ -282,9 +287,20 @@ class LlamaCpp(Engine):
     def default_fraction(self) -> float:
         return 1.0
 
+    def on_metal(self) -> bool:
+        """Whether the GPU is Apple silicon, which llama.cpp runs on through its Metal backend."""
+        if not self.gpu_name:
+            return False
+        from kvplan.gpus import vendor
+
+        return vendor(self.gpu_name) == "apple"
+
     def overhead(self) -> Overhead:
-        """CUDA context 0.5 GiB; the compute buffer grows with the context and is the pool's (`LlamaCppGraph`)."""
-        return Overhead(cuda_context=GiB // 2)
+        """CUDA context 0.5 GiB; the compute buffer grows with the context and is the pool's (`LlamaCppGraph`). On
+        Metal none: there is no CUDA context, and the Metal backend (ggml/src/ggml-metal) allocates nothing of
+        its own beside the buffers it is asked for (weights, cache, compute buffer) but a 1-byte buffer that keeps
+        its residency sets alive; the budget is already Metal's recommendedMaxWorkingSetSize."""
+        return Overhead() if self.on_metal() else Overhead(cuda_context=GiB // 2)
 
     def context(self, users: int, ctx: int) -> LlamaCppContext:
         requested = users * ctx
@@ -295,14 +311,18 @@ class LlamaCpp(Engine):
                                streams=1 if self.unified else users, n_batch=n_batch,
                                n_ubatch=min(n_batch, self.n_ubatch))
 
-    def resolve_flash_attn(self, model: ModelSpec, v: DType) -> bool:
+    def resolve_flash_attn(self, model: ModelSpec, k: DType, v: DType) -> bool:
         """-fa on/off as given; auto (llama_init_from_model, `llama_context::resolve_fused_ops`): on for a quantised
-        V cache, else on where the backend runs flash attention for every layer; kvplan assumes CUDA's kernels
-        (`CUDA_FLASH_ATTN_HEADS`; the CPU backend runs every head size)."""
+        V cache, else on where the backend runs flash attention for every layer: Metal's kernels on Apple GPUs
+        (`METAL_FLASH_ATTN_HEADS`), else CUDA's (`CUDA_FLASH_ATTN_HEADS`; the CPU backend runs every head size)."""
         if self.flash_attn != "auto":
             return self.flash_attn == "on"
         if v.block_elements > 1:
             return True
+        if self.on_metal():
+            return k == v and k.name in METAL_FLASH_ATTN_TYPES and all(
+                heads[0] in METAL_FLASH_ATTN_HEADS and heads[1] <= heads[0] and (heads[0] != 72 or heads[1] == 72)
+                for heads in map(head_sizes, model.caches) if heads is not None)
         for c in model.caches:
             heads = head_sizes(c)
             if heads is None or (heads[0] == heads[1] and heads[0] in CUDA_FLASH_ATTN_HEADS):
@@ -319,7 +339,7 @@ class LlamaCpp(Engine):
     def check_cache_types(self, model: ModelSpec, k: DType, v: DType) -> None:
         """llama_init_from_model's refusals (src/llama-context.cpp), in its words, for K cache `k` and V cache
         `v`."""
-        flash_attn = self.resolve_flash_attn(model, v)
+        flash_attn = self.resolve_flash_attn(model, k, v)
         mla = any(c.kind == "mla" for c in model.caches)
         if mla and k != v:
             raise KvplanError(f"llama.cpp: model does not support different K ({ggml_name(k)}) and V "
@@ -328,6 +348,7 @@ class LlamaCpp(Engine):
             raise KvplanError(f"llama.cpp: quantized V cache requires flash_attn to be enabled (V cache "
                               f"{ggml_name(v)}, --flash-attn {self.flash_attn}): give --flash-attn on or auto")
         if self.flash_attn == "off":
+            self.check_k_rows(model, k)
             return
         for i, (name, dtype) in enumerate((("K", k), ("V", v))):
             for head in sorted({head_sizes(c)[i] for c in model.caches if head_sizes(c)}):
@@ -335,6 +356,26 @@ class LlamaCpp(Engine):
                     raise KvplanError(f"llama.cpp: {name} cache type {ggml_name(dtype)} with block size "
                                       f"{dtype.block_elements} does not divide n_embd_head_{name.lower()}={head} "
                                       f"({model.name})")
+
+    @staticmethod
+    def check_k_rows(model: ModelSpec, k: DType) -> None:
+        """With --flash-attn off llama_init_from_model checks no head size, and `llama_kv_cache` makes each
+        layer's K tensor [n_embd_k_gqa, kv_size, streams] and a view of it per stream (src/llama-kv-cache.cpp):
+        a row that is not whole blocks of the K type (KV heads x head size) gets a stride of whole blocks shorter
+        than the row, the view overruns the tensor, and ggml aborts (GGML_ASSERT(data_size + view_offs <=
+        ggml_nbytes(view_src)) in ggml_new_tensor_impl, ggml/src/ggml.c). 8 KV heads of 80 (640 elements, 20
+        blocks of 32) are made; one of 80 is not. V needs no check: a quantised V cache needs flash attention,
+        whose head-size check is stricter."""
+        for c in model.caches:
+            heads = head_sizes(c)
+            if heads is None:
+                continue
+            row = getattr(c, "kv_heads", 1) * heads[0]
+            if row % k.block_elements:
+                raise KvplanError(f"llama.cpp: K cache type {ggml_name(k)} with block size {k.block_elements} does "
+                                  f"not divide the K row of layer {c.layer} ({getattr(c, 'kv_heads', 1)} KV heads x "
+                                  f"{heads[0]} = {row:,}): with --flash-attn off llama.cpp aborts making the cache "
+                                  f"(GGML_ASSERT in ggml_new_tensor_impl) ({model.name})")
 
     compressed_attention = "llama.cpp 0c1e57098b keeps it in a cache of its own, src/llama-kv-cache-dsv4.cpp"
 
@@ -375,7 +416,7 @@ class LlamaCpp(Engine):
         `outputs_per_slot` a slot (`LlamaCppPool`)."""
         self.refuse_compressed_attention(model)
         self.check_cache_types(model, k, v)
-        flash_attn = self.resolve_flash_attn(model, v)
+        flash_attn = self.resolve_flash_attn(model, k, v)
         # a GGUF's windows are llama.cpp's already: kvplan.sources.gguf_model reads its hparams as llama.cpp does
         from_gguf = model.checkpoint is not None and model.checkpoint.format == "gguf"
         ignores_swa = not from_gguf and model.architecture not in LLAMA_CPP_SWA
@@ -430,7 +471,7 @@ class LlamaCpp(Engine):
                          gpu_bytes=cdiv(sum(a.device_bytes for a in adapters), self.pp),
                          host_bytes=sum(a.host_bytes for a in adapters))
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, uses_fraction: bool = True) -> list[str]:
         if self.frontend.max_sequences == 1:
             lines = [f"front end {self.frontend.label}: one sequence per instance (n_seq_max 1)"]
         else:
@@ -438,8 +479,14 @@ class LlamaCpp(Engine):
                      "(LLAMA_MAX_SEQ, src/llama-cparams.h)"]
         if self.options.frontend in (None, "server") and self.options.kv_unified is None:
             lines.append("slots share one unified cache (-kvu; llama-server's default with -np auto, else give -kvu)")
-        if self.flash_attn == "auto":
+        if self.flash_attn == "auto" and self.on_metal():
+            lines.append("--flash-attn auto resolved as Metal does (on where its kernels take the head sizes and "
+                         "cache types)")
+        elif self.flash_attn == "auto":
             lines.append("--flash-attn auto resolved as CUDA does (on where its kernels take the head size)")
+        if self.on_metal():
+            lines.append("Metal: no CUDA context, and no memory the Metal backend keeps beside its buffers; what "
+                         "macOS keeps outside recommendedMaxWorkingSetSize is not known to kvplan")
         return lines
 
 

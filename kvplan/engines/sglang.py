@@ -24,7 +24,7 @@ from kvplan.engines.base import (
 )
 from kvplan.engines.speculative import eagle1_fields, eagle_reads, eagle_shape
 from kvplan.errors import KvplanError
-from kvplan.model import REPLICATED_GROUPS, LayerCache, ModelSpec, RecurrentState
+from kvplan.model import EMPTY_KINDS, REPLICATED_GROUPS, LayerCache, ModelSpec, RecurrentState, SharedKV
 
 # Models SGLang gives separate full and sliding-window pools (`is_hybrid_swa_model`), by config model_type.
 SGLANG_HYBRID_SWA = frozenset({"llama4", "llama4_text", "gpt_oss", "gemma4", "gemma4_text", "mimo_v2_flash",
@@ -53,6 +53,11 @@ SGLANG_NO_MODEL = frozenset({"jamba", "bamba", "zamba", "zamba2", "minimax", "rw
                              "plamo2"})
 # Attention-free families SGLang runs (models/mamba.py, mamba2.py, falcon_mamba.py) whose pools kvplan does not model.
 SGLANG_ATTENTION_FREE = frozenset({"mamba", "mamba2", "falcon_mamba"})
+# Model types whose SGLang 0.5.23 model class builds every layer on every rank (`make_layers` without the pipeline
+# split, no start_layer / end_layer): no pipeline parallelism.
+SGLANG_NO_PIPELINE = {"nemotron-nas": "DeciLMForCausalLM (srt/models/nemotron_nas.py)",
+                      "gemma3n": "Gemma3nTextModel (srt/models/gemma3n_causal.py)",
+                      "gemma3n_text": "Gemma3nTextModel (srt/models/gemma3n_causal.py)"}
 SGLANG_MAX_RUNNING_REQUESTS = (2048, 4096)  # resolve_max_num_reqs' clamp of its estimate
 # --max-running-requests under speculative decoding when not given (`arg_groups/speculative_hook.py`
 # _handle_eagle_family, _handle_ngram: "Max running requests is reset to 48 for speculative decoding").
@@ -213,24 +218,40 @@ class SglangMambaPool(SglangPool):
 
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
         """The least budget whose split serves `users` (as `users_within` counts them). The users need K >= s x
-        users slots and T >= tokens_needed; the budgets that give K slots form a range, within which T grows
-        with the budget. So for each K from s x users up, the least candidate is the larger of the range's start
-        and fixed_bytes(K) + T x cell, and the first K whose range holds its candidate gives the answer (both
-        grow with K). A candidate past its range skips to the K that candidate gives: the ranges between hold
-        budgets below it only."""
+        users slots and T >= tokens_needed; the budgets that give K slots form a range, within which T grows with the
+        budget, so range K's least budget that serves them is the larger of its start and fixed_bytes(K) + T x cell
+        (`least_in_range`), if the range holds it; the first K whose range does gives the answer (both grow with
+        K). Along K a range's end gains on fixed_bytes(K) but where a speculating pool reserves one more request's
+        draft states, every s slots: so within each run of s slots (of one slot, not speculating) the first K that
+        serves is found by stepping, and the run by bisecting over the runs' last slots. (Stepping K by K took
+        steps in proportion to --mamba-full-memory-ratio: the share's gain per slot over a slot's price is
+        1 / ratio of it.)"""
         fixed = self.fixed_slots
         if users == 0:
             return 0 if fixed is None else self.fixed_bytes(fixed)
         kv = self.tokens_needed(users, ctx, shared_prefix) * self.full_cell
         if fixed is not None:
             return self.fixed_bytes(fixed) + kv
-        slots = max(1, users * self.slots_per_request)
-        while True:
-            least = max(self.least_budget_for(slots), self.fixed_bytes(slots) + kv)
-            given = self.slots_in(least)
-            if given == slots:
+        run = self.slots_per_request if self.draft_tokens else 1
+        first = max(1, users * self.slots_per_request)
+        last_of_run = first // run * run + run - 1
+        for slots in range(first, last_of_run + 1):  # the rest of the first run
+            if (least := self.least_in_range(slots, kv)) is not None:
                 return least
-            slots = max(slots + 1, given)
+        low, step = first // run, 1  # runs are numbered by slots // run; run `low` holds none
+        while self.least_in_range((low + step) * run + run - 1, kv) is None:
+            low, step = low + step, step * 2
+        high = low + step
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if self.least_in_range(middle * run + run - 1, kv) is not None else (middle, high)
+        return next(least for slots in range(high * run, high * run + run)
+                    if (least := self.least_in_range(slots, kv)) is not None)
+
+    def least_in_range(self, slots: int, kv: int) -> int | None:
+        """The least budget of those giving `slots` slots whose KV pool holds `kv` bytes, or None where none does."""
+        least = max(self.least_budget_for(slots), self.fixed_bytes(slots) + kv)
+        return least if self.slots_in(least) == slots else None
 
     def budget_notes(self, budget: int, ctx: int) -> list[str]:
         split = self.split(budget)
@@ -277,8 +298,10 @@ class Sglang(Engine):
 
     @classmethod
     def splits_into_stages(cls, model: ModelSpec) -> bool:
-        """Not a model with a recurrent state: its Mamba pool under PP is not modelled (`mamba_pool` refuses it)."""
-        return not any(cache.kind == "recurrent" for cache in model.caches)
+        """Not a model with a recurrent state (its Mamba pool under PP is not modelled: `mamba_pool` refuses it), nor
+        one whose model class has no pipeline split (SGLANG_NO_PIPELINE: `pool` refuses it)."""
+        return (model.architecture not in SGLANG_NO_PIPELINE
+                and not any(cache.kind == "recurrent" for cache in model.caches))
 
     def stage_sizes(self, num_layers: int) -> list[int]:
         """num_layers // pp layers a stage, the remainder one apiece to the last stages (SGLang 0.5.23
@@ -368,8 +391,11 @@ class Sglang(Engine):
         which mamba2_state_dtype reads last, the default cache params' dtype included."""
         reads = model.architecture in SGLANG_READS_SSM_DTYPE
         flag = DTYPE_ALIASES.get(self.options.mamba_ssm_cache_dtype)  # "auto": none
+        slot_of = self.kv_slots(model)
 
         def as_stored(cache: LayerCache) -> LayerCache:
+            if cache.kind in EMPTY_KINDS:
+                return slot_of(cache)
             if not isinstance(cache, RecurrentState):
                 return cache
             ssm = flag or (cache.ssm_dtype if reads and cache.ssm_dtype_stated and cache.ssm_dtype else "fp32")
@@ -377,12 +403,42 @@ class Sglang(Engine):
 
         return tuple(as_stored(c) for c in model.caches)
 
+    @staticmethod
+    def kv_slots(model: ModelSpec):
+        """What SGLang 0.5.23's pools hold for a layer that keeps no K and V of its own. They count the layers of a
+        stage, not what each layer's attention does: the token pool holds K and V for every one
+        (`DefaultPoolConfigurator`, model_executor/pool_configurator.py: num_effective_layers = end_layer -
+        start_layer), the sliding-window pools every layer of each type (`get_hybrid_layer_ids`: layer_types). So
+        a KV-shared layer (Gemma 3n, Gemma 4: its RadixAttention reads the source layer's slot and saves nothing)
+        is sized as the layer whose K and V it reads, the same type; and a Nemotron-NAS layer whose attention is a
+        no-op as its attention layers, one size for all (`get_total_num_kv_heads` takes one KV head count and
+        refuses variable GQA). Other layers with no cache keep none."""
+        sources = {c.layer: c for c in reversed(model.caches) if c.kind not in EMPTY_KINDS}
+        attention = {c.model_copy(update={"layer": 0}) for c in model.caches if c.kind == "full"}
+        nas = model.architecture == "nemotron-nas"
+        if nas and len(attention) > 1:
+            raise KvplanError(f"SGLang 0.5.23 refuses {model.name}: its attention layers have different KV head "
+                              "counts (\"Variable GQA (VGQA) is not yet supported for nemotron-nas in sglang\", "
+                              "configs/model_config.py)")
+
+        def slot(cache: LayerCache) -> LayerCache:
+            if isinstance(cache, SharedKV) and cache.source in sources:
+                return sources[cache.source].model_copy(update={"layer": cache.layer})
+            if nas and attention:
+                return next(iter(attention)).model_copy(update={"layer": cache.layer})
+            return cache
+
+        return slot
+
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> SglangPool:
         """Models with a recurrent state get SGLang's Mamba pool beside the KV pool (`SglangMambaPool`), for the
         families SGLang 0.5.23 keeps so (SGLANG_MAMBA_SLOTS); others with a recurrent state are refused in one line:
         those SGLang has no model class for, attention-free ones (their pool of context_len tokens is not modelled)
         and pipeline-parallel splits (SGLang charges every stage the fullest stage's state)."""
         self.refuse_compressed_attention(model)
+        if self.pp > 1 and model.architecture in SGLANG_NO_PIPELINE:
+            raise KvplanError(f"SGLang 0.5.23 has no pipeline parallelism for {model.name}: its "
+                              f"{SGLANG_NO_PIPELINE[model.architecture]} builds every layer on every GPU; use --tp")
         if any(cache.kind == "recurrent" for cache in model.caches):
             return self.mamba_pool(layers, model, kv, self.given_requests())
         hybrid = model.architecture in SGLANG_HYBRID_SWA
@@ -394,6 +450,10 @@ class Sglang(Engine):
                          "tokens")
         elif any(is_windowed(cache) for cache, _ in layers):
             notes.append(f"{model.architecture} is not on SGLang's hybrid-SWA list: every layer sized full")
+        if not table and self.pp > 1 and any(c.kind not in EMPTY_KINDS for c in model.caches):
+            raise KvplanError(f"kvplan does not model SGLang with a pipeline stage whose layers keep no KV cache "
+                              f"({model.name} at --pp {self.pp}): SGLang sizes that stage's token pool by the "
+                              "context length, not its memory (DefaultPoolConfigurator); choose another --pp")
         return SglangPool(full_cell=sum(r.count * r.bytes_per_token for r in table if r.kind == "full"),
                           swa_cell=sum(r.count * r.bytes_per_token for r in windowed),
                           window=max((r.window for r in windowed), default=0), notes=notes,

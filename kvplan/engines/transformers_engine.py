@@ -1,10 +1,13 @@
 """transformers: what `generate()`'s caches (DynamicCache, StaticCache) hold for a batch, recurrent states and DeepSeek
-V4's compressors as transformers keeps them, and the prefill activations `kvplan profile` measures. (Named so as
-not to shadow the transformers package.)"""
+V4's compressors as transformers keeps them, the prefill activations `kvplan profile` measures, and what torch's
+CUDA caching allocator reserves for a run (`DeviceRun`: transformers_allocations.py's run replayed by
+cuda_allocator.py). (Named so as not to shadow the transformers package.)"""
 
+import functools
 import math
 
 from kvplan.dtypes import DType, kv_dtype
+from kvplan.engines import cuda_allocator, transformers_allocations
 from kvplan.engines.base import (
     COMPRESSED_KINDS,
     WINDOWED,
@@ -14,12 +17,14 @@ from kvplan.engines.base import (
     Layers,
     Overhead,
     Row,
+    ServingExtras,
     is_windowed,
     rows,
     version_tuple,
 )
 from kvplan.errors import KvplanError
-from kvplan.memory import kind_label
+from kvplan.gpus import compute_capability, vendor
+from kvplan.memory import kind_label, weights_bytes
 from kvplan.model import (
     TRANSFORMERS_ONLY_KINDS,
     CompressedKV,
@@ -41,12 +46,46 @@ class TransformersPool(KVPool):
     StaticCache: max_cache_len = ctx preallocated, min(W, ctx) on sliding layers, from the first token.
     Recurrent layers: the state `Transformers.cached_layers` describes (conv of `kernel` inputs, fp32 SSM);
     `prefill_states`, one per row, what each holds right after prefill where that is less. DeepSeek V4's
-    compressors: `compressor_bytes`."""
+    compressors: `compressor_bytes`.
+    `device`: where kvplan generates the model's allocations, what torch's caching allocator reserves for them
+    (`DeviceRun`), which capacity then counts instead of the cache and the activations alone."""
 
     def __init__(self, table: list[Row], static: bool, activations: "PrefillActivations", notes: list[str],
-                 prefill_states: list[int], dtype: DType):
+                 prefill_states: list[int], dtype: DType, device: "DeviceRun | None" = None):
         self.table, self.static, self.activations, self.notes = table, static, activations, notes
-        self.prefill_states, self.dtype = prefill_states, dtype
+        self.prefill_states, self.dtype, self.device = prefill_states, dtype, device
+
+    def peak_bytes(self, users: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int:
+        """What the allocator reserves for `users` sequences of ctx tokens beyond the weights (`DeviceRun`), where
+        kvplan runs the model's allocations; else the cache and the activations."""
+        if self.device is None:
+            return super().peak_bytes(users, ctx, shared_prefix, steady)
+        return self.device.beyond_weights(users, *capacity_run(ctx))
+
+    def users_within(self, budget: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int | None:
+        """The most users whose run leaves the allocator room on the device: budget + weights is what torch can
+        reserve (`DeviceRun.users`)."""
+        if self.device is None:
+            return None
+        return self.device.users(budget + self.device.weights, *capacity_run(ctx))
+
+    def budget_notes(self, budget: int, ctx: int) -> list[str]:
+        """Where torch's allocator with expandable segments would fit more users in this budget, says so."""
+        if self.device is None or self.device.expandable:
+            return []
+        limit, run = budget + self.device.weights, capacity_run(ctx)
+        now, expandable = self.device.users(limit, *run), self.device.expandable_alike().users(limit, *run)
+        if expandable <= now:
+            return []
+        return [f"with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True torch's allocator fits {expandable:,} users "
+                f"here, not {now:,}: --expandable-segments plans for it"]
+
+    def gpu_bytes_for(self, users: int, ctx: int) -> int | None:
+        """The device memory the process holds for `users` sequences of ctx tokens: what the allocator reserves and
+        the CUDA context beside it, as NVML counts the process."""
+        if self.device is None:
+            return None
+        return self.device.process_bytes(users, *capacity_run(ctx))
 
     def activation_bytes(self, users: int, ctx: int) -> int:
         """generate() prefills the batch's prompts (up to ctx - 1 tokens) in one forward pass."""
@@ -99,6 +138,87 @@ class TransformersPool(KVPool):
         if cache.kind == "prefixed":
             return cache.tokens_held(prompt)
         return prompt
+
+
+def capacity_run(ctx: int) -> tuple[int, int]:
+    """(prompt, decode steps) of the run a user of ctx tokens is planned for: the prefill of a prompt of ctx - 1
+    tokens (at least one is generated), where the allocator reserves its peak. The decode steps after it allocate out
+    of what the prefill freed: in the H100 record 32 of them reserved nothing more."""
+    return max(ctx - 1, 1), 0
+
+
+# The process's device memory outside torch's allocator (its CUDA context, cuBLAS and the kernels loaded), by CUDA
+# runtime major version: NVML's process memory less torch.cuda.memory_reserved(), measured by `kvplan profile` on an
+# H100 80GB HBM3 (driver 580.159.04, torch 2.11.0+cu130) after decode; 543,162,368 B of it before the first
+# allocation. Other runtimes: ASSUMED_CONTEXT, not measured.
+CUDA_CONTEXT = {13: 721_420_288}
+ASSUMED_CONTEXT = GiB // 2
+PLANNED_RUNTIME = 13  # the CUDA runtime kvplan plans for: torch 2.11's default wheels (cu130)
+# Device memory NVML counts as used with no process on the GPU, which no allocation can have: an H100 80GB HBM3,
+# driver 580.159.04, before the first allocation (device used 1,055,719,424 B, the process 543,162,368 B).
+DRIVER_RESERVED = 512_557_056
+
+
+def cuda_context(runtime: int | None) -> int:
+    """What a process holds outside torch's allocator under this CUDA runtime (major version)."""
+    return CUDA_CONTEXT.get(runtime, ASSUMED_CONTEXT)
+
+
+class DeviceRun:
+    """A model's allocations on one GPU under torch's caching allocator: the weights built, then a batch's prompts
+    prefilled and decoded (`transformers_allocations.run`), replayed through the allocator
+    (`cuda_allocator.replay`). `weights`: the parameters' bytes; `context`: the process's memory outside the
+    allocator. Runs are cached: a planning table asks the same ones for every GPU."""
+
+    def __init__(self, shape: transformers_allocations.Shape, workspace: int, expandable: bool, context: int):
+        self.shape, self.workspace, self.expandable, self.context = shape, workspace, expandable, context
+        self.weights = shape.parameters()
+
+    def expandable_alike(self) -> "DeviceRun":
+        """The same run under an allocator with expandable segments."""
+        return DeviceRun(self.shape, self.workspace, True, self.context)
+
+    def phases(self, users: int, prompt: int, steps: int) -> list[cuda_allocator.Phase]:
+        """The allocator after the build, after prefill and after decode, with the device's room unbounded."""
+        return _phases(self.shape, users, prompt, steps, self.workspace, self.expandable)
+
+    def reserved(self, users: int, prompt: int, steps: int) -> int:
+        """torch.cuda.memory_reserved() at the end of the run (its peak: nothing is released)."""
+        return self.phases(users, prompt, steps)[-1].reserved
+
+    def process_bytes(self, users: int, prompt: int, steps: int) -> int:
+        return self.reserved(users, prompt, steps) + self.context
+
+    def reserve(self, prompt: int, steps: int) -> tuple[int, int, int]:
+        """(the build's reserve, what `users` users reserve beyond it, users): the reserve grows with the batch in
+        proportion (every large tensor is batch-sized), so one run, of REFERENCE_TOKENS prompt tokens in all, gives
+        every batch's (a batch of one under-counts where prompts are short: its tensors share 20 MiB segments)."""
+        users = max(1, -(-REFERENCE_TOKENS // prompt))
+        built, *_, end = self.phases(users, prompt, steps)
+        return built.reserved, end.reserved - built.reserved, users
+
+    def users(self, limit: int, prompt: int, steps: int) -> int:
+        """The most users the allocator can reserve for within `limit` bytes."""
+        built, reserve, users = self.reserve(prompt, steps)
+        return max(0, (limit - built) * users // reserve)
+
+    def beyond_weights(self, users: int, prompt: int, steps: int) -> int:
+        """What `users` users' runs reserve beyond the weights' own bytes, as `users` counts it."""
+        built, reserve, reference = self.reserve(prompt, steps)
+        return built - self.weights + -(-users * reserve // reference)
+
+
+# Prompt tokens of the run one user's reserve is measured on (`DeviceRun.users`): Llama-3-8B's per-user reserve at
+# 8,191 tokens is the same, within 0.01%, for batches of 1 to 128; at 1,023 tokens batches of 1 to 4 reserve 38% to
+# 1% less a user than batches of 8 to 256 do.
+REFERENCE_TOKENS = 1 << 16
+
+
+@functools.lru_cache(maxsize=4096)
+def _phases(shape: transformers_allocations.Shape, users: int, prompt: int, steps: int, workspace: int,
+            expandable: bool) -> list[cuda_allocator.Phase]:
+    run = transformers_allocations.run(shape, users, prompt, steps, workspace)
+    return cuda_allocator.replay(run.events, run.ends, expandable=expandable)
 
 
 FP32 = kv_dtype("fp32")
@@ -238,7 +358,7 @@ class Transformers(Engine):
     paged = False
     splits_heads = False
     downcasts_fp32 = False  # from_pretrained keeps the config's dtype
-    reads = frozenset({"version", "memory_fraction", "cache_implementation"})
+    reads = frozenset({"version", "memory_fraction", "cache_implementation", "expandable_segments"})
     kv_dtypes = ("fp32", "bf16", "fp16")
     holds_transformers_only_caches = True
     # Families whose forward takes the whole sequence at every cached step (generate() feeds it so): CPM-Ant puts its
@@ -293,8 +413,35 @@ class Transformers(Engine):
         return 1.0
 
     def overhead(self) -> Overhead:
-        """CUDA context 0.5 GiB; activations grow with the batch and are the pool's (`PrefillActivations`)."""
-        return Overhead(cuda_context=GiB // 2)
+        """The process's memory outside torch's allocator under the CUDA runtime planned for (CUDA_CONTEXT);
+        activations grow with the batch and are the pool's."""
+        return Overhead(cuda_context=cuda_context(PLANNED_RUNTIME))
+
+    def serving_extras(self, model: ModelSpec, tower_bytes: int, max_len: int) -> ServingExtras:
+        """On an NVIDIA GPU, the device memory the driver keeps for itself (DRIVER_RESERVED), which torch cannot
+        reserve."""
+        if vendor(self.gpu_name or "") not in (None, "nvidia"):
+            return ServingExtras()
+        return ServingExtras(overhead={"driver_reserved": DRIVER_RESERVED})
+
+    def assumptions(self, uses_fraction: bool = True) -> list[str]:
+        context = cuda_context(PLANNED_RUNTIME)
+        return [f"CUDA {PLANNED_RUNTIME} (torch 2.11): {context:,} B outside torch's allocator, measured on an H100 "
+                "(the process's CUDA context, cuBLAS and kernels)"]
+
+    def device_run(self, model: ModelSpec, kv: DType, layers: int) -> "DeviceRun | None":
+        """The model's allocations as torch's caching allocator sees them on this GPU (`DeviceRun`), for a model
+        whose transformers forward kvplan replays (`transformers_allocations.MODELLED`) on an NVIDIA or AMD GPU
+        (Apple's MPS has its own allocator) with a DynamicCache; None otherwise."""
+        if self.options.cache_implementation == "static" or vendor(self.gpu_name or "") == "apple":
+            return None
+        weights = weights_bytes(model, kv.name)[0]
+        shape = transformers_allocations.shape_of(model, kv.block_bytes // kv.block_elements, weights, layers)
+        if shape is None:
+            return None
+        workspace = transformers_allocations.workspace_bytes(vendor(self.gpu_name or ""),
+                                                             compute_capability(self.gpu_name or ""))
+        return DeviceRun(shape, workspace, bool(self.options.expandable_segments), cuda_context(PLANNED_RUNTIME))
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> TransformersPool:
         """The cache is in the dtype the model runs in (no separate KV dtype), conv states included."""
@@ -329,4 +476,13 @@ class Transformers(Engine):
         short = model.architecture in self.PREFILL_CONV_SHORT
         prefill_states = [r.state_bytes - kv.bytes_for(r.cache.conv_elements // r.cache.conv_kernel)
                           if short and r.kind == "recurrent" and r.cache.conv_kernel else r.state_bytes for r in table]
-        return TransformersPool(table, static, activations, notes + activations.notes(), prefill_states, kv)
+        device = self.device_run(model, kv, sum(count for _, count in layers))
+        notes += activations.notes()
+        if device is None:
+            where = ("with a StaticCache" if static else "on Apple GPUs (MPS allocates on its own)"
+                     if vendor(self.gpu_name or "") == "apple" else f"for {model.architecture} models")
+            notes.append(f"torch's caching allocator is not modelled {where}: the peak of live tensors is counted, not "
+                         "what the allocator reserves")
+        elif self.options.expandable_segments:
+            notes.append("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        return TransformersPool(table, static, activations, notes, prefill_states, kv, device)

@@ -8,7 +8,7 @@ from typing import NamedTuple
 from pydantic import BaseModel, ConfigDict
 
 from kvplan.dtypes import ALIASES as DTYPE_ALIASES
-from kvplan.dtypes import DType, kv_dtype
+from kvplan.dtypes import FLOAT_DTYPES, DType, kv_dtype, weight_dtype
 from kvplan.engines.base import (
     FLAG_NAMES,
     WINDOWED,
@@ -29,6 +29,7 @@ from kvplan.engines.base import (
 from kvplan.engines.speculative import eagle1_fields, eagle_reads, eagle_shape
 from kvplan.errors import KvplanError
 from kvplan.model import (
+    EMPTY_KINDS,
     CompressedKV,
     EagleHead,
     FullAttention,
@@ -831,6 +832,11 @@ class Vllm(Engine):
         # Recurrent states are kept in the dtype the model runs in (mamba_cache_dtype "auto"): bf16 for an fp32
         # checkpoint vLLM loads in bf16.
         table = rows(layers, kv, kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype))
+        if not table and self.pp > 1 and any(c.kind not in EMPTY_KINDS for c in model.caches):
+            raise KvplanError(f"vLLM cannot start {model.name} at --pp {self.pp}: a pipeline stage's layers keep no "
+                              "KV cache of their own (no-op attention or KV-shared layers), and vLLM's KV cache "
+                              "planning asserts that every stage's block holds some bytes "
+                              "(`_get_kv_cache_bytes_per_block`, v1/core/kv_cache_planning.py); choose another --pp")
         if not table:
             raise KvplanError(f"{model.name} keeps no per-sequence cache: vLLM allocates no KV blocks for it")
         mla = any(cache.kind == "mla" for cache, _ in layers)
@@ -1073,11 +1079,25 @@ class Vllm(Engine):
                      "activations are not modelled; --language-model-only drops it")
         return size
 
-    def weights_offloaded(self, weights_per_gpu: int) -> int:
+    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None) -> int:
         """--cpu-offload-gb (UVA offloading, `model_executor/offloader/uva.py`): parameters move to pinned host
         memory, whole ones, until that many GiB per GPU are offloaded (the last may overshoot by less than one
-        parameter); at most all of the GPU's weights."""
-        return min(self.options.cpu_offload_bytes or 0, weights_per_gpu)
+        parameter). The offloader wraps only the modules `make_layers` builds (`model_executor/models/utils.py`:
+        the decoder layers, and the towers'): the embeddings, lm_head and the final norm stay on the GPU, so at
+        most the rest is offloaded (Llama-3-8B keeps 2 x 128,256 x 4,096 x 2 + 4,096 x 2 = 2,101,354,496 B)."""
+        given = self.options.cpu_offload_bytes or 0
+        if not given:
+            return 0
+        from kvplan.memory import weights_by_group
+
+        groups, _ = weights_by_group(model, dtype_name)
+        shares = self.weight_shares(model)
+        norm_dtype = weight_dtype(dtype_name if dtype_name in FLOAT_DTYPES else model.dtype)
+        hidden = model.widths.hidden if model.widths else 0  # (a source that gives no widths: the norm uncounted)
+        final_norm = norm_dtype.bytes_for(hidden) * shares["other_replicated"]
+        kept = math.ceil(groups["embedding"] * shares["embedding"] + groups["lm_head"] * shares["lm_head"]
+                         + final_norm)
+        return min(given, max(0, weights_per_gpu - kept))
 
     def offload_blocks(self, block_bytes: int) -> int:
         """Blocks the native CPU offloading connector holds (`v1/kv_offload/cpu/spec.py`): kv_offloading_size bytes,
@@ -1086,7 +1106,7 @@ class Vllm(Engine):
         chunk = pad(block_bytes * self.tp * self.pp, 4096)
         return (self.options.kv_offloading_size or 0) // chunk
 
-    def assumptions(self) -> list[str]:
+    def assumptions(self, uses_fraction: bool = True) -> list[str]:
         batches = self.in_flight_batches()
         why = "async scheduling" if self.async_scheduling() and batches > self.pp else \
             "pipeline stages" if batches > 1 else "one batch"
@@ -1095,7 +1115,7 @@ class Vllm(Engine):
         if self.on_cpu():
             lines.append("vLLM's CPU platform (vllm/platforms/cpu.py, 0.32.0) on an x86 host with AVX512-BF16 and no "
                          "AMX: async scheduling off, SSM states in fp32, vllm serve's CPU defaults")
-        elif self.options.memory_fraction is None:
+        elif self.options.memory_fraction is None and uses_fraction:
             lines.append(f"gpu_memory_utilization {self.default_fraction()} (vLLM default "
                          f"{'from' if self.modern else 'before'} 0.21.0)")
         return lines

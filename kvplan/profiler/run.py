@@ -7,14 +7,20 @@ Measured:
     weights        parameter storage (tied embeddings once); buffers apart
     allocator      torch.cuda memory_allocated / max_memory_allocated / memory_reserved around each phase
     driver         NVML device used memory and this process's used memory
-    time           time to first token (prefill and first token) and decode tokens/s
+    time           time to first token (prefill and first token) and decode tokens/s; on a catalogue GPU the
+                   bandwidth the decode steps reached beside the speed model's bound (`bandwidth.py`)
 Predicted: weights = kvplan.memory.weights_bytes in the profile dtype; KV = TransformersPool.bytes_held and
-bytes_after_prefill; activations = the prefill's peak (engines.PrefillActivations); CUDA context = the engine's
-overhead; total = weights + the larger of (KV after prefill + activations) and KV after decode + CUDA context.
+bytes_after_prefill; activations = the prefill's peak (engines.PrefillActivations); the allocator's reserve = the
+run's allocations replayed through torch's caching allocator (the pool's DeviceRun, as capacity plans it, with
+PYTORCH_CUDA_ALLOC_CONF's expandable_segments as set); CUDA context = what the process holds outside the allocator
+under this CUDA runtime (engines.transformers_engine.CUDA_CONTEXT); total = the reserve + the CUDA context, or, for a
+model whose allocations kvplan does not replay, weights + the larger of (KV after prefill + activations) and KV after
+decode + the CUDA context.
 """
 
 import inspect
 import math
+import os
 import platform
 from contextlib import contextmanager, nullcontext
 
@@ -23,11 +29,13 @@ from pydantic import BaseModel
 from kvplan import engines
 from kvplan.capacity import gpu_layers
 from kvplan.dtypes import FLOAT_DTYPES, kv_dtype
+from kvplan.engines.transformers_engine import CUDA_CONTEXT, PLANNED_RUNTIME, cuda_context
 from kvplan.errors import KvplanError
 from kvplan.memory import kind_label, weights_bytes
 from kvplan.model import ModelSpec
 from kvplan.profiler import config as profile_config
 from kvplan.profiler import runtime
+from kvplan.profiler.bandwidth import DecodeBandwidth, decode_bandwidth
 
 TOTAL_TOLERANCE = 0.03  # total VRAM within 3%
 MAX_BATCH_TOLERANCE = 0.05  # predicted max batch within 5% of the measured one
@@ -127,7 +135,10 @@ class Profile(BaseModel):
     measured_buffer_bytes: int | None = None
     predicted_activation_bytes: int
     measured_activation_peak_bytes: int | None = None
+    predicted_reserved_bytes: int | None = None
+    measured_reserved_bytes: int | None = None
     predicted_cuda_context_bytes: int
+    measured_cuda_context_bytes: int | None = None  # NVML's process memory before the first allocation
     measured_non_torch_bytes: int | None = None
     predicted_total_bytes: int
     measured_total_bytes: int | None = None
@@ -135,6 +146,7 @@ class Profile(BaseModel):
     ttft_s: float | None = None
     prefill_tokens_per_s: float | None = None
     decode_tokens_per_s: float | None = None
+    decode_bandwidth: DecodeBandwidth | None = None
     by_kind: list[KindRow] = []
     components: list[Component] = []
     memory: list[runtime.Snapshot] = []
@@ -172,26 +184,46 @@ class Prediction(BaseModel):
     kv_after_prefill: int
     weights: int
     activations: int
+    reserved: int | None  # torch's memory_reserved after decode, where kvplan replays the model's allocations
     cuda_context: int
     by_kind: dict[str, tuple[int, int]]  # kind label -> (layers, bytes)
     notes: list[str]  # what the activation figure rests on
 
     @property
+    def live_peak(self) -> int:
+        """The peak of live tensors: the weights, and the larger of the prefill's (KV and activations) and the
+        cache after decode."""
+        return self.weights + max(self.kv_after_prefill + self.activations, self.kv)
+
+    @property
     def total(self) -> int:
-        """The process's memory once it has decoded: torch's allocator keeps the prefill peak reserved."""
-        return self.weights + max(self.kv_after_prefill + self.activations, self.kv) + self.cuda_context
+        """The process's device memory once it has decoded: what torch's allocator reserves (it keeps the prefill's
+        peak and its splits cached) and the CUDA context; the live peak where the allocations are not replayed."""
+        return (self.live_peak if self.reserved is None else self.reserved) + self.cuda_context
 
 
-def transformers_engine(version: str, cache: str) -> engines.Engine:
-    """The `transformers` engine at the installed release (its numeric part: 5.24.0.dev0 -> 5.24.0)."""
+def transformers_engine(version: str, cache: str, gpu_name: str | None = None,
+                        expandable_segments: bool = False) -> engines.Engine:
+    """The `transformers` engine at the installed release (its numeric part: 5.24.0.dev0 -> 5.24.0), on this GPU."""
     numeric = runtime.release(version)
     options = engines.EngineOptions(version=".".join(map(str, numeric)) or None,
-                                    cache_implementation="static" if cache == "static" else None)
-    return engines.engine("transformers", options)
+                                    cache_implementation="static" if cache == "static" else None,
+                                    expandable_segments=expandable_segments or None)
+    return engines.engine("transformers", options, gpu_name)
 
 
-def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engine: engines.Engine) -> Prediction:
-    """The transformers engine's prediction for the (cut) model: KV after decode and after prefill, per kind."""
+def expandable_segments(setting: str | None) -> bool:
+    """Whether PYTORCH_CUDA_ALLOC_CONF turns expandable segments on ("expandable_segments:True", among other
+    comma-separated key:value options, as c10's allocator config parses them)."""
+    pairs = (part.split(":", 1) for part in (setting or "").split(",") if ":" in part)
+    return any(key.strip() == "expandable_segments" and value.strip() == "True" for key, value in pairs)
+
+
+def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engine: engines.Engine,
+            cuda: str | None = None) -> Prediction:
+    """The transformers engine's prediction for the (cut) model: KV after decode and after prefill, per kind, and
+    what torch's allocator reserves for the run (`TransformersPool.device`, as capacity plans it) under CUDA runtime
+    `cuda` ("13.0"; None: the runtime kvplan plans for)."""
     kv = kv_dtype(dtype)
     caches = engine.cached_layers(spec)
     pool = engine.pool(gpu_layers(caches, [spec.num_layers], 1)[0], spec, kv)
@@ -201,10 +233,18 @@ def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engi
         label = layer_label(originals)
         layers, size = by_kind.get(label, (0, 0))
         by_kind[label] = (layers + 1, size + one.bytes_held(batch, ctx))
+    device = getattr(pool, "device", None)
+    reserved = None if device is None else device.reserved(batch, prompt, ctx - prompt)
     return Prediction(kv=pool.bytes_held(batch, ctx), kv_after_prefill=pool.bytes_after_prefill(batch, prompt, ctx),
                       weights=weights_bytes(spec, dtype)[0], activations=pool.activations.peak(batch, prompt),
-                      cuda_context=engine.overhead().cuda_context, by_kind=by_kind,
-                      notes=pool.activations.notes())
+                      reserved=reserved, cuda_context=cuda_context(runtime_major(cuda)),
+                      by_kind=by_kind, notes=pool.activations.notes())
+
+
+def runtime_major(cuda: str | None) -> int:
+    """The major version of a CUDA runtime ("13.0" -> 13); the one kvplan plans for where unknown."""
+    major = (cuda or "").split(".")[0]
+    return int(major) if major.isdigit() else PLANNED_RUNTIME
 
 
 # ---------------------------------------------------------------------------------------------- the run
@@ -288,24 +328,28 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         raise KvplanError("--find-max-batch searches the GPU's memory: use --device cuda")
     dtype = dtype or ("bf16" if spec.dtype not in FLOAT_DTYPES else spec.dtype)
     prompt = ctx - decode_steps
-    engine = transformers_engine(transformers.__version__, cache)
-    predicted = predict(spec, ctx, batch, prompt, dtype, engine)
+    cuda = torch.version.cuda if device.startswith("cuda") else None
+    probe = runtime.Probe(torch, device)
+    expandable = bool(cuda) and expandable_segments(os.environ.get("PYTORCH_CUDA_ALLOC_CONF"))
+    engine = transformers_engine(transformers.__version__, cache, probe.gpu_name, expandable)
+    predicted = predict(spec, ctx, batch, prompt, dtype, engine, cuda)
     if device == "cpu":
         _check_ram(predicted, source.name, spec.num_layers)
         progress.notice(_cpu_time_notice(torch, spec, dtype, batch, ctx))
     config = runtime.make_config(transformers, model_type, fields)
-    probe = runtime.Probe(torch, device)
     result = Profile(
         model=source.name, architecture=spec.architecture, layers=spec.num_layers,
         total_layers=source.spec.num_layers, ctx=ctx, batch=batch, prompt_tokens=prompt, decode_steps=decode_steps,
         device=device, device_name=probe.gpu_name or _cpu_name(), dtype=dtype, cache_implementation=cache,
         torch_version=torch.__version__, transformers_version=transformers.__version__,
-        cuda_version=torch.version.cuda if device.startswith("cuda") else None, driver_version=probe.driver,
-        gpu_memory_bytes=probe.gpu_total, model_class="", predicted_kv_bytes=predicted.kv,
-        predicted_kv_after_prefill_bytes=predicted.kv_after_prefill, predicted_weights_bytes=predicted.weights,
-        predicted_activation_bytes=predicted.activations, predicted_cuda_context_bytes=predicted.cuda_context,
+        cuda_version=cuda, driver_version=probe.driver, gpu_memory_bytes=probe.gpu_total, model_class="",
+        predicted_kv_bytes=predicted.kv, predicted_kv_after_prefill_bytes=predicted.kv_after_prefill,
+        predicted_weights_bytes=predicted.weights, predicted_activation_bytes=predicted.activations,
+        predicted_reserved_bytes=predicted.reserved, predicted_cuda_context_bytes=predicted.cuda_context,
         predicted_total_bytes=predicted.total, notes=[*notes, *spec.notes, *predicted.notes],
     )
+    if expandable:
+        result.notes.append("PYTORCH_CUDA_ALLOC_CONF sets expandable_segments:True: predicted for it")
     if spec.max_context and ctx > spec.max_context:
         result.notes.append(f"ctx {ctx:,} is beyond {source.name}'s max context of {spec.max_context:,} tokens: "
                             "the cache is measured all the same, but the model was not trained for it")
@@ -334,6 +378,12 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         result.measured_weights_bytes, result.measured_buffer_bytes = runtime.model_bytes(built)
         result.memory.append(probe.snapshot("after build"))
         _decode_run(session, probe, result, predicted, spec, progress, times)
+        if device.startswith("cuda") and result.decode_tokens_per_s:
+            result.decode_bandwidth = decode_bandwidth(spec, result.device_name, dtype, batch, prompt, decode_steps,
+                                                       result.decode_tokens_per_s)
+            if result.decode_bandwidth is None:
+                result.notes.append(f"{result.device_name} is not in the GPU catalogue (`kvplan gpus`): its "
+                                    "bandwidth, and the decode steps' share of it, are unknown")
         if compare_recompute:
             result.recompute = _compare_recompute(session, probe, ctx, decode_steps, progress)
         if find_max_batch:
@@ -354,8 +404,31 @@ def run_profile(model: str, ctx: int, batch: int = 1, *, device: str = "cpu", dt
         result.findings.append(f"CUDA out of memory at batch {batch:,} x {ctx:,} tokens: {oom} (memory "
                                "freed; the figures are those measured before it)")
     result.notes.extend(probe.notes)
+    result.notes.extend(_context_notes(result))
     _judge(result, predicted)
     return result
+
+
+CONTEXT_TOLERANCE = 0.05  # a measured CUDA context this far from kvplan's figure is worth saying
+
+
+def _context_notes(result: Profile) -> list[str]:
+    """What the run measured outside torch's allocator, beside the figure kvplan uses for this CUDA runtime, where
+    kvplan has none of its own for the runtime or the two differ."""
+    measured = result.measured_non_torch_bytes
+    if measured is None:
+        return []
+    runtime = runtime_major(result.cuda_version)
+    at_start = result.measured_cuda_context_bytes
+    start = f" ({at_start:,} B before the first allocation)" if at_start is not None else ""
+    if runtime not in CUDA_CONTEXT:
+        return [f"CUDA {result.cuda_version}: kvplan has no measurement of its own for this runtime and assumes "
+                f"{result.predicted_cuda_context_bytes:,} B outside torch's allocator; this run measured "
+                f"{measured:,} B{start}"]
+    if abs(measured - result.predicted_cuda_context_bytes) > CONTEXT_TOLERANCE * measured:
+        return [f"outside torch's allocator this run measured {measured:,} B{start}; kvplan uses "
+                f"{result.predicted_cuda_context_bytes:,} B for CUDA {runtime}, measured on an H100"]
+    return []
 
 
 CPU_PROBE = 512  # matrix size of the throughput probe: milliseconds in fp32, large enough to reach a CPU's GEMM rate
@@ -406,7 +479,7 @@ def _check_ram(predicted: Prediction, name: str, layers: int) -> None:
     """On the CPU a run larger than the free memory is killed by the kernel, with no error to report: refuse it
     first, from the prediction (weights + the KV and activation peak)."""
     available = runtime.available_ram()
-    need = predicted.total - predicted.cuda_context
+    need = predicted.live_peak
     if available is not None and need > available:
         raise KvplanError(f"profiling {name} ({layers} layers) on the CPU needs about {need / 2**30:,.1f} GiB "
                           f"(weights {predicted.weights / 2**30:,.1f} GiB) and {available / 2**30:,.1f} GiB is free: "
@@ -455,6 +528,8 @@ def _decode_run(session: Session, probe, result: Profile, predicted: Prediction,
     if snap.max_allocated is not None:
         peaks.append(snap.max_allocated - built_allocated - result.measured_kv_bytes)
         result.measured_activation_peak_bytes = max(peaks)
+        result.measured_reserved_bytes = snap.reserved
+        result.measured_cuda_context_bytes = result.memory[0].process_used
         if snap.process_used is not None:
             result.measured_non_torch_bytes = snap.process_used - snap.reserved
             result.measured_total_bytes = snap.process_used
@@ -522,6 +597,7 @@ def _judge(result: Profile, predicted: Prediction) -> None:
                           result.measured_kv_after_prefill_bytes),
              Component.of("activations and other (peak)", predicted.activations,
                           result.measured_activation_peak_bytes),
+             Component.of("allocator reserved", predicted.reserved, result.measured_reserved_bytes),
              Component.of("CUDA context and non-torch", predicted.cuda_context, result.measured_non_torch_bytes),
              Component.of("total", predicted.total, result.measured_total_bytes)]
     result.components = comps
@@ -650,7 +726,8 @@ def _find_max_batch(session: Session, probe, spec: ModelSpec, source, ctx: int, 
         low = search_max_batch(fits)
     memory = probe.gpu_total
     options = engines.EngineOptions(version=engine.options.version,
-                                    cache_implementation=engine.options.cache_implementation)
+                                    cache_implementation=engine.options.cache_implementation,
+                                    expandable_segments=engine.options.expandable_segments)
     cap = capacity(spec, Workload(ctx=ctx), engine_name="transformers", options=options,
                    hardware=Hardware(name=session.torch.cuda.get_device_name(device), memory_bytes=memory),
                    kv_dtype_name=dtype, weights_dtype_name=dtype, suggest=False)

@@ -15,8 +15,8 @@ from pydantic import BaseModel
 from kvplan.errors import KvplanError
 from kvplan.text import brief
 
-INSTALL_HINT = ("pip install 'kvplan[profile]' (without an NVIDIA GPU, first the CPU build of torch: pip install "
-                "torch --index-url https://download.pytorch.org/whl/cpu)")
+INSTALL_HINT = ("pip install '.[profile]' in kvplan's source directory (without an NVIDIA GPU, first the CPU build "
+                "of torch: pip install torch --index-url https://download.pytorch.org/whl/cpu)")
 TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 # Attributes of a transformers cache layer, by what they hold.
 ROLES = {"keys": "kv", "values": "kv", "indexer_keys": "kv", "idx_keys": "kv", "conv_states": "conv",

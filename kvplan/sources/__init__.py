@@ -43,9 +43,10 @@ def _load_model(name: str, revision: str | None = None, token: str | None = None
     the stored login, as huggingface_hub finds it). Nothing Hub-related is imported before the Hub is needed."""
     token = clean_token(token)
     path = Path(name).expanduser()
-    if gguf_file is not None or (_GGUF_TAG.match(name.strip()) and not path.exists()):
+    local = _on_disk(path)
+    if gguf_file is not None or (_GGUF_TAG.match(name.strip()) and not local):
         return _hub_gguf(name.strip(), revision, token, gguf_file)
-    if path.exists():
+    if local:
         if revision:
             raise KvplanError(f"--revision is for Hub repos; {name} is a local path")
         if path.suffix.lower() == ".gguf":
@@ -78,6 +79,18 @@ def _load_model(name: str, revision: str | None = None, token: str | None = None
                       f"(org/name){hint} (`kvplan models` lists the library)")
 
 
+def _on_disk(path: Path) -> bool:
+    """Whether `path` names something on disk; a name the system cannot look up (a part longer than its 255 bytes, a
+    folder kvplan may not enter) is one line saying so, where Python 3.11's Path.exists raised an OSError."""
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError, ValueError):  # ValueError: a NUL byte, from a model list
+        return False
+    except OSError as err:
+        raise KvplanError(f"{brief(str(path))}: cannot look it up ({err.strerror or err})") from None
+    return True
+
+
 def _hub_gguf(name: str, revision: str | None, token: str | None, gguf_file: str | None) -> ModelSpec:
     """A GGUF file in a Hub repo: `org/name --gguf-file F`, `org/name:F.gguf`, or `org/name:TAG` for the file
     whose name carries the quantisation tag."""
@@ -87,6 +100,9 @@ def _hub_gguf(name: str, revision: str | None, token: str | None, gguf_file: str
         raise KvplanError(f"{name} names a GGUF file already: leave --gguf-file out, or the :{tag}")
     if gguf_file is not None and not gguf_file.strip():
         raise KvplanError("--gguf-file is empty: give the name of a .gguf file in the repo")
+    if gguf_file is not None and _leaves_the_repo(gguf_file.strip()):
+        raise KvplanError(f"--gguf-file {brief(gguf_file)} is not a path inside the repo (it starts at / or goes up "
+                          "with ..): it names a file of the Hub repo; a local GGUF file is --model path/to/model.gguf")
     if not is_repo_id(repo_id):
         raise KvplanError(f"{brief(name)}: --gguf-file and :TAG are for Hub repos, org/name (a local GGUF file is "
                           "--model path/to/model.gguf)")
@@ -95,6 +111,12 @@ def _hub_gguf(name: str, revision: str | None, token: str | None, gguf_file: str
     from kvplan.sources import hub
 
     return hub.load_gguf(repo_id, revision, token, gguf_file=gguf_file, tag=tag)
+
+
+def _leaves_the_repo(name: str) -> bool:
+    """Whether a file name given for a Hub repo is absolute or climbs out of it with `..` (huggingface_hub refuses
+    both, in a ValueError that reads as the Hub's)."""
+    return name.startswith(("/", "\\")) or ".." in re.split(r"[/\\]", name)
 
 
 def clean_token(token: str | None, what: str = "--token") -> str | None:

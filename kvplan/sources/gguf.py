@@ -19,6 +19,8 @@ reader refuses (version 1, a nested array, a duplicate key or tensor, a tensor n
 from __future__ import annotations
 
 import math
+import os
+import stat
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -294,18 +296,27 @@ def read_header(read_at: Callable[[int, int], bytes], size: int, where: str) -> 
 
 
 def read_file(path: Path) -> Header:
-    """The header of a local GGUF file."""
+    """The header of a local GGUF file. Only a regular file is read: it is opened without blocking and checked
+    before any read, so a FIFO or a device named .gguf cannot block or stream forever."""
     where = str(path)
     try:
-        with path.open("rb") as f:
-            size = path.stat().st_size
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    except IsADirectoryError:
+        raise KvplanError(f"{where} is a directory, not a GGUF file") from None
+    except OSError as err:
+        raise KvplanError(f"cannot read {where} ({err.strerror or err})") from None
+    with os.fdopen(fd, "rb") as f:
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                raise KvplanError(f"{where} is a directory, not a GGUF file")
+            if not stat.S_ISREG(info.st_mode):
+                raise KvplanError(f"{where}: not a regular file (a pipe or a device), not a GGUF file")
 
             def read_at(offset: int, length: int) -> bytes:
                 f.seek(offset)
                 return f.read(length)
 
-            return read_header(read_at, size, where)
-    except IsADirectoryError:
-        raise KvplanError(f"{where} is a directory, not a GGUF file") from None
-    except OSError as err:
-        raise KvplanError(f"cannot read {where} ({err.strerror or err})") from None
+            return read_header(read_at, info.st_size, where)
+        except OSError as err:
+            raise KvplanError(f"cannot read {where} ({err.strerror or err})") from None

@@ -12,7 +12,13 @@ builds the cache in `llama_model::create_memory`:
 - recurrent layers (`llama_memory_recurrent`) keep r = (ssm.conv_kernel - 1) x (ssm.inner_size + 2 x
   ssm.group_count x ssm.state_size) and s = ssm.state_size x ssm.inner_size values in f32 (LFM2's short
   convolutions: r = embedding_length x (shortconv.l_cache - 1), `llama_hparams::n_embd_r/n_embd_s`);
+- Gemma 3n and Gemma 4 keep KV on the first n_layer_kv_from_start layers (Gemma 3n: 20, whatever the file says;
+  Gemma 4: block_count - attention.shared_kv_layers); the others reuse the cache of one of the last two;
+- Kimi Linear's KDA layers and MiniMax-01's lightning-attention layers keep a recurrent state (`n_embd_r`,
+  `n_embd_s`), their other layers MLA (Kimi) or plain attention;
 - NextN/MTP layers (`nextn_predict_layers`, the last ones) get no cache in the main context.
+The forward widths (for the compute buffer) are read from the tensors (`forward_widths`); every width, row and
+state is bounded by the values the tensors hold (`check_sizes`).
 Only the architectures below are mapped, each from its `load_arch_hparams`; any other is refused in one line.
 Parameter counts come from the tensors themselves (`param_counts`), the weights from their bytes.
 """
@@ -37,7 +43,9 @@ from kvplan.model import (
     ParamCounts,
     Quantization,
     RecurrentState,
+    SharedKV,
     SlidingWindow,
+    Widths,
 )
 from kvplan.sources import gguf
 from kvplan.text import brief
@@ -88,6 +96,9 @@ class HParams:
     dt_rank: int = 0
     shortconv_cache: int = 0
     kv_lora_rank: int = 0  # MLA: the latent's width, when the file has the MLA head sizes
+    kv_from_start: int | None = None  # Gemma 3n / 4: layers from this one on reuse an earlier layer's KV
+    head_kda: int = 0  # Kimi Linear's KDA head size
+    head_la: int = 0  # MiniMax-01's lightning-attention head size
     attention_filter: Callable[[int], bool] | None = None  # hybrids: the layers with a KV cache
     recurrent_filter: Callable[[int], bool] | None = None
     notes: list[str] = field(default_factory=list)
@@ -141,6 +152,13 @@ class Meta:
             raise self.fail(key, f"is {shown}, not a whole number below 2^32")
         return value.value
 
+    def positive(self, name: str) -> int:
+        """A required width that must be at least 1."""
+        value = self.uint(name)
+        if not value:
+            raise self.fail(self.key(name), f"is 0: a {brief(self.arch)} model needs at least 1")
+        return value
+
     def per_layer(self, name: str, n: int, default: int | list[int]) -> list[int]:
         """One value per layer: the key's array (n long), or its one value repeated, else `default`."""
         key = self.key(name)
@@ -179,6 +197,9 @@ def hparams(meta: Meta) -> HParams:
     nextn = meta.uint("nextn_predict_layers", 0)
     if nextn > n:
         raise meta.fail(meta.key("nextn_predict_layers"), f"is {nextn:,}, more than the {n} layers")
+    if nextn == n:  # llama.cpp then caches them all (`create_memory`), for the MTP context that drafts with them
+        raise meta.fail(meta.key("nextn_predict_layers"), f"is {nextn:,}, every layer: the file is a NextN/MTP "
+                        "draft head with no trunk, not a model to serve")
     n_embd = meta.uint("embedding_length")
     n_head = meta.per_layer("attention.head_count", n, 0)
     n_head_kv = meta.per_layer("attention.head_count_kv", n, n_head)
@@ -265,12 +286,12 @@ def deepseek2(meta: Meta, hp: HParams) -> None:
 
 
 def ssm(meta: Meta, hp: HParams, mixer: str, groups: bool) -> None:
+    """The SSM widths (`load_arch_hparams`: ssm.conv_kernel, inner_size, state_size, time_step_rank and, with
+    groups, group_count), each at least 1: a layer of no channels holds no state and computes nothing."""
     hp.mixer = mixer
-    hp.conv_kernel = meta.uint("ssm.conv_kernel")
-    hp.inner = meta.uint("ssm.inner_size")
-    hp.state = meta.uint("ssm.state_size")
-    hp.dt_rank = meta.uint("ssm.time_step_rank")
-    hp.groups = meta.uint("ssm.group_count") if groups else 0
+    hp.conv_kernel, hp.inner, hp.state, hp.dt_rank = (
+        meta.positive(f"ssm.{name}") for name in ("conv_kernel", "inner_size", "state_size", "time_step_rank"))
+    hp.groups = meta.positive("ssm.group_count") if groups else 0
 
 
 def mamba(meta: Meta, hp: HParams) -> None:
@@ -314,26 +335,89 @@ def falcon_h1(meta: Meta, hp: HParams) -> None:
     hp.attention_filter = hp.recurrent_filter = lambda il: True
 
 
+def load_recurrent_layers(meta: Meta, hp: HParams, interval: int) -> None:
+    """The recurrent layers: those `attention.recurrent_layers` marks, else all trunk layers but every
+    `full_attention_interval`-th (default `interval`)."""
+    if meta.has("attention.recurrent_layers"):
+        hp.recurrent = [bool(f) for f in meta.per_layer("attention.recurrent_layers", hp.n_layer_all, 0)]
+        return
+    interval = meta.uint("full_attention_interval", interval)
+    if not interval:
+        raise meta.fail(meta.key("full_attention_interval"), "is 0")
+    hp.recurrent = [il < hp.n_layer and (il + 1) % interval != 0 for il in range(hp.n_layer_all)]
+
+
 def qwen3next(meta: Meta, hp: HParams) -> None:
     """Gated DeltaNet layers (`attention.recurrent_layers`, else all but every full_attention_interval-th,
     default 4) and attention elsewhere; NextN layers neither."""
     hp.memory = "hybrid"
     ssm(meta, hp, "gated_deltanet", groups=True)
-    if meta.has("attention.recurrent_layers"):
-        hp.recurrent = [bool(f) for f in meta.per_layer("attention.recurrent_layers", hp.n_layer_all, 0)]
-    else:
-        interval = meta.uint("full_attention_interval", 4)
-        if not interval:
-            raise meta.fail(meta.key("full_attention_interval"), "is 0")
-        hp.recurrent = [il < hp.n_layer and (il + 1) % interval != 0 for il in range(hp.n_layer_all)]
+    load_recurrent_layers(meta, hp, 4)
     hp.attention_filter = lambda il: il < hp.n_layer and not hp.recurrent[il]
     hp.recurrent_filter = lambda il: il < hp.n_layer and hp.recurrent[il]
+
+
+def gemma3n(meta: Meta, hp: HParams) -> None:
+    """Sliding window (required), default pattern 5; the first 20 layers have a KV cache and the rest reuse one
+    of layers 18 (sliding) and 19 (full), whatever the file's attention.shared_kv_layers says
+    (`llama_model_gemma3n::load_arch_hparams`: n_layer_kv_from_start = 20, as in Gemma 3n E2B and E4B)."""
+    hp.n_swa = meta.uint("attention.sliding_window")
+    load_swa_pattern(meta, hp, 5)
+    hp.kv_from_start = 20
+    if meta.has("attention.shared_kv_layers") and hp.n_layer_all > 20 \
+            and meta.uint("attention.shared_kv_layers") != hp.n_layer_all - 20:
+        hp.notes.append(f"llama.cpp caches the first 20 layers of a gemma3n model whatever its "
+                        f"attention.shared_kv_layers ({meta.uint('attention.shared_kv_layers')}) says: "
+                        f"{hp.n_layer_all - 20} layers reuse layer 18's or 19's KV")
+
+
+def gemma4(meta: Meta, hp: HParams) -> None:
+    """Sliding window (required) on the layers `attention.sliding_window_pattern` (a required array) marks, with
+    the `_swa` head sizes (required); the last attention.shared_kv_layers layers reuse a KV cache, sliding ones
+    the one of layer n - shared - 2, full ones of n - shared - 1 (`llama_model_gemma4::load_arch_hparams`;
+    `create_memory`, which asserts that at least 2 layers keep their own)."""
+    hp.n_swa = meta.uint("attention.sliding_window")
+    flags = meta.flags("attention.sliding_window_pattern")
+    if flags is None:
+        raise meta.fail(meta.key("attention.sliding_window_pattern"), "is missing (one flag per layer): llama.cpp "
+                        "needs it for gemma4 models")
+    hp.swa = [bool(f) for f in flags + [0] * hp.n_layer_all][:hp.n_layer_all]
+    hp.head_k_swa = meta.uint("attention.key_length_swa")
+    hp.head_v_swa = meta.uint("attention.value_length_swa")
+    shared = meta.uint("attention.shared_kv_layers", 0)
+    if shared > hp.n_layer_all - 2:
+        raise meta.fail(meta.key("attention.shared_kv_layers"), f"is {shared:,} of {hp.n_layer_all} layers: "
+                        "llama.cpp needs 2 layers that keep their own KV (it aborts making the cache)")
+    hp.kv_from_start = hp.n_layer_all - shared
+
+
+def kimi_linear(meta: Meta, hp: HParams) -> None:
+    """KDA layers where head_count_kv is 0, MLA elsewhere (the latent, kv_lora_rank, and its RoPE part as one K
+    row; key_length_mla and value_length_mla are required). A KDA layer keeps r = 3 x (ssm.conv_kernel - 1) x
+    head_count x kda.head_dim convolution values and s = kda.head_dim^2 x head_count of state
+    (`llama_hparams::n_embd_r/n_embd_s`)."""
+    hp.memory, hp.mixer = "hybrid", "kda"
+    hp.kv_lora_rank = meta.uint("attention.kv_lora_rank")
+    meta.positive("attention.key_length_mla")
+    meta.positive("attention.value_length_mla")
+    hp.conv_kernel = meta.positive("ssm.conv_kernel")
+    hp.head_kda = meta.positive("kda.head_dim")
+    hp.recurrent = [il < hp.n_layer and hp.n_head_kv[il] == 0 for il in range(hp.n_layer_all)]
+
+
+def minimax01(meta: Meta, hp: HParams) -> None:
+    """Lightning (linear) attention on the layers `attention.recurrent_layers` marks, else all but every
+    full_attention_interval-th (default 8); softmax attention elsewhere. A lightning layer keeps key_length^2 x
+    head_count values of state and no convolution (`llama_model_minimax_01`, `n_embd_s`)."""
+    hp.memory, hp.mixer = "hybrid", "lightning"
+    hp.head_la = hp.head_k
+    load_recurrent_layers(meta, hp, 8)
 
 
 def lfm2(meta: Meta, hp: HParams) -> None:
     """Short convolutions where head_count_kv is 0, attention elsewhere (sliding when a window is set)."""
     hp.memory, hp.mixer = "hybrid", "short_conv"
-    hp.shortconv_cache = meta.uint("shortconv.l_cache")
+    hp.shortconv_cache = meta.positive("shortconv.l_cache")
     hp.recurrent = [il < hp.n_layer and hp.n_head_kv[il] == 0 for il in range(hp.n_layer_all)]
     hp.n_swa = meta.uint("attention.sliding_window", 0)
     if hp.n_swa:
@@ -346,6 +430,10 @@ ARCHITECTURES: dict[str, Callable[[Meta, HParams], None]] = {
     "phi3": phi3,
     "gemma2": gemma2,
     "gemma3": gemma3,
+    "gemma3n": gemma3n,
+    "gemma4": gemma4,
+    "kimi-linear": kimi_linear,
+    "minimax-01": minimax01,
     "gpt-oss": sliding(2, required=True),
     "cohere2": sliding(4, required=True),
     "olmo2": sliding(4, required=False),
@@ -365,10 +453,12 @@ ARCHITECTURES: dict[str, Callable[[Meta, HParams], None]] = {
 # The Hugging Face model_type of each GGUF architecture, as llama.cpp's convert_hf_to_gguf.py registers the
 # transformers classes it converts (`ModelBase.register`), so that a GGUF model meets the same family rules as its
 # config.json (ModelSpec.architecture is a model_type); the ones not listed are spelt alike.
-MODEL_TYPES = {"gpt-oss": "gpt_oss", "gemma3": "gemma3_text", "llama4": "llama4_text", "deepseek2": "deepseek_v2",
-               "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "qwen3next": "qwen3_next", "qwen35": "qwen3_5_text",
-               "qwen35moe": "qwen3_5_moe_text", "glm4moe": "glm4_moe", "command-r": "cohere",
-               "granitehybrid": "granitemoehybrid", "falcon-h1": "falcon_h1", "lfm2moe": "lfm2_moe"}
+MODEL_TYPES = {"gpt-oss": "gpt_oss", "gemma3": "gemma3_text", "gemma3n": "gemma3n_text", "gemma4": "gemma4_text",
+               "kimi-linear": "kimi_linear", "minimax-01": "minimax", "llama4": "llama4_text",
+               "deepseek2": "deepseek_v2", "qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe",
+               "qwen3next": "qwen3_next", "qwen35": "qwen3_5_text", "qwen35moe": "qwen3_5_moe_text",
+               "glm4moe": "glm4_moe", "command-r": "cohere", "granitehybrid": "granitemoehybrid",
+               "falcon-h1": "falcon_h1", "lfm2moe": "lfm2_moe"}
 
 
 # ------------------------------------------------------------------------------------------------ caches
@@ -393,7 +483,9 @@ def caches(hp: HParams, where: str) -> list:
     out = []
     for il in range(hp.n_layer_all):
         layer = []
-        if attention(il):
+        if attention(il) and hp.kv_from_start is not None and il >= hp.kv_from_start:
+            layer.append(SharedKV(layer=il, source=hp.kv_from_start - (2 if hp.swa[il] else 1)))
+        elif attention(il):
             layer.append(attention_cache(hp, il, where))
         if recurrent(il):
             layer.append(recurrent_state(hp, il))
@@ -433,6 +525,15 @@ def recurrent_state(hp: HParams, il: int) -> RecurrentState:
         return RecurrentState(layer=il, mixer="short_conv", conv_elements=hp.n_embd * (hp.shortconv_cache - 1),
                               ssm_elements=0, conv_dtype="fp32", ssm_dtype="fp32",
                               conv_kernel=hp.shortconv_cache if hp.shortconv_cache > 1 else None)
+    if hp.mixer == "kda":
+        channels = hp.n_head[0] * hp.head_kda
+        return RecurrentState(layer=il, mixer="kda", conv_elements=3 * (hp.conv_kernel - 1) * channels,
+                              ssm_elements=hp.head_kda * channels, conv_dtype="fp32", ssm_dtype="fp32",
+                              conv_kernel=hp.conv_kernel if hp.conv_kernel > 1 else None)
+    if hp.mixer == "lightning":
+        return RecurrentState(layer=il, mixer="lightning", conv_elements=0,
+                              ssm_elements=hp.head_la * hp.head_la * hp.n_head[0], conv_dtype="fp32",
+                              ssm_dtype="fp32")
     conv = max(hp.conv_kernel - 1, 0) * (hp.inner + 2 * hp.groups * hp.state)
     mamba2 = hp.mixer == "mamba2"
     return RecurrentState(layer=il, mixer=hp.mixer, conv_elements=conv, ssm_elements=hp.state * hp.inner,
@@ -441,6 +542,53 @@ def recurrent_state(hp: HParams, il: int) -> RecurrentState:
                           heads=hp.dt_rank if hp.mixer != "mamba" and hp.dt_rank else None,
                           groups=hp.groups if mamba2 and hp.groups else None,
                           state_size=hp.state if hp.mixer in ("mamba2", "gated_deltanet") and hp.state else None)
+
+
+def forward_widths(hp: HParams, tensors: list[gguf.Tensor]) -> Widths:
+    """The widths llama.cpp's graph works in, from the tensors it loads (src/llama-arch.cpp names, ggml order):
+    n_embd; the widest dense MLP or shared expert, ffn_down(_shexp) [n_ff, n_embd] (its row: a fused gate_up,
+    Phi-3's, is twice as wide); the routed experts, ffn_down_exps [n_ff_exp, n_embd, n_expert], of which
+    expert_used_count a token. Gated where a block has ffn_gate (or a fused gate_up). llama.cpp's GGUF keeps no
+    activation name: Gemma's graphs run GELU, Nemotron-H's ReLU squared, the other gated MLPs SiLU."""
+    dense = experts = 0
+    up_widths, gated = set(), False
+    for tensor in tensors:
+        base = tensor.name.rpartition(".")[0] if tensor.name.startswith("blk.") else ""
+        kind = base.partition(".")[2].partition(".")[2]
+        if kind in ("ffn_down", "ffn_down_shexp") and len(tensor.dims) == 2:
+            dense = max(dense, tensor.dims[0])
+        elif kind == "ffn_down_exps" and len(tensor.dims) == 3:
+            experts = max(experts, tensor.dims[0])
+        elif kind in ("ffn_up", "ffn_up_shexp") and len(tensor.dims) == 2:
+            up_widths.add(tensor.dims[1])
+        gated = gated or kind.startswith("ffn_gate") and not kind.startswith("ffn_gate_inp")
+    gated = gated or bool(dense) and 2 * dense in up_widths
+    activation = ("gelu_pytorch_tanh" if hp.arch.startswith("gemma") else "relu2" if hp.arch == "nemotron_h"
+                  else "silu" if gated else "gelu")
+    return Widths(hidden=hp.n_embd, mlp_intermediate=dense, gated_mlp=gated, mlp_activation=activation,
+                  experts_per_token=max(hp.n_expert_used) if experts else 0, experts=hp.n_expert if experts else 0,
+                  expert_intermediate=experts)
+
+
+def check_sizes(hp: HParams, layers: list, weights: int, where: str) -> None:
+    """Every width the header gives, and every cache row and recurrent state made of them, is at most the values
+    the file's tensors hold: a model has a weight for each channel it computes (token_embd is n_embd wide, each
+    head has its projection) and at least as many weights as a layer's state holds (a Mamba layer's A is its SSM
+    state's shape, its conv1d wider than the convolution's state; a Gated DeltaNet's output projection is wider
+    than its state). A header that says more describes no file; taken at its word it would plan 10^29 bytes."""
+    sizes = {"embedding_length": hp.n_embd, "attention.head_count": max(hp.n_head),
+             "feed_forward_length": max(hp.n_ff), "expert_count": hp.n_expert}
+    for cache in layers:
+        if cache.kind in ("full", "sliding", "chunked"):
+            sizes[f"layer {cache.layer}'s K and V row"] = cache.kv_heads * (cache.head_dim + cache.head_dim_v)
+        elif cache.kind == "mla":
+            sizes[f"layer {cache.layer}'s latent row"] = cache.latent_dim + cache.rope_dim
+        elif cache.kind == "recurrent":
+            sizes[f"layer {cache.layer}'s recurrent state"] = cache.conv_elements + cache.ssm_elements
+    for what, size in sizes.items():
+        if size > weights:
+            raise KvplanError(f"{where}: {what} is {size:,} values, more than the {weights:,} weights of the file's "
+                              "tensors: no model has it (a damaged or hand-made header)")
 
 
 # ------------------------------------------------------------------------------------------------ parameters
@@ -524,6 +672,7 @@ def model_from_headers(headers: list[gguf.Header], name: str, source: str, read:
     hp = hparams(meta)
     rule(meta, hp)
     layers = caches(hp, where)
+    check_sizes(hp, layers, sum(t.elements for t in tensors), where)
     label = file_type(headers[0], meta)
     elements: Counter[str] = Counter()
     for tensor in tensors:
@@ -541,7 +690,8 @@ def model_from_headers(headers: list[gguf.Header], name: str, source: str, read:
         num_attention_heads=max(attention_heads or [0]),
         caches=tuple(layers), params=param_counts(tensors, hp, where),
         dtype=FLOAT_FILE_TYPES.get(label, "fp16"), quantization=Quantization(method="gguf", weights_dtype=label),
-        kv_dtype="fp16", max_context=hp.n_ctx or None, source=source, notes=tuple(notes), checkpoint=checkpoint)
+        kv_dtype="fp16", max_context=hp.n_ctx or None, source=source, notes=tuple(notes), checkpoint=checkpoint,
+        widths=forward_widths(hp, tensors))
 
 
 def split_count(header: gguf.Header, where: str) -> tuple[int, int]:
@@ -605,14 +755,28 @@ def read_lora_adapter(path: Path) -> LoraAdapter:
         if len(pair) != 2:
             raise KvplanError(f"{where}: llama.cpp: LoRA tensor pair for {brief(base)} is missing one component")
         a, b = pair["lora_a"], pair["lora_b"]
-        rank = max(rank, b.dims[0])  # B is [rank, output] (token_embd's [rank, n_embd])
-        if base.endswith("token_embd.weight"):  # the input layer stays on the CPU (`dev_input`, src/llama-model.cpp)
+        # A is [input, rank], B [rank, output] (token_embd's [rank, n_embd]); a dimension a tensor leaves out is 1
+        # (ggml_new_tensor), so a B of no dimensions is of rank 1
+        embeddings = base.endswith("token_embd.weight")
+        b_rank = ggml_ne(b, 0)
+        if not embeddings and ggml_ne(a, 1) != b_rank:
+            raise KvplanError(f"{where}: llama.cpp: lora_a tensor is not transposed ({brief(base)}: A is "
+                              f"{list(a.dims)}, B {list(b.dims)}; A's ne[1] must be B's ne[0])")
+        if not b_rank:
+            raise KvplanError(f"{where}: LoRA pair {brief(base)} has rank 0 (B is {list(b.dims)}): no adapter")
+        rank = max(rank, b_rank)
+        if embeddings:  # the input layer stays on the CPU (`dev_input`, src/llama-model.cpp)
             host += a.nbytes + b.nbytes
         else:
             device += a.nbytes + b.nbytes
     arch = text("general.architecture")
     return LoraAdapter(name=path.name, architecture=MODEL_TYPES.get(arch, arch), rank=rank, pairs=len(pairs),
                        device_bytes=device, host_bytes=host)
+
+
+def ggml_ne(tensor: gguf.Tensor, i: int) -> int:
+    """ne[i] of a tensor as ggml makes it: the dimensions a GGUF lists, then 1."""
+    return tensor.dims[i] if i < len(tensor.dims) else 1
 
 
 def load_file(path: Path) -> ModelSpec:

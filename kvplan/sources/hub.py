@@ -8,7 +8,8 @@ imports huggingface_hub only when it runs, so the other paths never pay for it. 
    token come from it;
 2. `hf_hub_download(config.json)` fetches the config into the Hugging Face cache as huggingface_hub always
    does (HF_HOME / HF_HUB_CACHE, refs/<revision>, snapshots/<commit>/), or finds it there when HF_HUB_OFFLINE
-   is set; the commit kvplan reports is the snapshot the file sits in;
+   is set; the commit kvplan reports is the snapshot the file sits in; a TensorRT Model Optimizer checkpoint's
+   hf_quant_config.json too, where the repo lists one and config.json states no quantization_config;
 3. the weights: the safetensors headers of that commit (`get_safetensors_metadata`: model.safetensors, or each
    shard of model.safetensors.index.json, by HTTP range requests, never the tensor data), or the same files if
    they are already in the snapshot; the element counts by dtype are kept in huggingface_hub's assets cache
@@ -29,6 +30,7 @@ import json
 import logging
 import os
 import re
+import stat
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -43,12 +45,15 @@ from kvplan.model import CheckpointTensors, ModelSpec
 from kvplan.sources import safetensors as st
 from kvplan.sources.hf_config import model_from_config, parse_json, read_text
 from kvplan.sources.hf_config.fields import MAX_TEXT_FILE
+from kvplan.sources.hf_config.reader import MODELOPT_SIDECAR, with_quant_sidecar
 from kvplan.text import brief, plain, shorten
 
 _ASSETS_FORMAT = 1
 CALL_DEADLINE_TIMEOUTS = 3  # a call's deadline, in per-read timeouts: a request, a redirect, a slow answer
 HEADER_DEADLINE_CALLS = 4  # the safetensors headers: one range request per shard, so a longer deadline
 GGUF_DEADLINE_CALLS = 8  # a GGUF header: a few range requests that grow, several MiB in all
+MAX_TIMEOUT = 3600  # seconds, HF_HUB_ETAG_TIMEOUT and HF_HUB_DOWNLOAD_TIMEOUT: an hour a read is patience enough
+MAX_TOKEN_FILE = 64 * 2**10  # a token file holds one token (hf_ and 34 characters), a few hundred bytes at most
 T = TypeVar("T")
 _COMMIT = re.compile(r"[0-9a-f]{40}")
 
@@ -67,13 +72,15 @@ def load(
 def _guarded(repo_id: str, revision: str | None, closest: tuple[str, ...], token_given: bool,
              call: Callable[[_Hub], T]) -> T:
     """`call` with huggingface_hub started and quiet, any failure of the Hub's made one line (`explain`);
-    `token_given`: a --token replaces HF_TOKEN, which is then not checked."""
+    `token_given`: a --token replaces HF_TOKEN and the token file, which are then not checked."""
     _check_environment(token_given)
     try:
         hub = _Hub()
     except Exception as err:  # huggingface_hub reads its environment variables on import
         raise KvplanError(f"huggingface_hub cannot start ({_first_line(err)}): check the HF_* environment "
                           "variables") from None
+    if not token_given:
+        _check_token_file(Path(hub.constants.HF_TOKEN_PATH))
     with _quiet():
         try:
             return call(hub)
@@ -83,7 +90,10 @@ def _guarded(repo_id: str, revision: str | None, closest: tuple[str, ...], token
             message = explain(hub, err, repo_id, revision, closest)
             if message is None:
                 raise
-            if closest and "closest" not in message:  # a typo of a bundled name read as a Hub id
+            # a typo of a bundled name read as a Hub id; not where the Hub refused a token or gated the repo (a
+            # repo not found says so, with the closest names, in its own message)
+            refused = _status(err) in (401, 403) or isinstance(err, hub.utils.GatedRepoError)
+            if closest and "closest" not in message and not refused:
                 message += f" (did you mean {' or '.join(closest)}, in the bundled library?)"
             raise KvplanError(message) from None
 
@@ -97,10 +107,11 @@ def _check_environment(token_given: bool) -> None:
     sent = next((name for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN") if os.environ.get(name, "").strip()), None)
     if sent and not token_given:
         clean_token(os.environ[sent], sent)
-    for name in ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT"):
-        value = os.environ.get(name, "").strip()
-        if value and not (value.isascii() and value.isdigit()):
-            raise KvplanError(f"{name}={shorten(plain(value))} is not a whole number of seconds")
+    for name in ("HF_HUB_ETAG_TIMEOUT", "HF_HUB_DOWNLOAD_TIMEOUT"):  # bounded: a call's deadline is a few of them,
+        value = os.environ.get(name, "").strip()  # and a thread cannot wait past threading.TIMEOUT_MAX
+        if value and not (value.isascii() and value.isdigit() and 1 <= int(value) <= MAX_TIMEOUT):
+            raise KvplanError(f"{name}={shorten(plain(value))} is not a whole number of seconds from 1 to "
+                              f"{MAX_TIMEOUT:,}")
     endpoint = os.environ.get("HF_ENDPOINT", "").strip()
     if endpoint:
         try:
@@ -109,8 +120,44 @@ def _check_environment(token_given: bool) -> None:
         except ValueError:
             ok = False
         if not ok:
-            raise KvplanError(f"HF_ENDPOINT={shorten(plain(endpoint))} is not an http(s) URL like "
-                              "https://huggingface.co")
+            shown = f"...@{endpoint.rpartition('@')[2]}" if "@" in endpoint else endpoint  # credentials, maybe
+            raise KvplanError(f"HF_ENDPOINT={shorten(plain(shown))} is not an http(s) URL like https://huggingface.co")
+
+
+def _check_token_file(path: Path) -> None:
+    """The token file huggingface_hub reads when no token is given (HF_TOKEN_PATH, default HF_HOME/token), checked
+    before it reads it: a regular file of at most MAX_TOKEN_FILE bytes holding one token, checked as HF_TOKEN is.
+    huggingface_hub reads the whole file, on the worker thread a deadline abandons: /dev/zero grew without end."""
+    from kvplan.sources import clean_token
+
+    if os.environ.get("HF_OIDC_RESOURCE") or os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"):
+        return  # huggingface_hub takes its token from those first (`get_token`), and never reads the file
+    what = f"the Hugging Face token file {plain(path)}"
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise KvplanError(f"{what} is not a regular file (a directory, a pipe or a device): point HF_TOKEN_PATH "
+                              "at the file `hf auth login` writes, or give --token")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_TOKEN_FILE + 1)
+    except FileNotFoundError:
+        return  # not logged in
+    except OSError as err:
+        raise KvplanError(f"cannot read {what} ({err.strerror or err})") from None
+    if len(raw) > MAX_TOKEN_FILE:
+        raise KvplanError(f"{what} is larger than {MAX_TOKEN_FILE // 2**10} KiB: it is not a token file")
+    # cleaned as huggingface_hub's `_clean_token` cleans it; bytes that are not UTF-8 refused as non-ASCII
+    token = raw.decode(errors="replace").replace("\r", "").replace("\n", "").strip()
+    if token:
+        clean_token(token, what)
+
+
+_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
+
+
+def _without_userinfo(text: str) -> str:
+    """`text` with the user:password of every URL in it taken out: HF_ENDPOINT may carry a mirror's credentials
+    (http://user:pw@mirror), and errors quote the URLs they were sent to."""
+    return _USERINFO.sub("", text)
 
 
 class _Deadline(TimeoutError):
@@ -153,6 +200,11 @@ class _Hub:
     @property
     def endpoint(self) -> str:
         return self.constants.ENDPOINT
+
+    @property
+    def shown_endpoint(self) -> str:
+        """The endpoint as messages show it: without the credentials it may carry."""
+        return _without_userinfo(self.endpoint)
 
     @property
     def offline(self) -> bool:
@@ -251,7 +303,11 @@ def _load(hub: _Hub, repo_id: str, revision: str | None, token: str | None) -> M
         f" (revision {revision})" if revision and revision != commit else ""
     )
     where = f"{repo_id} config.json"
-    spec = model_from_config(parse_json(read_text(config_path), where), repo_id, source, where=where)
+    config = parse_json(read_text(config_path), where)
+    sidecar = config_path.parent / MODELOPT_SIDECAR  # in the snapshot where it was downloaded before
+    if online and files is not None and MODELOPT_SIDECAR in files and not config.get("quantization_config"):
+        sidecar = hub.download(repo_id, MODELOPT_SIDECAR, commit, token)
+    spec = model_from_config(with_quant_sidecar(config, sidecar), repo_id, source, where=where)
     checkpoint, note = _checkpoint(hub, repo_id, commit, token, config_path.parent, files, online)
     if note:
         notes.append(note)
@@ -266,8 +322,8 @@ def _listing(hub: _Hub, siblings: list | None) -> tuple[set[str] | None, dict[st
     if siblings is None:
         return None, {}
     if not all(isinstance(s.rfilename, str) and (s.size is None or type(s.size) is int) for s in siblings):
-        raise KvplanError(f"{hub.endpoint} did not answer as the Hugging Face Hub does (a file listing of the wrong "
-                          "shape): check HF_ENDPOINT and any proxy or captive portal")
+        raise KvplanError(f"{hub.shown_endpoint} did not answer as the Hugging Face Hub does (a file listing of the "
+                          "wrong shape): check HF_ENDPOINT and any proxy or captive portal")
     return {s.rfilename for s in siblings}, {s.rfilename: s.size for s in siblings if s.size is not None}
 
 
@@ -309,9 +365,9 @@ def _checkpoint(
     try:
         meta = _within(HEADER_DEADLINE_CALLS * hub.deadline, lambda: hub.api(token).get_safetensors_metadata(
             repo_id, revision=commit, token=token, timeout=hub.download_timeout))
-        tensors = [
-            (t.dtype, t.parameter_count) for f in meta.files_metadata.values() for t in f.tensors.values()
-        ]
+        tensors = [pair for name, f in meta.files_metadata.items() for pair in st.tensors_of(
+            {key: {"dtype": t.dtype, "shape": t.shape, "data_offsets": list(t.data_offsets)}
+             for key, t in f.tensors.items()}, name)]
         count = len(meta.files_metadata)
         found = st.inventory(
             tensors,
@@ -386,7 +442,10 @@ def _load_gguf(hub: _Hub, repo_id: str, revision: str | None, token: str | None,
         return gguf_model.load_file(first)
     info = _within(hub.deadline, lambda: hub.api(token).model_info(
         repo_id, revision=revision, token=token, timeout=hub.etag_timeout))
-    commit, files = info.sha, {s.rfilename for s in info.siblings or ()}
+    commit, files = info.sha, _listing(hub, info.siblings)[0] or set()
+    if not isinstance(commit, str) or not _COMMIT.fullmatch(commit):  # the file is read at this commit
+        raise KvplanError(f"{hub.shown_endpoint} did not answer as the Hugging Face Hub does (model info without the "
+                          "commit it describes): check HF_ENDPOINT and any proxy or captive portal")
     filename = gguf_file.strip() if gguf_file is not None else _tagged_gguf(repo_id, files, tag)
     if filename not in files:
         raise KvplanError(f"{repo_id} has no file {brief(filename)}: {_gguf_list(files)}")
@@ -464,19 +523,28 @@ def _gguf_header(hub: _Hub, repo_id: str, commit: str, filename: str, token: str
 
 
 def _read_range(hub: _Hub, url: str, headers: dict, offset: int, length: int, where: str) -> bytes:
-    """Bytes offset .. offset + length - 1 of the file at `url`, by one HTTP range request (redirects followed,
-    as to the Hub's CDN); at most `length` bytes are taken from the answer, whatever the server sends."""
+    """Bytes offset .. offset + length - 1 of the file at `url` (all within the file), by one HTTP range request
+    (redirects followed, as to the Hub's CDN); at most `length` bytes are taken from the answer, whatever the
+    server sends. An answer that is not those bytes (another range in its Content-Range, fewer bytes) is refused:
+    a server sending 7 bytes a request took 1,500 requests to read a header."""
     ranged = {**headers, "range": f"bytes={offset}-{offset + length - 1}"}
     with hub.utils.get_session().stream("GET", url, headers=ranged, timeout=hub.download_timeout) as response:
         hub.utils.hf_raise_for_status(response)
         if response.status_code != 206:
             raise KvplanError(f"{where}: the server answered {response.status_code} to a range request, not 206: "
                               "kvplan reads a GGUF's header by range requests, never the whole file")
+        answered = response.headers.get("content-range", "")
+        if not answered.startswith(f"bytes {offset}-"):
+            raise KvplanError(f"{where}: the server answered a range request from byte {offset:,} with other bytes "
+                              f"(Content-Range {brief(answered)}): check HF_ENDPOINT and any proxy")
         data = bytearray()
         for chunk in response.iter_bytes():
             data += chunk
             if len(data) >= length:
                 break
+    if len(data) < length:
+        raise KvplanError(f"{where}: the server sent {len(data):,} of the {length:,} bytes a range request asked for: "
+                          "check HF_ENDPOINT and any proxy")
     return bytes(data[:length])
 
 
@@ -518,7 +586,8 @@ def _hub_down(err: BaseException) -> str | None:
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
+    """The error's type and the first line of its message, without the credentials of any URL it quotes."""
+    text = _without_userinfo(str(err)).strip().splitlines()
     return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
@@ -541,9 +610,11 @@ def _status(err: BaseException) -> int | None:
 
 
 def _sent_token(err: BaseException) -> bool:
+    """Whether the failed request carried a token (huggingface_hub sends it as a Bearer authorization; the user and
+    password of an HF_ENDPOINT go as Basic, and are not a token)."""
     request = getattr(getattr(err, "response", None), "request", None)
     headers = getattr(request, "headers", None) or {}
-    return any(key.lower() == "authorization" for key in headers)
+    return any(key.lower() == "authorization" and str(value).startswith("Bearer ") for key, value in headers.items())
 
 
 def explain(
@@ -551,15 +622,15 @@ def explain(
 ) -> str | None:
     """One line for a huggingface_hub failure, saying what to do; None for an error that is not the Hub's."""
     u = hub.utils
-    page = f"{hub.endpoint}/{repo_id}"
+    page = f"{hub.shown_endpoint}/{repo_id}"
     login = "give a token with --token, HF_TOKEN or `hf auth login`"
     timeout = (
-        f"the Hub at {hub.endpoint} did not answer in time (HF_HUB_ETAG_TIMEOUT={hub.etag_timeout:g}s, "
+        f"the Hub at {hub.shown_endpoint} did not answer in time (HF_HUB_ETAG_TIMEOUT={hub.etag_timeout:g}s, "
         f"HF_HUB_DOWNLOAD_TIMEOUT={hub.download_timeout:g}s) and {repo_id} is not in the cache: check the "
         "connection, raise those timeouts, or set HF_HUB_OFFLINE=1 to use cached models"
     )
     unreachable = (
-        f"cannot reach the Hub at {hub.endpoint} and {repo_id} is not in the cache: check the "
+        f"cannot reach the Hub at {hub.shown_endpoint} and {repo_id} is not in the cache: check the "
         "connection, proxy or HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to use cached models"
     )
     offline = (
@@ -591,7 +662,7 @@ def explain(
                 return offline
             if isinstance(cause, u.FileMetadataError):
                 return (
-                    f"{hub.endpoint} does not answer like the Hugging Face Hub (no X-Repo-Commit): check "
+                    f"{hub.shown_endpoint} does not answer like the Hugging Face Hub (no X-Repo-Commit): check "
                     "HF_ENDPOINT and the proxy"
                 )
         trouble = _network_trouble(err)
@@ -635,10 +706,15 @@ def explain(
         )
     if _raised_by_the_hub_client(err):  # HTML from a captive portal, a redirect loop, a file:// redirect, ...
         return (
-            f"{hub.endpoint} did not answer as the Hugging Face Hub does ({shorten(_first_line(err))}): check "
+            f"{hub.shown_endpoint} did not answer as the Hugging Face Hub does ({shorten(_first_line(err))}): check "
             "HF_ENDPOINT and any proxy or captive portal"
         )
     return None
+
+
+# huggingface_hub and the HTTP clients it runs on: httpx and httpcore (huggingface_hub 1.x), httpx2 and httpcore2
+# (2.x, whose `get_session` is an httpx2.Client), h11 under both.
+HUB_CLIENT_MODULES = frozenset({"huggingface_hub", "httpx", "httpcore", "httpx2", "httpcore2", "h11"})
 
 
 def _raised_by_the_hub_client(err: BaseException) -> bool:
@@ -647,7 +723,7 @@ def _raised_by_the_hub_client(err: BaseException) -> bool:
     tb = err.__traceback__
     while tb is not None:
         module = tb.tb_frame.f_globals.get("__name__", "")
-        if module.split(".")[0] in ("huggingface_hub", "httpx", "httpcore", "h11"):
+        if module.split(".")[0] in HUB_CLIENT_MODULES:
             return True
         tb = tb.tb_next
     return False

@@ -7,6 +7,7 @@ Only the index is read to resolve a name, and only the one config file of the mo
 
 import difflib
 import json
+import re
 from functools import cache
 from pathlib import Path
 
@@ -62,17 +63,25 @@ def find(name: str) -> LibraryEntry | None:
 
 
 def suggestions(name: str, limit: int = 3) -> list[str]:
-    """Closest library ids to a name that did not resolve: fuzzy matches first, then substring matches."""
+    """Closest library ids to a name that did not resolve, best first: names that hold the one given, or that it
+    holds, as whole words (`Llama-3.2-1B` in `Llama-3.2-1B-Instruct`, `Qwen3-8B` in `Qwen3-8B-Instruct`), then the
+    others alike enough (difflib's ratio, of the names without their organisation or of the whole names)."""
     wanted = name.strip().lower()
-    by_name = _by_name()
-    close = difflib.get_close_matches(wanted, by_name, n=limit * 3, cutoff=0.5)
     tail = wanted.rsplit("/", 1)[-1]
-    close += [n for n in by_name if tail and tail in n]
-    ids: list[str] = []
-    for match in close:
-        if by_name[match].id not in ids:
-            ids.append(by_name[match].id)
-    return ids[:limit]
+    ranked = []
+    for other, entry in _by_name().items():
+        other_tail = other.rsplit("/", 1)[-1]
+        nested = bool(tail) and (_holds(other_tail, tail) or _holds(tail, other_tail))
+        alike = max(difflib.SequenceMatcher(None, tail, other_tail).ratio(),
+                    difflib.SequenceMatcher(None, wanted, other).ratio())
+        if nested or alike >= 0.5:
+            ranked.append((not nested, -alike, entry.id))
+    return list(dict.fromkeys(entry_id for *_, entry_id in sorted(ranked)))[:limit]
+
+
+def _holds(name: str, part: str) -> bool:
+    """Whether `part` is in `name` as whole words (bounded by the name's ends or by - _ . /)."""
+    return re.search(rf"(?:^|[-_./]){re.escape(part)}(?:$|[-_./])", name) is not None
 
 
 def config_path(entry: LibraryEntry) -> Path:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import struct
 from collections import Counter
 from collections.abc import Iterable
@@ -21,6 +22,7 @@ from pydantic import ValidationError
 
 from kvplan.dtypes import SAFETENSORS_BITS
 from kvplan.model import CheckpointTensors
+from kvplan.text import brief
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -32,9 +34,14 @@ class HeaderError(Exception):
     """A safetensors header that cannot be read; the caller falls back to config-derived weights."""
 
 
-def tensors_of(header: dict, where: str) -> list[tuple[str, int]]:
-    """(dtype, elements) of each tensor in one parsed header (the `__metadata__` entry is not a tensor)."""
-    out = []
+def tensors_of(header: dict, where: str, data_bytes: int | None = None) -> list[tuple[str, int]]:
+    """(dtype, elements) of each tensor in one parsed header (the `__metadata__` entry is not a tensor), checked as
+    the safetensors library checks a file before it reads a tensor (safetensors 0.8, `Metadata::validate` and
+    `SafeTensors::read_metadata` in safetensors/src/tensor.rs): in the order of their data_offsets the tensors
+    tile the data from byte 0, each spanning exactly its elements x its dtype's size, and the last ends where the
+    file does (`data_bytes`: the bytes after the header, where the file's size is known). So a header that only
+    claims tensors (a shape of 2^62 rows over no data) is not counted as weights."""
+    spans = []
     for name, info in header.items():
         if name == "__metadata__":
             continue
@@ -43,23 +50,40 @@ def tensors_of(header: dict, where: str) -> list[tuple[str, int]]:
             or not isinstance(info.get("dtype"), str)
             or not isinstance(info.get("shape"), list)
         ):
-            raise HeaderError(f"{where}: tensor {name!r} has no dtype and shape")
-        shape = info["shape"]
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            raise HeaderError(f"{where}: tensor {name!r} has shape {shape!r}")
-        out.append((info["dtype"], math.prod(shape)))
-    return out
+            raise HeaderError(f"{where}: tensor {brief(name)} has no dtype and shape")
+        dtype, shape, offsets = info["dtype"], info["shape"], info.get("data_offsets")
+        if not all(_whole(d) for d in shape):
+            raise HeaderError(f"{where}: tensor {brief(name)} has shape {brief(shape)}")
+        if dtype not in SAFETENSORS_BITS:
+            raise HeaderError(f"{where}: tensor dtype {brief(dtype)} is not one kvplan knows")
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_whole(o) for o in offsets)):
+            raise HeaderError(f"{where}: tensor {brief(name)} has data_offsets {brief(offsets)}, not [begin, end]")
+        spans.append((offsets[0], offsets[1], name, dtype, math.prod(shape)))
+    end = 0
+    for begin, stop, name, dtype, elements in sorted(spans):
+        if begin != end or (stop - begin) * 8 != elements * SAFETENSORS_BITS[dtype]:
+            raise HeaderError(f"{where}: the data_offsets [{begin:,}, {stop:,}] of tensor {brief(name)} are not "
+                              f"where its {elements:,} {dtype} elements would lie")
+        end = stop
+    if data_bytes is not None and end != data_bytes:
+        raise HeaderError(f"{where}: its tensors end at byte {end:,} of the data, but the file holds {data_bytes:,}")
+    return [(dtype, elements) for _, _, _, dtype, elements in spans]
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def inventory(tensors: Iterable[tuple[str, int]], files: int, source: str) -> CheckpointTensors:
-    """Sum (dtype, elements) pairs into a CheckpointTensors; unknown dtypes are refused."""
+    """Sum (dtype, elements) pairs into a CheckpointTensors; checkpoint files that hold no tensor hold no weights,
+    so they are refused too (the weights then come from the config)."""
     elements: Counter[str] = Counter()
     count = 0
     for dtype, n in tensors:
-        if dtype not in SAFETENSORS_BITS:
-            raise HeaderError(f"tensor dtype {dtype!r} is not one kvplan knows")
         elements[dtype] += n
         count += 1
+    if not count:
+        raise HeaderError("the safetensors files hold no tensors")
     try:
         return CheckpointTensors(
             elements=dict(sorted(elements.items(), key=lambda kv: -kv[1])),
@@ -71,8 +95,8 @@ def inventory(tensors: Iterable[tuple[str, int]], files: int, source: str) -> Ch
         raise HeaderError(str(err).splitlines()[0]) from None
 
 
-def read_header(path: Path) -> dict:
-    """The JSON header of one local safetensors file."""
+def read_header(path: Path) -> tuple[dict, int]:
+    """The JSON header of one local safetensors file, and the bytes of tensor data that follow it."""
     try:
         with path.open("rb") as f:
             prefix = f.read(8)
@@ -82,6 +106,7 @@ def read_header(path: Path) -> dict:
             if size > MAX_HEADER:
                 raise HeaderError(f"{path.name}: header of {size:,} bytes is past the format's limit")
             raw = f.read(size)
+            data_bytes = os.fstat(f.fileno()).st_size - 8 - size
     except OSError as err:
         raise HeaderError(f"{path.name}: cannot read ({err.strerror or err})") from None
     if len(raw) < size:
@@ -92,7 +117,7 @@ def read_header(path: Path) -> dict:
         raise HeaderError(f"{path.name}: header is not JSON a checkpoint writes") from None
     if not isinstance(header, dict):
         raise HeaderError(f"{path.name}: header is not a JSON object")
-    return header
+    return header, data_bytes
 
 
 def shard_names(directory: Path) -> list[str] | None:
@@ -134,5 +159,6 @@ def from_directory(directory: Path, source: str) -> CheckpointTensors | None:
         return None
     tensors = []
     for name in names:
-        tensors += tensors_of(read_header(directory / name), name)
+        header, data_bytes = read_header(directory / name)
+        tensors += tensors_of(header, name, data_bytes)
     return inventory(tensors, len(names), source)

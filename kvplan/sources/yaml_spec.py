@@ -67,11 +67,19 @@ class YamlSpec(_Strict):
     widths: Widths | None = None
 
 
+MAX_VALUES = 1_000_000  # values a spec may expand to, aliases followed: a real one has a few hundred
+
+
 def read_yaml_spec(path: Path) -> ModelSpec:
     text = read_text(path)
+    loader = yaml.SafeLoader(text)  # not libyaml: it crashes on deep nesting
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)  # not libyaml: it crashes on deep nesting
-        data = yaml.safe_load(text)
+        root = loader.get_single_node()
+        if root is None:
+            data = None
+        else:
+            _check_graph(root, path)
+            data = loader.construct_document(root)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
@@ -80,6 +88,8 @@ def read_yaml_spec(path: Path) -> ModelSpec:
         raise KvplanError(f"{path}: YAML nested too deeply to be a model spec") from None
     except ValueError as err:  # an integer past Python's digit limit
         raise KvplanError(f"{path}: YAML holds a value no model has ({shorten(str(err))})") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise KvplanError(f"{path}: a model spec is a YAML mapping with name, params and layers")
     too_large = _past_limit(data)
@@ -111,6 +121,32 @@ def read_yaml_spec(path: Path) -> ModelSpec:
                      num_attention_heads=spec.num_attention_heads, caches=tuple(caches), params=params,
                      dtype=spec.dtype, max_context=spec.max_context, widths=spec.widths,
                      source=f"YAML spec {path}")
+
+
+def _check_graph(root: yaml.Node, path: Path) -> None:
+    """Refuse a composed document whose aliases make it a cycle (an anchor used inside itself) or expand it past
+    MAX_VALUES, visiting each node once: a 430-byte spec of ten nested aliases stands for 10^10 values, which every
+    later step (the number check, pydantic) would walk one by one."""
+    sizes: dict[int, int] = {}  # node id -> values it expands to; 0 while its children are being counted
+
+    def size(node: yaml.Node) -> int:
+        known = sizes.get(id(node))
+        if known == 0:
+            raise KvplanError(f"{path}:{node.start_mark.line + 1}: a YAML anchor used inside itself is not a "
+                              "model spec")
+        if known is not None:
+            return known
+        sizes[id(node)] = 0
+        children = ([part for pair in node.value for part in pair] if isinstance(node, yaml.MappingNode)
+                    else node.value if isinstance(node, yaml.SequenceNode) else [])
+        total = 1 + sum(size(child) for child in children)
+        if total > MAX_VALUES:
+            raise KvplanError(f"{path}: YAML of more than {MAX_VALUES:,} values (an alias counted each time it is "
+                              "used) is not a model spec")
+        sizes[id(node)] = total
+        return total
+
+    size(root)
 
 
 def _past_limit(value: object, loc: tuple = ()) -> tuple | None:

@@ -67,7 +67,9 @@ class Fields:
         """A layer count, refused past MAX_LAYERS before anything is built per layer."""
         count = self.int(*names, default=default)
         if count > MAX_LAYERS:
-            raise KvplanError(f"{self.where}: {count:,} layers is not a real model (at most {MAX_LAYERS:,} are read)")
+            name = next(name for name in names if self.has(name))
+            raise KvplanError(f"{self.where}: field {name} is {count:,}: more layers than any real model (at most "
+                              f"{MAX_LAYERS:,} are read)")
         return count
 
     def number(self, name: str) -> float:

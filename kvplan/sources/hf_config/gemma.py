@@ -121,13 +121,13 @@ def _shared_sources(cfg: Fields, model_type: str, types: list[str]) -> list[int 
     if shared > n:
         raise KvplanError(f"{cfg.where}: field num_kv_shared_layers is {shared:,}, more than the {n} layers")
     first = n - shared
+    last_unshared = {kind: j for j, kind in enumerate(types[:first])}  # by type, the last one before `first`
     sources: list[int | None] = [None] * first
     for i in range(first, n):
-        producers = [j for j in range(first) if types[j] == types[i]]
-        if not producers:
+        if types[i] not in last_unshared:
             raise KvplanError(f"{cfg.where}: field num_kv_shared_layers is {shared}: layer {i} ({types[i]}) has no "
                               f"unshared layer of its type before layer {first} to read")
-        sources.append(producers[-1])
+        sources.append(last_unshared[types[i]])
     return sources
 
 

@@ -355,10 +355,11 @@ def falcon_h1_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[s
     layer caches both: K and V, and the Mamba-2 state."""
     head_dim = read_head_dim(cfg, hidden, heads)
     kv_heads = read_kv_heads(cfg, "falcon_h1", heads)
+    state = mamba_state(cfg, "falcon_h1", 0, "mamba2")  # read from the config once, copied to each layer
     caches: list[LayerCache] = []
     for i in range(n):
         caches += [FullAttention(layer=i, kv_heads=kv_heads, head_dim=head_dim, head_dim_v=head_dim),
-                   mamba_state(cfg, "falcon_h1", i, "mamba2")]
+                   state.model_copy(update={"layer": i})]
     return Layout(types=["hybrid"] * n, caches=caches, head_dim=head_dim)
 
 
@@ -390,12 +391,12 @@ def zamba_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str],
     if model_type == "zamba":
         head_dim = cfg.int("attention_head_dim", "head_dim", default=head_dim)
     kv_heads = read_kv_heads(cfg, model_type, heads)
-    mixer = MAMBA_MIXERS[model_type]
+    state = mamba_state(cfg, model_type, 0, MAMBA_MIXERS[model_type])  # read from the config once
     caches: list[LayerCache] = []
     for i, layer_type in enumerate(types):
         if layer_type == "hybrid":
             caches.append(FullAttention(layer=i, kv_heads=kv_heads, head_dim=head_dim, head_dim_v=head_dim))
-        caches.append(mamba_state(cfg, model_type, i, mixer))
+        caches.append(state.model_copy(update={"layer": i}))
     return Layout(types=types, caches=caches, head_dim=head_dim)
 
 
@@ -426,7 +427,8 @@ def zaya_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str]) 
 def mamba_layout(cfg: Fields, n: int, hidden: int, heads: int, notes: list[str], model_type: str) -> Layout:
     """Mamba, Falcon-Mamba, Mamba-2: a Mamba mixer in every layer and no attention (query head size 0)."""
     mixer = MAMBA_MIXERS[model_type]
-    return Layout(types=[mixer] * n, caches=[mamba_state(cfg, model_type, i, mixer) for i in range(n)], head_dim=0)
+    state = mamba_state(cfg, model_type, 0, mixer)  # read from the config once, copied to each layer
+    return Layout(types=[mixer] * n, caches=[state.model_copy(update={"layer": i}) for i in range(n)], head_dim=0)
 
 
 FAMILY_LAYOUTS.update({
@@ -442,7 +444,7 @@ def _mllama_text_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, n
     """Llama 3.2 Vision's text decoder (MllamaTextModel): self-attention layers, and at cross_attention_layers layers
     that attend to the image features instead. A text request skips those layers and they cache nothing; with an
     image they hold its keys and values, which kvplan does not count (its figures are for text requests)."""
-    cross = cfg.list("cross_attention_layers", int)
+    cross = set(cfg.list("cross_attention_layers", int))  # a set: membership tested once per layer
     if any(not 0 <= i < num_layers for i in cross):
         raise KvplanError(f"{cfg.where}: field cross_attention_layers names layers outside the {num_layers} layers")
     head_dim = read_head_dim(cfg, hidden, heads)
@@ -546,7 +548,8 @@ def kimi_linear_layout(cfg: Fields, num_layers: int, hidden: int, heads: int, no
         if sorted(full + kda) != list(range(1, num_layers + 1)):
             raise KvplanError(f"{linear.where}: full_attn_layers and kda_layers must number each of the "
                               f"{num_layers} layers once, from 1")
-        types = ["full_attention" if i + 1 in full else "linear_attention" for i in range(num_layers)]
+        full_layers = set(full)  # a set: a list's membership test made 100,000 layers quadratic
+        types = ["full_attention" if i + 1 in full_layers else "linear_attention" for i in range(num_layers)]
     if set(types) - {"full_attention", "linear_attention"}:
         raise KvplanError(f"{cfg.where}: field layer_types must hold full_attention or linear_attention, got "
                           f"{sorted(set(types) - {'full_attention', 'linear_attention'})}")

@@ -12,6 +12,7 @@ from kvplan.errors import KvplanError
 from kvplan.model import RecurrentState
 from kvplan.sources.hf_config.fields import Fields
 from kvplan.sources.hf_config.quantization import optional_dtype
+from kvplan.text import brief
 
 # Field names, first present wins. Mamba-2 alone names its SSM heads num_heads and head_dim: in the hybrids those
 # names are the attention's.
@@ -162,8 +163,8 @@ def mamba_ssm_fields(config: dict, where: str) -> dict:
     cfg = Fields(config, where)
     ssm = cfg.mapping("ssm_cfg").data
     layer = ssm.get("layer", "Mamba1")
-    if layer not in MAMBA_SSM_DEFAULTS:
-        raise KvplanError(f"{where}: ssm_cfg layer {layer!r} is not one kvplan models (Mamba1, Mamba2)")
+    if not isinstance(layer, str) or layer not in MAMBA_SSM_DEFAULTS:
+        raise KvplanError(f"{where}: ssm_cfg layer {brief(layer)} is not one kvplan models (Mamba1, Mamba2)")
     if cfg.list("attn_layer_idx", int):
         raise KvplanError(f"{where}: field attn_layer_idx: mamba_ssm's attention blocks have no transformers or vLLM "
                           "model, so kvplan does not size them")

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from kvplan.errors import KvplanError
 from kvplan.model import MtpLayers, ParamCounts
 from kvplan.sources.hf_config.families import DSA_MODEL_TYPES, Family
-from kvplan.sources.hf_config.fields import Fields
+from kvplan.sources.hf_config.fields import MAX_LAYERS, Fields
 from kvplan.sources.hf_config.layout import Layout, indexer_layers, read_layout
 from kvplan.sources.hf_config.params import decoder_params
 
@@ -57,6 +58,9 @@ def read_mtp(cfg: Fields, model_type: str, family: Family, layout: Layout, param
         return None
     count = cfg.int(rule.field, default=rule.default, minimum=0)
     n = len(layout.types)
+    if n + count > MAX_LAYERS:  # checked before the layers are built, one by one
+        raise KvplanError(f"{cfg.where}: field {rule.field} is {count:,}: with the {n:,} decoder layers, more layers "
+                          f"than any real model (at most {MAX_LAYERS:,} are read)")
     if not count or (model_type in DSA_MODEL_TYPES and len(indexer_layers(cfg, model_type, n)) < n):
         return None  # GLM-5.2 shares indexers between layers; which its MTP layer runs is not stated
     longer = dict(cfg.data, num_hidden_layers=n + count, layer_types=[*layout.types, *["full_attention"] * count])

@@ -149,11 +149,13 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
 
 def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layout: Layout) -> Widths | None:
     """The forward widths: dense MLP (or shared expert) and routed expert intermediates, widest over layers.
-    Nemotron-H and NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them. Mamba and
-    Mamba-2 have no MLP."""
+    NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them. Mamba and Mamba-2 have no
+    MLP."""
     if model_type in FAMILY_WIDTHS:
         return FAMILY_WIDTHS[model_type](cfg, hidden, layout)
-    if layout.blocks or model_type == "nemotron_h":
+    if model_type == "nemotron_h":
+        return _nemotron_h_widths(cfg, hidden, layout)
+    if layout.blocks:
         return None
     if model_type in ATTENTION_FREE:
         return Widths(hidden=hidden, mlp_intermediate=0, mlp_activation=str(cfg.get("hidden_act", default="silu")))
@@ -167,6 +169,20 @@ def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layou
     return Widths(hidden=hidden, mlp_intermediate=intermediate, gated_mlp=family.gated_mlp,
                   mlp_activation=str(activation), experts_per_token=moe.top_k if moe else 0,
                   experts=moe.experts if moe else 0, expert_intermediate=moe.intermediate if moe else 0)
+
+
+def _nemotron_h_widths(cfg: Fields, hidden: int, layout: Layout) -> Widths:
+    """Nemotron-H: each block a single mixer, MLP or MoE (`NemotronHBlock`): the MLP blocks' intermediate_size and
+    the MoE blocks' shared expert, up and down projections under ReLU squared (not gated), and their routed
+    experts."""
+    dense = cfg.int("intermediate_size") if "mlp" in layout.types else 0
+    if "moe" not in layout.types:
+        return Widths(hidden=hidden, mlp_intermediate=dense, gated_mlp=False, mlp_activation="relu2")
+    experts = cfg.int("n_routed_experts")
+    return Widths(hidden=hidden, mlp_intermediate=max(dense, cfg.int("moe_shared_expert_intermediate_size")),
+                  gated_mlp=False, mlp_activation="relu2", experts=experts,
+                  experts_per_token=experts_per_token(cfg, experts, "num_experts_per_tok"),
+                  expert_intermediate=cfg.int("moe_intermediate_size"))
 
 
 def _norms_per_layer(cfg: Fields, model_type: str, family: Family) -> int:
@@ -367,12 +383,14 @@ def _nas_block_params(block: Fields, hidden: int) -> tuple[int, int]:
 
 def experts_per_token(cfg: Fields, experts: int, *names: str) -> int:
     """The routed experts each token goes through (top-k), refused above the expert count: it would count more
-    active parameters than the model has."""
-    top_k = cfg.int(*names)
+    active parameters than the model has. With no experts (a dense model: Granite 4.0-H-1B states 0 experts, 0 per
+    token) top-k may be absent or 0; a top-k above 0 is refused, as an MoE config with its expert count zeroed
+    would otherwise be read as a dense model, its experts uncounted."""
+    top_k = cfg.int(*names) if experts else cfg.int(*names, default=0, minimum=0)
     if top_k > experts:
         name = next((n for n in names if cfg.has(n)), names[0])
-        raise KvplanError(f"{cfg.where}: {top_k} experts per token but only {experts} experts: {name} cannot exceed "
-                          "the expert count")
+        raise KvplanError(f"{cfg.where}: {name} is {top_k} but the model has {experts} experts: experts per token "
+                          "cannot exceed the expert count")
     return top_k
 
 
@@ -394,12 +412,14 @@ class MoE(NamedTuple):
     @classmethod
     def read(cls, cfg: Fields, model_type: str) -> MoE | None:
         n = cfg.int("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0, minimum=0)
-        if not n or not cfg.flag("is_moe", default=True):  # Doge states num_experts with is_moe false
+        if not cfg.flag("is_moe", default=True):  # Doge states num_experts with is_moe false
+            return None
+        top_k = experts_per_token(cfg, n, "num_experts_per_tok", "experts_per_token", "num_experts_per_token",
+                                  "moe_k", "moe_topk")
+        if not n:  # a dense model (Granite 4.0-H-1B states 0 experts and 0 per token)
             return None
         hidden = cfg.int("hidden_size", "n_embd", "d_model", "dim")
         layers = cfg.layers("num_hidden_layers", "n_layer", "num_layers", "n_layers")
-        top_k = experts_per_token(cfg, n, "num_experts_per_tok", "experts_per_token", "num_experts_per_token",
-                                  "moe_k", "moe_topk")
         size = cfg.int("moe_intermediate_size", "expert_ffn_hidden_size", "intermediate_size")
         if model_type == "hunyuan_v1_moe":  # experts and the one shared MLP are intermediate_size wide
             size = cfg.int("intermediate_size")

@@ -64,17 +64,19 @@ def _max_context(cfg: Fields, notes: list[str]) -> int | None:
 
 
 def _quantization(cfg: Fields, notes: list[str]) -> tuple[Quantization | None, str | None]:
-    """Weight dtype from quantization_config (fp8, mxfp4, AWQ/GPTQ, bitsandbytes, compressed-tensors)."""
+    """Weight dtype from quantization_config (fp8, mxfp4, AWQ/GPTQ, bitsandbytes, compressed-tensors, ModelOpt)."""
     if not cfg.has("quantization_config"):
         return None, None
     qc = cfg.mapping("quantization_config")
     method = str(qc.get("quant_method", default="")).lower()
     bits = qc.int("bits", default=None)
-    groups = LINEAR_GROUPS
-    if any("attn" in module for module in qc.list("modules_to_not_convert", str)):
-        groups = tuple(g for g in groups if not g.startswith("attention"))
     kv_dtype = None
-    if method == "fp8":
+    unquantized = qc.list("modules_to_not_convert", str)
+    if method == "modelopt":
+        qc = qc.mapping("quantization") if qc.has("quantization") else qc  # hf_quant_config.json's form, nested
+        dtype, kv_dtype = _modelopt(qc)
+        unquantized = qc.list("exclude_modules" if qc.has("exclude_modules") else "ignore", str)
+    elif method == "fp8":
         dtype = "fp8"
     elif method == "mxfp4":
         dtype = "mxfp4"
@@ -86,6 +88,9 @@ def _quantization(cfg: Fields, notes: list[str]) -> tuple[Quantization | None, s
         dtype, kv_dtype = _compressed_tensors(qc)
     else:
         dtype = None
+    groups = LINEAR_GROUPS
+    if any("attn" in module for module in unquantized):
+        groups = tuple(g for g in groups if not g.startswith("attention"))
     if dtype is None:
         notes.append(f"quantization_config {method or '?'} not understood: weights counted in the float dtype")
         return None, None
@@ -103,3 +108,22 @@ def _compressed_tensors(qc: Fields) -> tuple[str | None, str | None]:
     kv = qc.mapping("kv_cache_scheme")
     is_fp8 = kv.int("num_bits", default=None) == 8 and kv.get("type", default="") == "float"
     return weights, ("fp8" if is_fp8 else None)
+
+
+# ModelOpt's quant_algo names (TensorRT Model Optimizer's unified checkpoint export; vLLM's QUANT_ALGOS in
+# model_executor/layers/quantization/modelopt.py) by the weights dtype each stores.
+MODELOPT_WEIGHTS = {"FP8": "fp8", "FP8_PER_CHANNEL_PER_TOKEN": "fp8", "FP8_PB_WO": "fp8", "NVFP4": "nvfp4",
+                    "W4A16_NVFP4": "nvfp4", "NVFP4_AWQ": "nvfp4"}
+
+
+def _modelopt(qc: Fields) -> tuple[str | None, str | None]:
+    """A ModelOpt checkpoint (quant_method modelopt): weights from quant_algo; an FP8 KV cache from
+    kv_cache_quant_algo (hf_quant_config.json's form) or kv_cache_scheme (config.json's: FP8, or 8-bit float),
+    as vLLM reads both forms (`ModelOptQuantConfigBase.from_config`, modelopt.py, vLLM 0.19)."""
+    weights = MODELOPT_WEIGHTS.get(str(qc.get("quant_algo", default="")).upper())
+    scheme = qc.get("kv_cache_scheme", "kv_cache_quant_algo", default="")
+    if isinstance(scheme, dict):
+        fp8 = scheme.get("num_bits") == 8 and scheme.get("type") == "float"
+    else:
+        fp8 = str(scheme).upper() == "FP8"
+    return weights, "fp8" if fp8 else None

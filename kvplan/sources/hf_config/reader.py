@@ -51,10 +51,25 @@ def read_config_file(path: Path, name: str | None = None, source: str | None = N
         if not (path / "config.json").exists():
             raise KvplanError(f"{path}: directory has no config.json")
         path = path / "config.json"
-    config = parse_json(read_text(path), str(path))
+    config = with_quant_sidecar(parse_json(read_text(path), str(path)), path.parent / MODELOPT_SIDECAR)
     plain_name = path.stem.lower() == "config" and path.resolve().parent.name
     name = name or str(config.get("_name_or_path") or plain_name or path.stem)
     return model_from_config(config, name, source or f"file {path}", where=str(path))
+
+
+# TensorRT Model Optimizer's checkpoints state their quantisation beside config.json, in this file, when config.json
+# has no quantization_config (older exports); vLLM and TensorRT-LLM read it from there (vLLM's ModelOptFp8Config
+# `get_config_filenames`).
+MODELOPT_SIDECAR = "hf_quant_config.json"
+
+
+def with_quant_sidecar(config: dict, sidecar: Path | None) -> dict:
+    """The config with a ModelOpt hf_quant_config.json beside it (`sidecar`, where it exists) as its
+    quantization_config, as quant_method modelopt, where the config has none of its own."""
+    if sidecar is None or not sidecar.is_file() or not isinstance(config, dict) or config.get("quantization_config"):
+        return config
+    return config | {"quantization_config": {"quant_method": "modelopt", **parse_json(read_text(sidecar),
+                                                                                         str(sidecar))}}
 
 
 def model_from_config(config: dict, name: str, source: str, where: str = "config.json") -> ModelSpec:

@@ -72,7 +72,7 @@ def lfm_types(cfg: Fields, model_type: str, n: int) -> list[str]:
                 for i in range(n)]
     if model_type == "lfm2_moe":  # Lfm2MoeConfig has no default layout: its model needs layer_types
         raise KvplanError(f"{cfg.where}: missing field layer_types (lfm2_moe states each layer's type)")
-    attention = cfg.list("full_attn_idxs", int) if cfg.has("full_attn_idxs") else list(range(n))
+    attention = set(cfg.list("full_attn_idxs", int) if cfg.has("full_attn_idxs") else range(n))
     if any(not 0 <= i < n for i in attention):
         raise KvplanError(f"{cfg.where}: field full_attn_idxs names layers outside the {n} layers")
     return ["full_attention" if i in attention else "conv" for i in range(n)]
@@ -387,7 +387,7 @@ def inkling_types(cfg: Fields, model_type: str, n: int) -> list[str]:
     if cfg.has("layer_types"):
         return _check_types(cfg, cfg.list("layer_types", str, length=n), ("hybrid", "hybrid_sliding"))
     if model_type == "inkling_text" and cfg.has("local_layer_ids"):
-        local = cfg.list("local_layer_ids", int)
+        local = set(cfg.list("local_layer_ids", int))  # a set: membership tested once per layer
         if any(not 0 <= i < n for i in local):
             raise KvplanError(f"{cfg.where}: field local_layer_ids names layers outside the {n} layers")
         return ["hybrid_sliding" if i in local else "hybrid" for i in range(n)]

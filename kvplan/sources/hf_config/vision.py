@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from kvplan.errors import KvplanError
 from kvplan.model import MultimodalInput
 from kvplan.sources.hf_config.fields import Fields
 
@@ -182,9 +183,17 @@ def _gemma3_tokens(top: Fields, vision: Fields) -> tuple[int, str]:
 def _llama4_tokens(top: Fields, vision: Fields) -> tuple[int, str]:
     """Llama 4 (vLLM models/mllama4.py): the dummy image is max_patches tiles tall, so it takes max_patches tiles
     and a global one, each (image_size / patch_size)^2 // round(1 / pixel_shuffle_ratio^2) embedding rows
-    (`get_patch_per_chunk`; 336 / 14 = 24, 576 // 4 = 144)."""
+    (`get_patch_per_chunk`; 336 / 14 = 24, 576 // 4 = 144). The shuffle merges 1 / ratio^2 patches into one row
+    (transformers `pixel_shuffle`), so a ratio above 1, or one merging more patches than a tile has, leaves no row."""
     ratio = vision.number("pixel_shuffle_ratio")
-    per_tile = (vision.int("image_size") // vision.int("patch_size")) ** 2 // round(1 / ratio**2)
+    patches = (vision.int("image_size") // vision.int("patch_size")) ** 2
+    if not patches:
+        raise KvplanError(f"{vision.where}: field image_size is smaller than patch_size: a tile has no patches")
+    if not (ratio <= 1 and ratio * ratio * (patches + 0.5) > 1):  # so that 1 <= round(1 / ratio^2) <= patches
+        raise KvplanError(f"{vision.where}: field pixel_shuffle_ratio is {ratio:g}: it merges 1 / ratio^2 patches "
+                          f"into one embedding row, so it must be between {1 / math.sqrt(patches):.3g} (all "
+                          f"{patches:,} patches of a tile in one) and 1")
+    per_tile = patches // round(1 / ratio**2)
     tiles = LLAMA4_MAX_TILES + 1
     return tiles * per_tile, (f"{tiles} tiles of {per_tile}: the image processor's max_patches {LLAMA4_MAX_TILES} "
                               "and a global tile")

@@ -1,0 +1,498 @@
+"""The tensors a transformers generate()-style run allocates and frees on the GPU, in order, from the ModelSpec alone:
+what `kvplan profile` runs (kvplan/profiler/run.py) and the transformers engine plans for. The run builds the model
+(its parameters in module order), prefills `batch` prompts of `prompt` tokens with logits for the last token only,
+and decodes `steps` tokens with the cache, as transformers 5.23 and torch 2.11 on CUDA run them:
+
+    embedding        the batch's embeddings; position ids (arange + past); the rotary table: positions in fp32
+                     x inv_freq, concatenated, cos and sin in fp32 times attention_scaling, cast to the model
+                     dtype (`LlamaRotaryEmbedding.forward`)
+    RMSNorm          the input in fp32, its square, their mean, + eps, rsqrt, the product, cast back, x weight
+                     (`LlamaRMSNorm.forward`); per head on q and k where the model norms them (Qwen3)
+    attention        q, k, v projections; rotary on q and on k (x cos, -x2, cat, x sin, sum:
+                     `apply_rotary_pos_emb`); the cache's torch.cat of its keys and of its values with the new
+                     ones, the old freed (`DynamicLayer.update`; a sliding layer keeps a view of the concatenation,
+                     `DynamicSlidingWindowLayer.update`); SDPA, then o_proj
+    SDPA on CUDA     flash attention where there is no mask (torch's sdp_utils: no mask, head sizes equal and at
+                     most 256, fp16/bf16; GQA handled in the kernel, transformers passes enable_gqa): the output
+                     and an fp32 logsumexp of batch x heads x queries, with a 16 B seed and an 8 B offset. With a
+                     mask (a sliding layer once the sequence reaches its window, `_ignore_causal_mask_sdpa`), the
+                     memory-efficient kernel: transformers repeats k and v to every query head (`repeat_kv`),
+                     torch makes the boolean mask additive for the batch (`convert_boolean_attn_mask`: logical_not,
+                     where), and CUTLASS keeps an fp32 output accumulator for head sizes over 128
+    MLP              gate and up projections, act(gate) x up, down (`LlamaMLP.forward`); routed experts as
+                     transformers' grouped_mm runs them (`integrations/moe.py`, `grouped_mm_experts_forward`)
+    logits           the final norm, lm_head on the last token, argmax
+The cuBLAS workspace (32 MiB on Hopper and Blackwell, else 8 MiB + 128 KiB; hipBLAS's on AMD Instinct MI300 and
+later 128 MiB: torch's `parseChosenWorkspaceSize`, aten/src/ATen/cuda/CublasHandlePool.cpp) is allocated by the
+first matmul and kept.
+Python frees a tensor when its last reference goes: a temporary when the expression that made it ends, a rebound
+name's old tensor at the rebinding, a function's locals when it returns (in the order they were first bound). The
+sequence is checked event for event against real transformers models recorded on the meta device
+(tests/allockit.py) and, through `kvplan.engines.cuda_allocator`, against the allocator's figures on an H100.
+
+Events: a size (>= 0) allocates the next slot, ~slot (< 0) frees one."""
+
+from dataclasses import dataclass, replace
+
+from kvplan.model import ModelSpec
+
+MiB = 1 << 20
+HOPPER_WORKSPACE = 32 * MiB  # 4096 x 8 x 1024
+WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8"
+MI300_WORKSPACE = 128 * MiB  # gfx94x, gfx95x
+FP32, INT64 = 4, 8
+# Families whose decoder layers run as Llama's do (`modeling_llama.py`: RMSNorm, rotary q and k, SDPA, a gated MLP or
+# grouped_mm experts), checked event for event against the models themselves (tests/test_transformers_allocations.py).
+MODELLED = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"})
+# Families whose attention norms q and k per head (q_norm, k_norm: `Qwen3Attention.forward`).
+HEAD_NORMS = frozenset({"qwen3", "qwen3_moe"})
+# Families whose q, k and v projections have biases (`Qwen2Attention`).
+ATTENTION_BIAS = frozenset({"qwen2"})
+# Families whose router softmaxes an fp32 copy of its logits and keeps the top-k weights in fp32, so the routed rows
+# are weighted, reordered and summed in fp32 (`MixtralTopKRouter`); their router is built before the experts.
+FP32_ROUTER = frozenset({"mixtral"})
+# Families whose model forward keeps its position ids in a dict of mask arguments (`mask_kwargs`), freed after the
+# embeddings when the forward returns (`Qwen3Model.forward`).
+MASK_KWARGS = frozenset({"qwen2", "qwen3"})
+
+
+def workspace_bytes(vendor: str | None, compute_capability: tuple[int, int] | None) -> int:
+    """The BLAS workspace on a GPU of this vendor and (NVIDIA) compute capability; Hopper's where unknown."""
+    if vendor == "amd":
+        return MI300_WORKSPACE
+    major = compute_capability[0] if compute_capability else 9
+    return HOPPER_WORKSPACE if major in (9, 10, 12) else WORKSPACE
+
+
+@dataclass(frozen=True)
+class Attention:
+    """One decoder layer's attention: heads, KV heads, head sizes, and the window a sliding layer keeps."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    head_dim_v: int
+    window: int | None
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a model's run allocates by: widths, the attention of each layer, the parameters in module order."""
+
+    hidden: int
+    intermediate: int
+    gated: bool
+    top_k: int
+    experts: int
+    expert_intermediate: int
+    vocab: int
+    tied: bool
+    head_norms: bool
+    attention_bias: bool
+    fp32_router: bool
+    mask_kwargs: bool
+    dtype_bytes: int
+    layers: tuple[Attention, ...]
+    rope_dim: int  # the rotary table's width: the first layer's head size
+    extra: int = 0  # each layer's parameters beyond those above (biases, sinks, shared experts), as one tensor
+
+    def parameters(self) -> int:
+        """Bytes of every parameter the build makes and keeps."""
+        head = 0 if self.tied else self.vocab * self.hidden * self.dtype_bytes
+        return (self.vocab + 1) * self.hidden * self.dtype_bytes + head + sum(
+            sum(self.layer_parameters(a)) for a in self.layers)
+
+    def layer_parameters(self, a: Attention) -> list[int]:
+        """A decoder layer's parameters in module order: q, k, v (each with its bias), o (q_norm, k_norm), the MLP
+        or the experts and their router, the two norms (`LlamaDecoderLayer.__init__`)."""
+        b, h = self.dtype_bytes, self.hidden
+        out = []
+        for rows in (a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim_v):
+            out += [rows * h * b, rows * b] if self.attention_bias else [rows * h * b]
+        out.append(h * a.heads * a.head_dim_v * b)
+        if self.head_norms:
+            out += [a.head_dim * b, a.head_dim * b]
+        if self.experts:
+            gate_up = 2 if self.gated else 1
+            experts = [self.experts * gate_up * self.expert_intermediate * h * b,
+                       self.experts * h * self.expert_intermediate * b]
+            router = [self.experts * h * b]
+            out += router + experts if self.fp32_router else experts + router
+        else:
+            out += [self.intermediate * h * b] * (3 if self.gated else 2)
+        return out + [h * b, h * b] + ([self.extra] if self.extra else [])
+
+
+def shape_of(model: ModelSpec, dtype_bytes: int, weights: int, layers: int | None = None) -> Shape | None:
+    """The run's shape for a decoder of full and sliding attention layers with the widths it states (its first
+    `layers` layers: a pipeline stage), parameters of `weights` bytes in all; None for any other model. Parameters
+    the layout does not name (biases, attention sinks, shared experts) are spread over the layers."""
+    w = model.widths
+    attention = [c for c in model.caches if c.kind in ("full", "sliding")]
+    if (model.architecture not in MODELLED or w is None or not model.vocab_size
+            or len(attention) != len(model.caches) or len(attention) != model.num_layers):
+        return None
+    stage = tuple(Attention(model.num_attention_heads, c.kv_heads, c.head_dim, c.head_dim_v,
+                            getattr(c, "window", None)) for c in attention[:layers])
+    shape = Shape(hidden=w.hidden, intermediate=w.mlp_intermediate, gated=w.gated_mlp, top_k=w.experts_per_token,
+                  experts=w.experts, expert_intermediate=w.expert_intermediate, vocab=model.vocab_size,
+                  tied=model.params.lm_head == 0, head_norms=model.architecture in HEAD_NORMS,
+                  attention_bias=model.architecture in ATTENTION_BIAS, fp32_router=model.architecture in FP32_ROUTER,
+                  mask_kwargs=model.architecture in MASK_KWARGS, dtype_bytes=dtype_bytes, layers=stage,
+                  rope_dim=stage[0].head_dim)
+    named = shape.parameters()
+    return replace(shape, extra=(weights - named) // len(stage)) if weights > named else shape
+
+
+class Trace:
+    """The events of a run: `new(size)` allocates and returns the slot, `free(slot, ...)` frees."""
+
+    __slots__ = ("events", "count")
+
+    def __init__(self):
+        self.events: list[int] = []
+        self.count = 0
+
+    def new(self, size: int) -> int:
+        self.events.append(size)
+        self.count += 1
+        return self.count - 1
+
+    def free(self, *slots: int) -> None:
+        self.events.extend(~slot for slot in slots)
+
+
+@dataclass
+class Run:
+    """A run's events and where its phases end: after the build, after prefill, after decode."""
+
+    events: list[int]
+    ends: list[int]
+
+
+def run(shape: Shape, batch: int, prompt: int, steps: int, workspace: int) -> Run:
+    """`kvplan profile`'s run (kvplan/profiler/run.py): build, `batch` x `prompt` prefilled, `steps` decoded."""
+    t = Trace()
+    _build(t, shape)
+    ends = [len(t.events)]
+    t.new(batch * prompt * INT64)  # the prompts' token ids, kept
+    forward = _Forward(t, shape, batch, workspace)
+    token = forward.step(prompt)
+    ends.append(len(t.events))
+    for _ in range(steps):
+        following = forward.step(1)
+        t.free(token)
+        token = following
+    ends.append(len(t.events))
+    return Run(t.events, ends)
+
+
+def _build(t: Trace, s: Shape) -> None:
+    """The parameters in module order: the embedding, each layer's, the final norm, the rotary buffers (inv_freq
+    and its copy, made from an arange: `compute_default_rope_parameters`), lm_head; a tied lm_head is made, then
+    freed when tied to the embedding (`tie_weights`)."""
+    b, half = s.dtype_bytes, s.rope_dim // 2 * FP32
+    sizes = [s.vocab * s.hidden * b]
+    for a in s.layers:
+        sizes += s.layer_parameters(a)
+    sizes.append(s.hidden * b)
+    for size in sizes:
+        t.new(size)
+    arange = t.new(half)
+    scaled = t.new(half)
+    t.free(arange)
+    power = t.new(half)
+    t.free(scaled)
+    reciprocal = t.new(half)
+    t.new(half)  # inv_freq
+    t.free(reciprocal, power)
+    t.new(half)  # original_inv_freq
+    head = t.new(s.vocab * s.hidden * b)
+    if s.tied:
+        t.free(head)
+
+
+class _Forward:
+    """One model forward after another on the same cache: the prefill, then each decode step."""
+
+    def __init__(self, t: Trace, s: Shape, batch: int, workspace: int):
+        self.t, self.s, self.batch = t, s, batch
+        self.workspace = workspace  # allocated by the first matmul, then 0
+        self.past = 0
+        self.windows = sorted({a.window for a in s.layers if a.window})
+        self.cache: list[tuple[int, int] | None] = [None] * len(s.layers)  # each layer's keys' and values' slots
+
+    def matmul(self, size: int) -> int:
+        out = self.t.new(size)
+        if self.workspace:
+            self.t.new(self.workspace)
+            self.workspace = 0
+        return out
+
+    def step(self, tokens: int) -> int:
+        """A forward over `tokens` new tokens of each sequence; the next token's slot."""
+        t, s, b = self.t, self.s, self.s.dtype_bytes
+        rows = self.batch * tokens
+        embeddings = t.new(rows * s.hidden * b)
+        arange = t.new(tokens * INT64)
+        positions = t.new(tokens * INT64)
+        t.free(arange)
+        masks = {window: self.mask(window, tokens) for window in self.windows if self.masked(window, tokens)}
+        cos, sin = self.rotary(tokens)
+        hidden = embeddings
+        for index, attention in enumerate(s.layers):
+            out = self.layer(index, attention, tokens, masks.get(attention.window))
+            if hidden != embeddings:
+                t.free(hidden)
+            hidden = out
+        normed = self.rms_norm(rows, s.hidden)
+        if hidden != embeddings:
+            t.free(hidden)
+        t.free(*((embeddings, positions) if s.mask_kwargs else (positions, embeddings)), *masks.values(), sin, cos)
+        logits = self.matmul(self.batch * s.vocab * b)
+        t.free(normed)
+        token = t.new(self.batch * INT64)
+        t.free(logits)
+        self.past += tokens
+        return token
+
+    def masked(self, window: int, tokens: int) -> bool:
+        """Whether a sliding layer gets a mask, not SDPA's is_causal: once its keys reach the window
+        (`_ignore_causal_mask_sdpa`; the keys it attends to, `DynamicSlidingWindowLayer.get_mask_sizes`)."""
+        return min(self.past, window - 1) + tokens >= window
+
+    def mask(self, window: int, tokens: int) -> int:
+        """`sdpa_mask` for a sliding window: a boolean queries x keys mask built from index tensors."""
+        t = self.t
+        keys = min(self.past, window - 1) + tokens
+        batch, head = t.new(self.batch * INT64), t.new(INT64)
+        arange = t.new(tokens * INT64)
+        queries = t.new(tokens * INT64)
+        t.free(arange)
+        arange = t.new(keys * INT64)
+        kv = t.new(keys * INT64)
+        t.free(arange)
+        ones = t.new(1)
+        shifted = t.new(tokens * INT64)
+        after = t.new(tokens * keys)
+        t.free(shifted)
+        inside = t.new(tokens * keys)
+        t.free(after, ones)
+        causal = t.new(tokens * keys)
+        mask = t.new(tokens * keys)
+        t.free(causal, inside, batch, head, queries, kv)
+        return mask
+
+    def rotary(self, tokens: int) -> tuple[int, int]:
+        """`LlamaRotaryEmbedding.forward`: cos and sin in the model dtype."""
+        t, d = self.t, self.s.rope_dim
+        floats = t.new(tokens * FP32)
+        freqs = t.new(tokens * d // 2 * FP32)
+        t.free(floats)
+        table = t.new(tokens * d * FP32)
+        raw = t.new(tokens * d * FP32)
+        cos = t.new(tokens * d * FP32)
+        t.free(raw)
+        raw = t.new(tokens * d * FP32)
+        sin = t.new(tokens * d * FP32)
+        t.free(raw)
+        cos_b = t.new(tokens * d * self.s.dtype_bytes)
+        sin_b = t.new(tokens * d * self.s.dtype_bytes)
+        t.free(freqs, table, cos, sin)
+        return cos_b, sin_b
+
+    def rms_norm(self, rows: int, width: int) -> int:
+        """`LlamaRMSNorm.forward` over `rows` rows of `width` (the input is the caller's): the normed tensor's
+        slot."""
+        t, b = self.t, self.s.dtype_bytes
+        upcast = t.new(rows * width * FP32)
+        square = t.new(rows * width * FP32)
+        variance = t.new(rows * FP32)
+        t.free(square)
+        shifted = t.new(rows * FP32)
+        root = t.new(rows * FP32)
+        t.free(shifted)
+        scaled = t.new(rows * width * FP32)
+        t.free(root, upcast)
+        cast = t.new(rows * width * b)
+        out = t.new(rows * width * b)
+        t.free(cast, scaled, variance)
+        return out
+
+    def rope(self, size: int) -> int:
+        """`apply_rotary_pos_emb` on one of q, k (`size` bytes): x cos + rotate_half(x) sin."""
+        t = self.t
+        first = t.new(size)
+        negated = t.new(size // 2)
+        rotated = t.new(size)
+        t.free(negated)
+        second = t.new(size)
+        t.free(rotated)
+        out = t.new(size)
+        t.free(first, second)
+        return out
+
+    def layer(self, index: int, a: Attention, tokens: int, mask: int | None) -> int:
+        """`LlamaDecoderLayer.forward` (its input is the caller's): the output's slot."""
+        t, s, b = self.t, self.s, self.s.dtype_bytes
+        rows = self.batch * tokens
+        normed = self.rms_norm(rows, s.hidden)
+        q_size = rows * a.heads * a.head_dim * b
+        k_size = rows * a.kv_heads * a.head_dim * b
+        v_size = rows * a.kv_heads * a.head_dim_v * b
+        q = self.matmul(q_size)
+        if s.head_norms:
+            projected, q = q, self.rms_norm(rows * a.heads, a.head_dim)
+            t.free(projected)
+        k = self.matmul(k_size)
+        if s.head_norms:
+            projected, k = k, self.rms_norm(rows * a.kv_heads, a.head_dim)
+            t.free(projected)
+        v = self.matmul(v_size)
+        q_rotated = self.rope(q_size)
+        k_rotated = self.rope(k_size)
+        t.free(q, k)
+        self.cache_update(index, a, tokens)
+        t.free(k_rotated, v)
+        out = self.attention(a, tokens, mask)
+        projected = self.matmul(rows * s.hidden * b)
+        t.free(out, q_rotated, normed)
+        residual = t.new(rows * s.hidden * b)
+        t.free(projected)
+        normed = self.rms_norm(rows, s.hidden)
+        mlp = self.experts(rows) if s.experts else self.mlp(rows)
+        t.free(normed)
+        out = t.new(rows * s.hidden * b)
+        t.free(mlp, residual)
+        return out
+
+    def cache_update(self, index: int, a: Attention, tokens: int) -> None:
+        """`DynamicLayer.update`: keys = cat(keys, k), values = cat(values, v), each old tensor freed as its name is
+        rebound (nothing to free at the first step: the layer starts from empty tensors)."""
+        t, b = self.t, self.s.dtype_bytes
+        length = self.keys_attended(a, tokens)
+        old = self.cache[index]
+        if old is None and a.window:
+            t.new(INT64)  # the window as a tensor, moved to the device at the first update
+        keys = t.new(self.batch * a.kv_heads * length * a.head_dim * b)
+        if old is not None and not a.window:
+            t.free(old[0])
+        values = t.new(self.batch * a.kv_heads * length * a.head_dim_v * b)
+        if old is not None:
+            t.free(*old[a.window is None:])  # a sliding layer rebinds both to views after both concatenations
+        self.cache[index] = (keys, values)
+
+    def keys_attended(self, a: Attention, tokens: int) -> int:
+        """The keys a layer's attention reads at this step: all held (a sliding layer's last window - 1) and the
+        new ones."""
+        return (self.past if a.window is None else min(self.past, a.window - 1)) + tokens
+
+    def attention(self, a: Attention, tokens: int, mask: int | None) -> int:
+        """SDPA on CUDA (`sdpa_attention_forward`, then torch's kernel; see the module docstring); the output's
+        slot."""
+        t, b = self.t, self.s.dtype_bytes
+        out_size = self.batch * tokens * a.heads * a.head_dim_v * b
+        if mask is None and a.head_dim == a.head_dim_v <= 256 and b == 2:
+            out = t.new(out_size)
+            logsumexp = t.new(self.batch * a.heads * tokens * FP32)
+            seed = t.new(16)
+            offset = t.new(8)
+            t.free(offset, seed, logsumexp)
+            return out
+        keys = self.keys_attended(a, tokens)
+        grouped = a.heads > a.kv_heads
+        repeated = ()
+        if grouped and tokens > 1:  # repeat_kv; a single query is packed by groups instead (`pack_gqa`)
+            repeated = (t.new(self.batch * a.heads * keys * a.head_dim * b),
+                        t.new(self.batch * a.heads * keys * a.head_dim_v * b))
+        additive = ()
+        if mask is not None:  # convert_boolean_attn_mask, for the batch; pad_bias to 8 columns
+            zero = t.new(b)
+            flipped = t.new(self.batch * tokens * keys)
+            converted = t.new(self.batch * tokens * keys * b)
+            t.free(flipped)
+            if keys % 8:
+                padded = t.new(self.batch * tokens * (keys + 8 - keys % 8) * b)
+                t.free(converted)
+                converted = padded
+            additive = (converted, zero)
+        out = t.new(out_size)
+        if a.head_dim_v > 128 and b != FP32:
+            t.free(t.new(self.batch * tokens * a.heads * a.head_dim_v * FP32))
+        seed = t.new(8)
+        offset = t.new(8)
+        t.free(offset, seed, *additive, *repeated)
+        if grouped and tokens == 1:  # undoing pack_gqa: the reshape copies
+            packed, out = out, t.new(out_size)
+            t.free(packed)
+        return out
+
+    def mlp(self, rows: int) -> int:
+        """`LlamaMLP.forward`: down(act(gate(x)) x up(x)); plain: down(act(up(x)))."""
+        t, s, b = self.t, self.s, self.s.dtype_bytes
+        wide = rows * s.intermediate * b
+        gate = self.matmul(wide)
+        activated = t.new(wide)
+        t.free(gate)
+        if s.gated:
+            up = self.matmul(wide)
+            product = t.new(wide)
+            t.free(activated, up)
+            activated = product
+        down = self.matmul(rows * s.hidden * b)
+        t.free(activated)
+        return down
+
+    def experts(self, rows: int) -> int:
+        """A sparse MoE block: the router's logits, softmax in fp32, top-k renormalised (`Qwen3MoeTopKRouter`: cast
+        back to the model dtype; FP32_ROUTER: kept in fp32), then grouped_mm over the tokens sorted by expert, the
+        rows weighted, put back in order and summed (`grouped_mm_experts_forward`)."""
+        t, s, b = self.t, self.s, self.s.dtype_bytes
+        picks = rows * s.top_k
+        logits = self.matmul(rows * s.experts * b)
+        if s.fp32_router:
+            upcast = t.new(rows * s.experts * FP32)
+            probabilities = t.new(rows * s.experts * FP32)
+            t.free(upcast)
+        else:
+            probabilities = t.new(rows * s.experts * FP32)
+        top = t.new(picks * FP32)
+        indices = t.new(picks * INT64)
+        total = t.new(rows * FP32)
+        t.free(total)
+        if s.fp32_router:
+            weights, weight_bytes = top, FP32
+            t.free(probabilities)
+        else:
+            weights, weight_bytes = t.new(picks * b), b
+            t.free(top, probabilities)
+        sorted_ids = t.new(picks * INT64)
+        permutation = t.new(picks * INT64)
+        quotient = t.new(picks * INT64)
+        gathered = t.new(picks * s.hidden * b)
+        t.free(quotient)
+        sorted_weights = t.new(picks * weight_bytes)
+        counted = t.new(picks * 4)
+        histogram = t.new(s.experts * FP32)
+        offsets = t.new(s.experts * 4)
+        gate_up = t.new(picks * s.expert_intermediate * (2 if s.gated else 1) * b)
+        activated = t.new(picks * s.expert_intermediate * b)
+        if s.gated:
+            product = t.new(picks * s.expert_intermediate * b)
+            t.free(activated)
+            activated = product
+        t.free(gate_up)
+        down = t.new(picks * s.hidden * b)
+        t.free(activated)
+        row_bytes = max(b, weight_bytes)  # bf16 rows x fp32 weights are fp32
+        weighted = t.new(picks * s.hidden * row_bytes)
+        inverse = t.new(picks * INT64)
+        arange = t.new(picks * INT64)
+        t.free(arange)
+        restored = t.new(picks * s.hidden * row_bytes)
+        t.free(weighted)
+        summed = t.new(rows * s.hidden * row_bytes)
+        out = summed if row_bytes == b else t.new(rows * s.hidden * b)
+        t.free(sorted_ids, permutation, gathered, sorted_weights, counted, histogram, offsets, down, restored,
+               inverse, *((summed,) if out != summed else ()), logits, weights, indices)
+        return out

@@ -1,0 +1,310 @@
+"""Speed beside capacity: the speed model (`serving`, `max_concurrency`) at a deployment `kvplan.capacity` has
+planned, and the users it serves within latency targets.
+
+    users served = min(memory fit, speed fit)
+    speed fit    = replicas x the most requests one instance holds with every target met (`max_concurrency`)
+
+The memory fit is capacity's `max_concurrent_users` at the planned context; the speed model takes the requests'
+prompt and output lengths (isl, osl). A deployment of R replicas (GPUs beyond TP x PP x DP) is R instances, each
+holding ceil(C / R) of C requests, and the speed model describes one instance: dp ranks of tp GPUs. It needs the
+GPU's peak rates (a catalogue GPU with tensor throughput) and an engine its efficiencies were fitted for, and
+describes no pipeline stages (`problem` says which is missing).
+"""
+
+from math import ceil
+
+from pydantic import BaseModel, ConfigDict
+
+from kvplan import capacity, engines, gpus
+from kvplan.capacity import Capacity, Plan, PlanRow, UsersAt
+from kvplan.engines import EngineOptions
+from kvplan.errors import KvplanError
+from kvplan.model import Hardware, ModelSpec, Parallelism, Workload
+from kvplan.speed.bound import tensor_tflops
+from kvplan.speed.calibrated import efficiencies, table
+from kvplan.speed.serving import Deployment, SpeedEstimate, max_concurrency
+from kvplan.speed.work import Layout
+
+
+class Targets(BaseModel):
+    """Latency targets a user accepts: at most `max_tpot_ms` per output token and `max_ttft_ms` to the first, at
+    least `min_tokens_per_s_per_user` output tokens per second."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_tpot_ms: float | None = None
+    max_ttft_ms: float | None = None
+    min_tokens_per_s_per_user: float | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(value is not None for value in self.model_dump().values())
+
+    def label(self) -> str:
+        """`TPOT <= 20 ms, TTFT <= 500 ms, >= 30 tokens/s per user`."""
+        parts = []
+        if self.max_tpot_ms is not None:
+            parts.append(f"TPOT <= {self.max_tpot_ms:,g} ms")
+        if self.max_ttft_ms is not None:
+            parts.append(f"TTFT <= {self.max_ttft_ms:,g} ms")
+        if self.min_tokens_per_s_per_user is not None:
+            parts.append(f">= {self.min_tokens_per_s_per_user:,g} tokens/s per user")
+        return ", ".join(parts)
+
+
+class StatedError(BaseModel):
+    """The estimate's |predicted / measured - 1| on the runs its efficiencies were fitted on: the provenance of the
+    shipped table (`kvplan/data/speed_efficiencies.json`, written by benchmarks/speed_fit.py; docs/accuracy.md)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    runs: int
+    tpot_median: float
+    tpot_p90: float
+    ttft_median: float
+    ttft_p90: float
+
+
+def stated_error() -> StatedError:
+    provenance = table()["provenance"]
+    return StatedError(runs=provenance["rows"], **provenance["in_sample"])
+
+
+def problem(gpu_name: str | None, engine_name: str, pp: int = 1) -> str | None:
+    """Why the speed model cannot describe this deployment, or None: it needs a catalogue GPU with tensor
+    throughput, an engine it is calibrated for, and no pipeline stages."""
+    if gpu_name is None:
+        return "the speed model needs a GPU from the catalogue (its bandwidth and FLOP/s): give --gpu"
+    try:
+        tensor_tflops(gpus.find(gpu_name), "bf16")
+    except KvplanError as err:
+        return str(err)
+    calibrated = table()["engines"]
+    if engine_name not in calibrated:
+        return f"the speed model is calibrated for {', '.join(calibrated)}, not {engine_name}"
+    if pp > 1:
+        return "the speed model describes TP, DP and EP layouts, not pipeline stages (--pp)"
+    return None
+
+
+class SpeedFigures(BaseModel):
+    """What the command line shows of an estimate (`SpeedEstimate`'s fields of the same names), ms and tokens/s."""
+
+    decode_step_ms_bound: float | None = None
+    decode_step_ms: float | None = None
+    ttft_ms_bound: float | None = None
+    ttft_ms: float | None = None
+    tokens_per_s_per_user: float | None = None
+    tokens_per_s_per_gpu: float | None = None
+
+    @classmethod
+    def of(cls, estimate: SpeedEstimate) -> dict:
+        return {name: getattr(estimate, name) for name in cls.model_fields}
+
+
+class Speed(BaseModel):
+    """A planned deployment's speed at `concurrency` requests (`estimate`: one instance's, at ceil(concurrency /
+    replicas)), the bound's tokens/s beside the estimate's, the estimate's stated error, and with targets the users
+    it serves: `users` = min(`memory_users` at `ctx`, `fit_users`), `bound` what stops it (memory, sequence_limit:
+    capacity's `max_concurrent_users_bound`, or speed), `fit_limited_by` what stops the speed fit
+    (`SpeedFit.limited_by`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    ctx: int
+    isl: int
+    osl: int
+    concurrency: int
+    replicas: int
+    estimate: SpeedEstimate
+    tokens_per_s_per_user_bound: float
+    tokens_per_s_per_gpu_bound: float
+    error: StatedError
+    targets: Targets | None = None
+    fit_users: int | None = None
+    fit_limited_by: str | None = None
+    memory_users: int
+    users: int
+    bound: str
+
+    def fields(self) -> dict:
+        """The flat keys `kvplan estimate --json` adds (docs/cli.md); with targets, capacity's max_concurrent_users
+        and its bound are `users` and `bound` (the CLI's `_judged`)."""
+        e = self.estimate
+        out = {"isl": self.isl, "osl": self.osl, "speed_concurrency": self.concurrency, **SpeedFigures.of(e),
+               "tokens_per_s_per_user_bound": self.tokens_per_s_per_user_bound,
+               "tokens_per_s_per_gpu_bound": self.tokens_per_s_per_gpu_bound, "decode_step_binding": e.binding,
+               "speed_efficiencies": e.efficiencies, "speed_flags": e.flags,
+               "speed_error": self.error.model_dump()}
+        if self.targets is not None:
+            out |= self.targets.model_dump() | {
+                "speed_fit_users": self.fit_users, "speed_fit_limited_by": self.fit_limited_by,
+                "max_concurrent_users_memory": self.memory_users}
+        return out
+
+
+class Instance:
+    """One instance of a deployment, as the speed model sees it, whatever the concurrency: `at(C)` is the estimate
+    for C requests over the deployment's replicas, `fit(targets)` the requests it serves within them."""
+
+    def __init__(self, model: ModelSpec, gpu_name: str | None, engine_name: str, parallel: Parallelism, isl: int,
+                 osl: int, kv_dtype: str | None = None, weights_dtype: str | None = None, speculative: bool = False):
+        why = problem(gpu_name, engine_name, parallel.pp)
+        if why:
+            raise KvplanError(why)
+        self.model, self.engine, self.isl, self.osl, self.speculative = model, engine_name, isl, osl, speculative
+        self.gpu = gpus.find(gpu_name)
+        self.layout = dict(tp=parallel.tp, dp=parallel.dp, ep=parallel.ep)
+        self.dtypes = dict(weights_dtype=weights_dtype, kv_dtype=kv_dtype)
+        self.deployment = Deployment(model, self.gpu, engine_name, Layout(**self.layout), isl, osl, **self.dtypes)
+        self.efficiencies = efficiencies(self.deployment.engine, self.gpu)
+        self.replicas = parallel.replicas
+
+    @classmethod
+    def of(cls, model: ModelSpec, cap: Capacity, isl: int, osl: int, speculative: bool = False) -> "Instance":
+        """The instance of a deployment `kvplan.capacity` planned."""
+        parallel = Parallelism(tp=cap.tensor_parallel_size, pp=cap.pipeline_parallel_size, dp=cap.data_parallel_size,
+                               ep=cap.expert_parallel_size, replicas=cap.data_parallel_replicas)
+        return cls(model, cap.gpu, cap.engine, parallel, isl, osl, cap.kv_dtype, cap.weights_dtype_override,
+                   speculative)
+
+    def at(self, concurrency: int) -> SpeedEstimate:
+        return self.deployment.estimate(ceil(concurrency / self.replicas), *self.efficiencies, self.speculative)
+
+    def fit(self, targets: Targets) -> tuple[int, str]:
+        """(requests served within the targets over all replicas, what stops one instance there)."""
+        found = max_concurrency(self.model, self.gpu, engine=self.engine, **self.layout, isl=self.isl,
+                                osl=self.osl, **targets.model_dump(), **self.dtypes, speculative=self.speculative)
+        return found.users * self.replicas, found.limited_by
+
+
+def speed(model: ModelSpec, cap: Capacity, workload: Workload, *, concurrency: int | None = None,
+          targets: Targets | None = None, speculative: bool = False) -> Speed:
+    """The deployment `cap` plans for `workload` (its requests: isl and osl), at `concurrency` requests (default:
+    with targets, the users it serves within them; else what its memory holds), and with targets the users it
+    serves: the fewer of its memory fit and its speed fit. At least one request is estimated, even where none
+    fits."""
+    isl, osl = workload.isl, workload.osl
+    instance = Instance.of(model, cap, isl, osl, speculative)
+    memory, users, bound = cap.max_concurrent_users, cap.max_concurrent_users, cap.max_concurrent_users_bound
+    fit_users = limited_by = None
+    if targets is not None and targets.given:
+        fit_users, limited_by = instance.fit(targets)
+        if fit_users < memory:
+            users, bound = fit_users, "speed"
+    else:
+        targets = None
+    estimate = instance.at(max(1, concurrency or users))
+    bound_ms = estimate.decode_step_ms_bound
+    return Speed(ctx=cap.ctx, isl=isl, osl=osl, concurrency=max(1, concurrency or users), replicas=instance.replicas,
+                 estimate=estimate, tokens_per_s_per_user_bound=1000 / bound_ms,
+                 tokens_per_s_per_gpu_bound=estimate.running * estimate.dp * 1000 / bound_ms / estimate.gpus,
+                 error=stated_error(), targets=targets, fit_users=fit_users, fit_limited_by=limited_by,
+                 memory_users=memory, users=users, bound=bound)
+
+
+class SpeedAt(SpeedFigures):
+    """One cell of a planning table: the speed at `concurrency` requests (None where no request fits), or why the
+    speed model cannot estimate it (`not_estimated`)."""
+
+    concurrency: int | None = None
+    not_estimated: str | None = None
+
+
+def speed_sweep(model: ModelSpec, deployments: list[tuple[str | None, Parallelism]], engine_name: str,
+                kv_dtype: str | None, weights_dtype: str | None, cells: list[list[UsersAt]], isl: int, osl: int,
+                users: int | None = None) -> list[list[SpeedAt]]:
+    """For each GPU set (`deployments`: its catalogue name and layout) x ctx, the speed at `users` requests, or at
+    the users memory holds at that ctx (`cells`, a planning table's: `kvplan.capacity.users_sweep`), where memory
+    was planned: one instance per GPU set, whatever the contexts."""
+    out = []
+    for (gpu_name, parallel), row in zip(deployments, cells, strict=True):
+        try:
+            instance = Instance(model, gpu_name, engine_name, parallel, isl, osl, kv_dtype, weights_dtype)
+        except KvplanError as err:
+            out.append([SpeedAt(not_estimated=str(err))] * len(row))
+            continue
+        speeds = []
+        for cell in row:
+            concurrency = users or cell.max_users
+            if cell.not_planned is not None or not concurrency:
+                speeds.append(SpeedAt(not_estimated=cell.not_planned))
+                continue
+            speeds.append(SpeedAt(concurrency=concurrency, **SpeedFigures.of(instance.at(concurrency))))
+        out.append(speeds)
+    return out
+
+
+def shortfall(served: Speed, asked: int) -> str:
+    """Why a deployment whose memory holds `asked` users serves fewer within the targets."""
+    each = "meets" if served.users == 1 else "meet"
+    return (f"{served.users:,} user{'' if served.users == 1 else 's'} {each} {served.targets.label()} (limited by "
+            f"{served.fit_limited_by}); {asked:,} asked")
+
+
+class SpeedPlanRow(SpeedFigures, PlanRow):
+    """A layout `kvplan plan` found, with its speed at the users asked (None where the speed model describes no
+    pipeline stages), and with targets the users it serves within them: `max_concurrent_users` the fewer of
+    `max_concurrent_users_memory` and `speed_fit_users`."""
+
+    speed_flags: list[str] = []
+    speed_fit_users: int | None = None
+    speed_fit_limited_by: str | None = None
+    max_concurrent_users_memory: int | None = None
+
+
+class SpeedPlan(Plan):
+    """`kvplan plan` for requests of isl + osl tokens, its rows with their speed, and the targets they meet."""
+
+    isl: int
+    osl: int
+    targets: Targets | None
+    speed_error: StatedError
+    rows: list[SpeedPlanRow]
+
+
+PIPELINE_LEFT_OUT = "layouts with pipeline stages are not searched: the speed model describes none"
+
+
+def plan(model: ModelSpec, workload: Workload, hardware: Hardware, targets: Targets | None = None, *,
+         engine_name: str = "vllm", options: EngineOptions | None = None, overhead: int | None = None,
+         max_gpus: int = 64, draft: ModelSpec | None = None) -> SpeedPlan:
+    """`kvplan.capacity.plan` for the workload's requests (isl, osl): with targets a layout serves the users only
+    where its speed fit reaches them too, as well as its memory fit; each row with its speed at the users."""
+    why = problem(hardware.name, engines.engine_class(engine_name).name)
+    if why:
+        raise KvplanError(why)
+    speculative = draft is not None or bool(options and options.speculative_method)
+    targets = targets if targets is not None and targets.given else None
+
+    def instance(gpu: str | None, parallel: Parallelism, kv: str, weights: str | None) -> Instance:
+        return Instance(model, gpu, engine_name, parallel, workload.isl, workload.osl, kv, weights, speculative)
+
+    def meets(cap: Capacity) -> bool:
+        """Whether the targets hold at the users asked: a layout's speed fit reaches them."""
+        if cap.pipeline_parallel_size > 1:
+            return False
+        layout = Parallelism(tp=cap.tensor_parallel_size, dp=cap.data_parallel_size, ep=cap.expert_parallel_size,
+                             replicas=cap.data_parallel_replicas)
+        return instance(cap.gpu, layout, cap.kv_dtype, cap.weights_dtype_override).fit(targets)[0] >= workload.target
+
+    planned = capacity.plan(model, workload, hardware, engine_name=engine_name, options=options, overhead=overhead,
+                            max_gpus=max_gpus, draft=draft, accept=meets if targets else None)
+    rows = []
+    for row in planned.rows:
+        fields = row.model_dump() | {"weights_dtype_override": row.weights_dtype_override}
+        if row.pipeline_parallel_size == 1:
+            layout = Parallelism(tp=row.tensor_parallel_size, dp=row.data_parallel_size,
+                                 ep=row.expert_parallel_size, replicas=row.data_parallel_replicas)
+            one = instance(planned.gpu, layout, row.kv_dtype, row.weights_dtype_override)
+            e = one.at(workload.target)
+            fields |= SpeedFigures.of(e) | {"speed_flags": e.flags}
+            if targets:
+                fit, limited_by = one.fit(targets)
+                fields |= {"speed_fit_users": fit, "speed_fit_limited_by": limited_by,
+                           "max_concurrent_users_memory": row.max_concurrent_users,
+                           "max_concurrent_users": min(fit, row.max_concurrent_users)}
+        rows.append(SpeedPlanRow(**fields))
+    notes = [*planned.notes, *([PIPELINE_LEFT_OUT] if targets else [])]
+    return SpeedPlan(**planned.model_dump(exclude={"rows", "notes"}), rows=rows, notes=notes, isl=workload.isl,
+                     osl=workload.osl, targets=targets, speed_error=stated_error())

@@ -1,0 +1,269 @@
+"""The work of a serving step on one GPU: the bytes it reads from HBM, the FLOPs it does, the bytes it sends over
+the GPU links. Everything here is counted from kvplan's memory model, nothing is fitted.
+
+For a model on a layout (`Layout`: dp data-parallel attention ranks of tp GPUs each, routed experts over all
+tp x dp GPUs, whole on ep of them), per GPU of the fullest rank, for a decode step of b requests a rank:
+
+    weights read  = sum over groups of bytes(group) x the GPU's share of it (`kvplan.memory.weights_by_group`, the
+                    engine's `weight_shares`, as `kvplan.capacity.weights_on_gpu` places them), but
+                    routed experts: only those the step's tokens touch. Each MoE layer routes each of its T tokens
+                    (b x dp: every rank's tokens reach the experts) to k of its E experts, so with uniform routing
+                    E x (1 - (1 - k/E)^T) experts are touched on average, the same share of those on any GPU,
+                    whether EP places them whole or TP slices them;
+                    embedding: the looked-up rows only, not counted; a vision tower: not read for text
+    KV read       = per request, sum over the GPU's layer caches of bytes per token x tokens held at its context
+                    (isl + osl / 2, the middle of its decode), plus each recurrent state twice (read, written back)
+                    (`kvplan.capacity.gpu_layers`: KV heads split by TP, an MLA latent whole on every TP rank)
+    dense FLOPs   = 2 x params x tokens for every linear layer but the routed experts, on the rank's tokens (lm_head
+                    included: a decode token's logits)
+    expert FLOPs  = 2 x active routed params x tokens, the group's tokens over its tp x dp GPUs (balanced routing)
+    attention     = 2 x query heads per GPU x (qk + v width) x tokens attended, per layer and token; MLA in its
+                    absorbed form (qk latent + rope, v latent), as FlashMLA and FlashInfer decode it; a recurrent
+                    layer 4 x its state elements per token (a state update and a readout)
+    link bytes    = per layer, the attention output's ring all-reduce over the rank's tp GPUs, 2 (tp - 1) / tp x
+                    tokens x hidden x 2 bytes (bf16), then the MLP or MoE's exchange: its all-reduce with one rank;
+                    with DP ranks and EP an all-to-all, 2 x k x (n - 1) / n x tokens x hidden x 2 bytes (each token
+                    to its experts' GPUs and back); with DP ranks and sliced experts an all-gather of the n GPUs'
+                    tokens and a reduce-scatter of the outputs
+
+A prefill of one prompt of P tokens reads every weight once (the experts its tokens touch), does the linear FLOPs of
+P tokens (lm_head for the last) and attends, on a layer that holds tokens_held(t) tokens at position t, sum over
+t <= P of tokens_held(t) pairs (P (P + 1) / 2 for full attention): attention's quadratic term.
+"""
+
+from fractions import Fraction
+from functools import cached_property
+
+from pydantic import BaseModel, ConfigDict
+
+from kvplan import engines
+from kvplan.capacity import check_parallel, gpu_layers
+from kvplan.dtypes import kv_dtype, weight_dtype
+from kvplan.engines import EngineOptions
+from kvplan.memory import weights_by_group
+from kvplan.model import KV_KINDS, LayerCache, ModelSpec
+
+ACTIVATION_BYTES = 2  # bf16 activations on the links
+RECURRENT_FLOPS_PER_ELEMENT = 4  # a state update and a readout, a multiply-add each, per state element
+# attention kinds whose query heads read `kv_heads x (head_dim + head_dim_v)` rows; the others are MLA and DeepSeek
+# V4's one-row caches (key and value alike)
+HEADED = ("full", "sliding", "chunked", "cross", "prefixed")
+
+
+class Layout(BaseModel):
+    """How one serving instance splits the model: `dp` data-parallel attention ranks of `tp` GPUs each; the routed
+    experts over all tp x dp GPUs, whole on `ep` expert-parallel ranks (1: each expert sliced over the GPUs)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = 1
+    dp: int = 1
+    ep: int = 1
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.dp
+
+
+class StepWork(BaseModel):
+    """One step's work on one GPU. Bytes and FLOPs are whole numbers; link bytes are what one GPU sends."""
+
+    model_config = ConfigDict(frozen=True)
+
+    weights_bytes: int
+    expert_bytes: int
+    kv_bytes: int
+    dense_flops: int
+    expert_flops: int
+    attention_flops: int
+    link_bytes: int
+    collectives: int
+
+    @property
+    def hbm_bytes(self) -> int:
+        return self.weights_bytes + self.expert_bytes + self.kv_bytes
+
+    @property
+    def linear_flops(self) -> int:
+        return self.dense_flops + self.expert_flops
+
+
+class ServingShape:
+    """What the work of any step derives from, computed once for a model, layout, engine and dtypes: each parameter
+    group's bytes and params on one GPU, the GPU's caches, the attention widths, the dtypes the step computes in."""
+
+    def __init__(self, model: ModelSpec, layout: Layout, engine_name: str, weights_dtype: str | None = None,
+                 kv_dtype_name: str | None = None):
+        check_parallel(model, layout.tp, 1, dp=layout.dp)
+        self.model, self.layout = model, layout
+        self.engine = _placing_engine(model, engine_name, layout)
+        self.kv = kv_dtype(kv_dtype_name or self.engine.default_kv_dtype(model))
+        self.engine.check_kv_dtype(self.kv)
+        self.keys, self.values = self.engine.cache_types(self.kv)
+        self.weights_dtype = weights_dtype or self.engine.default_weights_dtype(model)
+        group_bytes, self.weights_label = weights_by_group(model, self.weights_dtype)
+        shares = self.engine.weight_shares(model)
+        self.shares = shares
+        self.bytes_on_gpu = {group: size * shares[group] for group, size in group_bytes.items()}
+        counts = model.params.__dict__
+        self.params_on_gpu = {group: counts[group] * shares[group] for group in group_bytes}
+        self.state_dtype = kv_dtype(model.dtype)
+        self.caches = gpu_layers(self.engine.cached_layers(model), [model.num_layers], layout.tp)[0]
+        self.query_heads = Fraction(model.num_attention_heads, layout.tp)
+        widths = model.widths
+        self.hidden = widths.hidden if widths else 0
+        self.experts = widths.experts if widths and model.params.experts else 0
+        self.top_k = widths.experts_per_token if self.experts else 0
+
+    @property
+    def weights_dtype_name(self) -> str:
+        """The dtype the linear layers are stored in (fp8, nvfp4, bf16, ...): what their GEMMs run at."""
+        if self.weights_dtype:
+            return weight_dtype(self.weights_dtype).name
+        quantization = self.model.quantization
+        return quantization.weights_dtype if quantization else self.model.dtype
+
+    @cached_property
+    def dense_weights_bytes(self) -> int:
+        """Bytes of every group but the routed experts, the embedding and a vision tower on one GPU."""
+        skipped = ("experts", "embedding", "vision")
+        return round(sum(size for group, size in self.bytes_on_gpu.items() if group not in skipped))
+
+    @cached_property
+    def expert_weights_bytes(self) -> int:
+        return round(self.bytes_on_gpu["experts"])
+
+    @cached_property
+    def moe_layers(self) -> int:
+        """Layers that route to experts: the routed experts' params over one layer's (E experts of gate, up and
+        down projections, hidden x expert width each; up and down without a gate)."""
+        if not self.experts:
+            return 0
+        widths = self.model.widths
+        per_layer = self.experts * (3 if widths.gated_mlp else 2) * widths.hidden * widths.expert_intermediate
+        return round(self.model.params.experts / per_layer) if per_layer else 0
+
+    def touched(self, tokens: float) -> float:
+        """The share of a MoE layer's experts `tokens` tokens route to: 1 - (1 - k/E)^T (all of a dense model's)."""
+        if not self.experts:
+            return 1.0
+        return 1.0 - (1.0 - self.top_k / self.experts) ** tokens
+
+    @cached_property
+    def token_params(self) -> tuple[float, float, float]:
+        """(params one rank token passes through on this GPU but lm_head's, lm_head's, routed experts' active
+        params per token of the group on this GPU)."""
+        dense = sum(size for group, size in self.params_on_gpu.items()
+                    if group not in ("experts", "embedding", "vision", "lm_head"))
+        active_share = self.model.params.active_experts / self.layout.gpus
+        return float(dense), float(self.params_on_gpu["lm_head"]), float(active_share)
+
+    def kv_bytes(self, ctx: int) -> int:
+        """What one sequence at `ctx` tokens makes a decode step read from this GPU's caches."""
+        total = 0
+        for cache, layers in self.caches:
+            if cache.kind in KV_KINDS:
+                total += layers * cache.bytes_per_token(self.keys, self.values) * cache.tokens_held(ctx)
+            total += layers * 2 * cache.state_bytes(self.state_dtype)
+        return total
+
+    def attention_flops(self, ctx: int, prompt: int | None = None) -> int:
+        """FLOPs of one decode token's attention at `ctx` on this GPU, or with `prompt` those of a whole prompt's
+        causal prefill (`prefill_pairs` query-key pairs a layer)."""
+        total = Fraction(0)
+        for cache, layers in self.caches:
+            width = _pair_width(cache)
+            if width:
+                attended = cache.tokens_held(ctx) if prompt is None else prefill_pairs(cache, prompt)
+                total += layers * 2 * self.query_heads * width * attended
+            elif cache.kind == "recurrent":
+                total += layers * RECURRENT_FLOPS_PER_ELEMENT * cache.ssm_elements * (prompt or 1)
+        return round(total)
+
+    def link_bytes(self, rank_tokens: float, group_tokens: float) -> tuple[int, int]:
+        """(bytes one GPU sends, collectives) for a step, per layer: the attention output's all-reduce over the
+        rank's tp GPUs, then the MLP or MoE's exchange over the instance's tp x dp GPUs: with one rank its output's
+        all-reduce; with DP ranks and expert parallelism an all-to-all, each token's hidden state to the GPUs of
+        its k experts and back (DeepEP, TensorRT-LLM's wide-EP alltoall); with DP ranks and sliced experts an
+        all-gather of the tokens and a reduce-scatter of the outputs."""
+        tp, group, dp = self.layout.tp, self.layout.gpus, self.layout.dp
+        row = self.hidden * ACTIVATION_BYTES
+        per_layer = 0.0
+        collectives = 0
+        if tp > 1:
+            per_layer += 2 * (tp - 1) / tp * rank_tokens * row
+            collectives += 1
+        if dp > 1 and self.experts and self.layout.ep > 1:
+            per_layer += 2 * self.top_k * (group - 1) / group * rank_tokens * row
+            collectives += 2
+        elif dp > 1:
+            per_layer += 2 * (group - 1) / group * group_tokens * row
+            collectives += 2
+        elif tp > 1:
+            per_layer += 2 * (tp - 1) / tp * rank_tokens * row
+            collectives += 1
+        return round(per_layer * self.model.num_layers), collectives * self.model.num_layers
+
+    def decode_step(self, running: float, ctx: int) -> StepWork:
+        """A decode step of `running` sequences per rank, each at context `ctx`."""
+        dense, lm_head, expert_active = self.token_params
+        group_tokens = running * self.layout.dp
+        link, collectives = self.link_bytes(running, group_tokens)
+        return StepWork(weights_bytes=self.dense_weights_bytes,
+                        expert_bytes=round(self.expert_weights_bytes * self.touched(group_tokens)),
+                        kv_bytes=round(self.kv_bytes(ctx) * running),
+                        dense_flops=round(2 * (dense + lm_head) * running),
+                        expert_flops=round(2 * expert_active * group_tokens),
+                        attention_flops=round(self.attention_flops(ctx) * running),
+                        link_bytes=link, collectives=collectives)
+
+    def prefill(self, prompt: int) -> StepWork:
+        """One prompt of `prompt` tokens prefilled alone: every weight read once (the experts its tokens touch),
+        its linear FLOPs (lm_head at its last token), attention's quadratic term, its all-reduces."""
+        dense, lm_head, expert_active = self.token_params
+        link, collectives = self.link_bytes(prompt, prompt)
+        return StepWork(weights_bytes=self.dense_weights_bytes,
+                        expert_bytes=round(self.expert_weights_bytes * self.touched(prompt)),
+                        kv_bytes=0, dense_flops=round(2 * (dense * prompt + lm_head)),
+                        expert_flops=round(2 * expert_active * prompt),
+                        attention_flops=self.attention_flops(prompt, prompt),
+                        link_bytes=link, collectives=collectives)
+
+
+def _placing_engine(model: ModelSpec, engine_name: str, layout: Layout) -> engines.Engine:
+    """The engine whose rules place the weights and caches on a GPU. The routed experts are split over the
+    instance's tp x dp GPUs whatever the split between expert parallelism and slicing, which moves no bytes
+    (balanced routing), so the engine places them sliced (ep 1). kvplan's TensorRT-LLM engine plans no attention
+    data parallelism (`Engine.data_parallel`): such a layout is placed by vLLM's rules, attention by the rank's TP
+    and routed experts over all the GPUs, as TensorRT-LLM's attention DP runs it (`enable_attention_dp`)."""
+    name = engine_name
+    if layout.dp > 1 and not engines.engine_class(engine_name).data_parallel:
+        name = "vllm"
+    return engines.engine(name, EngineOptions(), tp=layout.tp, dp=layout.dp)
+
+
+def _pair_width(cache: LayerCache) -> int:
+    """Multiply-adds per query head and attended token: qk width + v width."""
+    if cache.kind in HEADED:
+        return cache.head_dim + cache.head_dim_v
+    if cache.kind == "mla":
+        return cache.latent_dim + cache.rope_dim + cache.latent_dim
+    if cache.kind in ("sliding_kv", "compressed") and not getattr(cache, "indexer", False):
+        return 2 * cache.head_dim
+    return 0
+
+
+def prefill_pairs(cache: LayerCache, prompt: int) -> int:
+    """Query-key pairs a causal prefill of `prompt` tokens attends on this cache: sum over t = 1..prompt of
+    tokens_held(t) (full: P (P + 1) / 2; a window W: W (W + 1) / 2 + (P - W) W beyond it)."""
+    held = cache.tokens_held
+    if held(prompt) == prompt:  # every token attends all before it
+        return prompt * (prompt + 1) // 2
+    window = held(prompt)
+    if cache.kind in ("sliding", "sliding_kv", "mla") and held(window) == window:
+        return window * (window + 1) // 2 + (prompt - window) * window
+    if cache.kind == "chunked":
+        chunks, rest = divmod(prompt, cache.chunk)
+        return chunks * cache.chunk * (cache.chunk + 1) // 2 + rest * (rest + 1) // 2
+    return sum(held(t) for t in range(1, prompt + 1))
+
