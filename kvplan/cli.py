@@ -376,7 +376,8 @@ def _speed(spec, cap, workload, targets: tuple[str, dict] | None, asked: int | N
     note saying why the speed model cannot describe it, which is an error where a target needs it)."""
     from kvplan.speed import targets as speed
 
-    why = speed.problem(None, "") if cap is None else speed.problem(cap.gpu, cap.engine, cap.pipeline_parallel_size)
+    why = speed.problem(None, "") if cap is None else speed.problem(cap.gpu, cap.engine, cap.pipeline_parallel_size,
+                                                                    cap.platform)
     if why and targets:
         raise KvplanError(f"{targets[0]}: {why}")
     if why:

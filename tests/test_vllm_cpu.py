@@ -58,7 +58,7 @@ def test_cpu_defaults_by_hand():
 
 def test_cpu_flags_refused(monkeypatch, capsys):
     """vLLM-CPU's KV space is VLLM_CPU_KVCACHE_SPACE, not a GPU's memory; it turns async scheduling off; its
-    reference MLA kernel takes 16-token blocks only."""
+    reference MLA kernel takes 16-token blocks only; the speed model, fitted on GPUs, does not describe it."""
     model = load_model("mistralai/Mistral-7B-v0.1")
     with pytest.raises(KvplanError, match="give that as --kv-budget"):
         capacity(model, Workload(ctx=8192), options=CPU, hardware=capacity_hardware())
@@ -74,6 +74,9 @@ def test_cpu_flags_refused(monkeypatch, capsys):
         code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", "mistralai/Mistral-7B-v0.1", "--ctx", "8k",
                                 "--kv-budget", "1GiB", *flags)
         assert_one_line_error(code, err, message)
+    code, _, err = run_main(monkeypatch, capsys, "estimate", "-m", "mistralai/Mistral-7B-v0.1", "--isl", "1k", "--osl",
+                            "1k", "--max-tpot", "50", "--kv-budget", "1GiB", "--platform", "cpu")
+    assert_one_line_error(code, err, "--max-tpot: the speed model describes GPUs, not vLLM's CPU platform")
 
 
 def capacity_hardware():
