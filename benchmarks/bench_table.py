@@ -9,7 +9,7 @@ engine vLLM (the default with a GPU):
     python benchmarks/bench_table.py                  # 20 runs of each
     python benchmarks/bench_table.py --runs 50 --profile
 
-in-process  kvplan.table.build + render, from model names to CSV text, in this interpreter after one warm-up
+in-process  kvplan.tables.build + render, from model names to CSV text, in this interpreter after one warm-up
             run (library index cached, every config.json read and every number computed again each run).
 end to end  the `kvplan` console script in a fresh interpreter per run, `--format csv --out FILE` (and,
             once per format, markdown, json and rich), so the figure includes start-up and imports. kvplan's
@@ -46,7 +46,7 @@ def sweep_names() -> list[str]:
 
 
 def in_process(names: list[str], fmt: str = "csv") -> str:
-    from kvplan import table
+    from kvplan import tables as table
 
     result = table.build(names, table.parse_ctxs(CTX), gpus=table.parse_gpus(GPUS, None))
     return table.render(result, fmt)

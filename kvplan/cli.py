@@ -222,340 +222,27 @@ def estimate(
 ) -> None:
     """KV cache per token, per sequence and per batch, and the weights, for one model; with a GPU, engine or
     budget, also how many users fit and whether the target does; with --isl and --osl on a GPU, how fast."""
-    from kvplan.dtypes import kv_dtype as check_kv
-    from kvplan.dtypes import weight_dtype as check_weights
-    from kvplan.memory import estimate as run_estimate
-    from kvplan.sources import load_model
-    from kvplan.units import parse_tokens
+    flags = dict(locals())
+    from kvplan import api
 
-    tokens, isl, osl = _request_lengths(ctx, isl, osl)
-    targets = _targets(max_tpot, max_ttft, min_tps, isl)
-    _counts(batch=batch, users=users, gpus=gpus, tp=tp, pp=pp, dp=dp, ep=ep, block_size=block_size,
-            max_num_batched_tokens=max_num_batched_tokens)
-    asked = users if users is not None else batch
-    batch = batch or 1
-    if kv_dtype:
-        check_kv(kv_dtype)
-    if weights_dtype:
-        check_weights(weights_dtype)
-    llama_cpp = dict(ubatch_size=ubatch_size, batch_size=batch_size, cache_type_k=cache_type_k,
-                     cache_type_v=cache_type_v, flash_attn=flash_attn, speculative_tokens=speculative_tokens,
-                     frontend=frontend)
-    serving = dict(limit_mm=limit_mm_per_prompt, language_model_only=language_model_only or None,
-                   kv_offloading_size=kv_offloading_size, kv_offloading_backend=kv_offloading_backend,
-                   cpu_offload_gb=cpu_offload_gb, gdn_prefill_backend=gdn_prefill_backend,
-                   mamba_ssm_cache_dtype=mamba_ssm_cache_dtype, max_mamba_cache_size=max_mamba_cache_size,
-                   mamba_full_memory_ratio=mamba_full_memory_ratio, max_num_seqs=max_num_seqs,
-                   disable_radix_cache=disable_radix_cache or None)
-    added = dict(speculative_method=speculative_method, enable_lora=enable_lora, max_loras=max_loras,
-                 max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras, lora=lora)
-    capacity_flags = (gpu, vram, gpus, tp, pp, dp, ep, engine, engine_version, gpu_memory_utilization, kv_budget,
-                      overhead, users, avg_ctx, shared_prefix, block_size, max_num_batched_tokens,
-                      async_scheduling, platform, kv_unified, swa_full, cache_implementation,
-                      expandable_segments or None, *llama_cpp.values(), *serving.values(), draft_model,
-                      *added.values())
-    spec = load_model(model, revision, token, gguf_file)
-    cap = workload = None
-    if any(flag is not None for flag in capacity_flags) or enable_expert_parallel:
-        from kvplan import capacity
-
-        options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
-                                  batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                                  platform=platform, kv_unified=kv_unified, swa_full=swa_full,
-                                  cache=cache_implementation, expandable_segments=expandable_segments or None,
-                                  **llama_cpp, **serving, **added)
-        workload = capacity.Workload(
-            ctx=tokens, users=users if users is not None else batch,
-            avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
-            shared_prefix=parse_tokens(shared_prefix, "shared-prefix") if shared_prefix else 0, isl=isl, osl=osl)
-        hardware, gpus = _hardware(gpu, vram, gpus)
-        engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
-        cap = capacity.capacity(
-            spec, workload, engine_name=engine_name, options=options, hardware=hardware,
-            parallel=capacity.parallelism(engine_name, gpus, tp, pp, dp, ep, enable_expert_parallel),
-            kv_dtype_name=kv_dtype,
-            weights_dtype_name=weights_dtype, kv_budget=_size(kv_budget, "--kv-budget"),
-            overhead=_size(overhead, "--overhead", allow_zero=True), draft=_draft(draft_model, token))
-        if chosen:
-            cap = cap.model_copy(update={"notes": [chosen, *cap.notes]})
-        kv_dtype, weights_dtype = cap.kv_dtype, cap.weights_dtype_override
-    served = judged = None
-    notes = []  # a plain estimate's: why there is no speed estimate
-    if isl is not None:
-        served, why = _speed(spec, cap, workload, targets, asked, bool(speculative_method or draft_model))
-        if why and cap is not None:
-            cap = cap.model_copy(update={"notes": [*cap.notes, why]})
-        elif why:
-            notes.append(why)
-    if cap is not None:
-        judged = _judged(cap, served)
-    v_dtype = cap.v_dtype if cap is not None else None
-    result = run_estimate(spec, tokens, batch, kv_dtype, weights_dtype, v_dtype)
+    result = _call(api.estimate, flags, "as_json")
     if as_json:
-        data = result.model_dump(exclude=set() if v_dtype else {"v_dtype"})
-        data["notes"] += notes
-        if cap is not None:
-            unset = {"sequence_limit", "v_dtype"} - {k for k in ("sequence_limit", "v_dtype") if getattr(cap, k)}
-            unset |= cap.unused_extras()
-            data |= judged.model_dump(exclude=unset | (set() if cap.engine == "vllm" else
-                                                       {k for k in type(cap).model_fields if k.startswith("vllm_")}))
-        if served is not None:
-            data |= served.fields()
-        print(json.dumps(data, indent=2))
-        for warning in result.warnings:
+        print(json.dumps(result.model_dump(), indent=2))
+        for warning in result.memory.warnings:
             print(f"warning: {plain(warning)}", file=sys.stderr)
     else:
-        from kvplan.report import print_capacity, print_estimate, print_speed, print_verdict
+        from kvplan.report import print_estimate_result
 
-        console = _console()
-        print_estimate(console, spec, result)
-        for note in notes:
-            console.print(f"note: {note}", style="dim")
-        if cap is not None:
-            print_capacity(console, cap)
-            if served is not None:
-                print_speed(console, served)
-            print_verdict(console, judged, served)
-    if judged is not None and not judged.fits:
+        print_estimate_result(_console(), result)
+    if not result.fits:
         raise typer.Exit(DOES_NOT_FIT)
 
 
-def _request_lengths(ctx: str | None, isl: str | None, osl: str | None) -> tuple[int, int | None, int | None]:
-    """(--ctx, --isl, --osl) in tokens. --isl and --osl go together; --ctx defaults to their sum, and given beside
-    them must be at least that: memory is planned for what each user may hold (--ctx), speed for the requests
-    (--isl, --osl)."""
-    from kvplan.units import parse_tokens
+def _call(function, flags: dict, *own: str):
+    """`function` (kvplan.api's) called with each flag as the keyword of the same name, but the command's `own`
+    (how it prints)."""
+    return function(**{name: value for name, value in flags.items() if name not in own})
 
-    ctxs, isl, osl = _contexts([parse_tokens(ctx)] if ctx is not None else None, isl, osl)
-    return ctxs[0], isl, osl
-
-
-def _contexts(ctxs: list[int] | None, isl: str | None, osl: str | None) -> tuple[list[int], int | None, int | None]:
-    """(the contexts, --isl, --osl) as `_request_lengths` takes them, for each of several contexts."""
-    from kvplan.units import parse_tokens
-
-    if (isl is None) != (osl is None):
-        raise KvplanError("--isl and --osl go together: give both (prompt and output tokens per request)")
-    if isl is None:
-        if ctxs is None:
-            raise KvplanError("give --ctx, or --isl and --osl (--ctx is then their sum)")
-        return ctxs, None, None
-    prompt, output = parse_tokens(isl, "isl"), parse_tokens(osl, "osl")
-    if output < 2:
-        raise KvplanError(f"--osl must be at least 2 tokens (a time per output token is the time between two), got "
-                          f"{output:,}")
-    if ctxs is None:
-        return [prompt + output], prompt, output
-    if min(ctxs) < prompt + output:
-        raise KvplanError(f"--ctx {min(ctxs):,} is shorter than --isl + --osl = {prompt + output:,}: a request of "
-                          f"{prompt:,} + {output:,} tokens needs at least that (or leave --ctx out)")
-    return ctxs, prompt, output
-
-
-def _targets(max_tpot: float | None, max_ttft: float | None, min_tps: float | None,
-             isl: int | None) -> tuple[str, dict] | None:
-    """(the first target flag given, the targets by `kvplan.speed.targets.Targets`' names), or None: each a number
-    above 0, and --isl and --osl given."""
-    given = {flag: value for flag, value in (("--max-tpot", max_tpot), ("--max-ttft", max_ttft),
-                                             ("--min-tps", min_tps)) if value is not None}
-    for flag, value in given.items():
-        if not 0 < value < float("inf"):
-            unit = "output tokens/s" if flag == "--min-tps" else "milliseconds"
-            raise KvplanError(f"{flag} must be a number of {unit} above 0, got {value:g}")
-    if not given:
-        return None
-    first = next(iter(given))
-    if isl is None:
-        raise KvplanError(f"{first} needs --isl and --osl: the prompt and output tokens per request the speed model "
-                          "times")
-    return first, {"max_tpot_ms": max_tpot, "max_ttft_ms": max_ttft, "min_tokens_per_s_per_user": min_tps}
-
-
-def _speed(spec, cap, workload, targets: tuple[str, dict] | None, asked: int | None, speculative: bool):
-    """(the speed of the deployment `cap` plans (None: no GPU given) at the concurrency asked, None; or None and a
-    note saying why the speed model cannot describe it, which is an error where a target needs it)."""
-    from kvplan.speed import targets as speed
-
-    why = speed.problem(None, "") if cap is None else speed.problem(cap.gpu, cap.engine, cap.pipeline_parallel_size,
-                                                                    cap.platform)
-    if why and targets:
-        raise KvplanError(f"{targets[0]}: {why}")
-    if why:
-        return None, f"no speed estimate: {why}"
-    return speed.speed(spec, cap, workload, concurrency=asked, speculative=speculative,
-                       targets=speed.Targets(**targets[1]) if targets else None), None
-
-
-def _judged(cap, served):
-    """The capacity as the targets leave it: the users served are the fewer of memory's and speed's, and a
-    deployment whose memory holds the users asked but whose speed does not fails with the reason."""
-    if served is None or served.targets is None:
-        return cap
-    from kvplan.speed.targets import shortfall
-
-    update = {"max_concurrent_users": served.users, "max_concurrent_users_bound": served.bound,
-              "fits": served.users >= cap.users}
-    if cap.fits and not update["fits"]:
-        update |= {"reasons": [shortfall(served, cap.users)],
-                   "suggestions": ["kvplan plan with the same targets finds the layouts that meet them"]}
-    return cap.model_copy(update=update)
-
-
-def _default_engine(spec, gpu_name: str | None) -> tuple[str, str | None]:
-    """The engine planned when --engine is not given, and a note where the GPU chose it: llama.cpp for a GGUF file
-    (its cache layout is llama.cpp's) and on Apple silicon (`kvplan.engines.default_engine`), else vLLM."""
-    from kvplan.engines import default_engine
-
-    if spec.checkpoint is not None and spec.checkpoint.format == "gguf":
-        return "llama.cpp", None
-    return default_engine(gpu_name)
-
-
-def _limit_mm(text: str | None) -> tuple[tuple[str, int], ...] | None:
-    """--limit-mm-per-prompt as vLLM takes it, a JSON object of counts ('{"image": 0, "video": 2}'), or
-    image=0,video=2."""
-    if text is None:
-        return None
-
-    def once(pairs: list) -> dict:
-        """The counts, each modality named once (a dict would keep the last of two silently)."""
-        counts: dict = {}
-        for name, count in pairs:
-            if not name:
-                raise KvplanError(f"--limit-mm-per-prompt {brief(text)} gives a count without a modality's name")
-            if name in counts:
-                raise KvplanError(f"--limit-mm-per-prompt gives {brief(name)} more than once: give each modality once")
-            counts[name] = count
-        return counts
-
-    if text.strip().startswith("{"):
-        try:
-            counts = json.loads(text, object_pairs_hook=once)
-        except ValueError:
-            raise KvplanError(f"--limit-mm-per-prompt {brief(text)} is not a JSON object like "
-                              '\'{"image": 0}\'') from None
-    else:
-        counts = once((name.strip(), int(count) if sep and count.strip().isdigit() and count.isascii() else count)
-                      for name, sep, count in (item.partition("=") for item in
-                                               filter(None, (part.strip() for part in text.split(",")))))
-    if not counts or not isinstance(counts, dict):
-        raise KvplanError(f"--limit-mm-per-prompt {brief(text)}: give counts like image=0,video=0 or "
-                          '\'{"image": 0}\'')
-    for name, count in counts.items():
-        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_COUNT:
-            raise KvplanError(f"--limit-mm-per-prompt: the count for {brief(name)} must be a whole number from 0 "
-                              f"(kvplan reads counts only), got {brief(str(count))}")
-    return tuple(sorted(counts.items()))
-
-
-def _engine_options(*, version=None, fraction=None, block_size=None, batched_tokens=None, async_scheduling=None,
-                    platform=None, kv_unified=None, swa_full=None, cache=None, expandable_segments=None,
-                    ubatch_size=None, batch_size=None, cache_type_k=None, cache_type_v=None, flash_attn=None,
-                    speculative_tokens=None, frontend=None, limit_mm=None, language_model_only=None,
-                    kv_offloading_size=None,
-                    kv_offloading_backend=None, cpu_offload_gb=None, speculative_method=None, enable_lora=None,
-                    max_loras=None, max_lora_rank=None, max_cpu_loras=None, gdn_prefill_backend=None,
-                    mamba_ssm_cache_dtype=None, lora=None, max_mamba_cache_size=None, mamba_full_memory_ratio=None,
-                    max_num_seqs=None, disable_radix_cache=None):
-    from kvplan.engines import EngineOptions
-    from kvplan.units import parse_gib
-
-    _counts(block_size=block_size, max_num_batched_tokens=batched_tokens, ubatch_size=ubatch_size,
-            batch_size=batch_size, max_loras=max_loras, max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras,
-            max_mamba_cache_size=max_mamba_cache_size, max_num_seqs=max_num_seqs)
-    if fraction is not None and not 0 < fraction <= 1:
-        raise KvplanError(f"--gpu-memory-utilization must be in (0, 1], got {fraction}")
-    if mamba_full_memory_ratio is not None and not 0 < mamba_full_memory_ratio < float("inf"):
-        raise KvplanError(f"--mamba-full-memory-ratio must be a number above 0, got {mamba_full_memory_ratio}")
-    for flag, value, choices in (("--cache-implementation", cache, ("dynamic", "static")),
-                                 ("--flash-attn", flash_attn, ("on", "off", "auto")),
-                                 ("--frontend", frontend, ("server", "python")),
-                                 ("--platform", platform, ("gpu", "cpu")),
-                                 ("--kv-offloading-backend", kv_offloading_backend, ("native", "lmcache")),
-                                 ("--speculative-method", speculative_method,
-                                  ("draft_model", "eagle", "eagle3", "mtp", "ngram")),
-                                 ("--gdn-prefill-backend", gdn_prefill_backend, ("flashinfer", "triton", "cutedsl")),
-                                 ("--mamba-ssm-cache-dtype", mamba_ssm_cache_dtype,
-                                  ("auto", "float32", "float16", "bfloat16"))):
-        if value not in (None, *choices):
-            raise KvplanError(f"{flag} is {' or '.join(choices)}, got {brief(value)}")
-    if speculative_tokens is not None and not 0 <= speculative_tokens <= MAX_COUNT:
-        raise KvplanError(f"--speculative-tokens must be between 0 and {MAX_COUNT:,}, got {speculative_tokens}")
-    return EngineOptions(version=version, memory_fraction=fraction, block_size=block_size,
-                         max_num_batched_tokens=batched_tokens, async_scheduling=async_scheduling,
-                         platform=platform, kv_unified=kv_unified, swa_full=swa_full, cache_implementation=cache,
-                         expandable_segments=expandable_segments, ubatch_size=ubatch_size, batch_size=batch_size,
-                         cache_type_k=cache_type_k, cache_type_v=cache_type_v, flash_attn=flash_attn,
-                         speculative_tokens=speculative_tokens, frontend=frontend,
-                         limit_mm_per_prompt=_limit_mm(limit_mm), language_model_only=language_model_only,
-                         kv_offloading_size=parse_gib(kv_offloading_size, "--kv-offloading-size")
-                         if kv_offloading_size is not None else None,
-                         kv_offloading_backend=kv_offloading_backend,
-                         cpu_offload_bytes=parse_gib(cpu_offload_gb, "--cpu-offload-gb")
-                         if cpu_offload_gb is not None else None,
-                         speculative_method=speculative_method, enable_lora=enable_lora,
-                         max_loras=max_loras, max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras,
-                         gdn_prefill_backend=gdn_prefill_backend, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
-                         lora_adapters=_lora_adapters(lora), max_mamba_cache_size=max_mamba_cache_size,
-                         mamba_full_memory_ratio=mamba_full_memory_ratio, max_num_seqs=max_num_seqs,
-                         disable_radix_cache=disable_radix_cache)
-
-
-def _lora_adapters(paths: list[str] | None):
-    """--lora: each adapter GGUF's header, read as llama.cpp loads the file."""
-    if not paths:
-        return None
-    from pathlib import Path
-
-    from kvplan.sources.gguf_model import read_lora_adapter
-
-    return tuple(read_lora_adapter(Path(path).expanduser()) for path in paths)
-
-
-def _draft(name: str | None, token: str | None):
-    """--draft-model, read as --model is (its Hub revision: main), or an EAGLE head's config."""
-    if name is None:
-        return None
-    from kvplan.sources import load_model
-
-    return load_model(name, None, token, eagle_head=True)
-
-
-def _hardware(gpu: str | None, vram: str | None, gpus: int | None = None):
-    """(the GPU, how many): --gpu h100 or --vram 24GiB, with a count written in front (`4xh100`, `2x24GiB`)
-    or given by --gpus."""
-    from kvplan.capacity import Hardware
-    from kvplan.gpus import count_and_name, find
-
-    if gpu and vram:
-        raise KvplanError("--gpu and --vram both name the GPU's memory: give one")
-    count, name = count_and_name(gpu or vram or "")
-    if count is not None and gpus is not None and count != gpus:
-        raise KvplanError(f"--gpu {gpu or vram} says {count} GPUs and --gpus {gpus}: give the count once")
-    count = count or gpus
-    if gpu:
-        found = find(name)
-        return Hardware(name=found.name, memory_bytes=found.usable_bytes), count
-    return Hardware(memory_bytes=_size(name if vram else None, "--vram")), count
-
-
-def _size(text: str | None, flag: str, allow_zero: bool = False) -> int | None:
-    from kvplan.units import parse_bytes
-
-    return None if text is None else parse_bytes(text, flag, allow_zero)
-
-
-MAX_COUNT = 2**31 - 1  # users, GPUs, layers, block sizes: far above any real deployment
-
-
-def _counts(**flags: int | None) -> None:
-    """Whole-number flags (`--batch 4` as batch=4): at least 1 and at most MAX_COUNT, so that no later product
-    of them leaves exact arithmetic."""
-    for name, value in flags.items():
-        flag = "--" + name.replace("_", "-")
-        if value is not None and not 1 <= value <= MAX_COUNT:
-            shown = f"{value}" if abs(value) < 10**12 else f"a {len(str(abs(value)))}-digit number"
-            raise KvplanError(f"{flag} must be between 1 and {MAX_COUNT:,}, got {shown}")
 
 
 @app.command(cls=Panels)
@@ -590,53 +277,10 @@ def plan(
     """The configurations that serve USERS at CTX on a GPU type: GPU count, TP, KV and weights dtypes,
     ranked by GPUs needed, with the KV memory left over; with --isl and --osl their speed, and with targets only
     those that meet them."""
-    from kvplan import capacity
-    from kvplan.sources import load_model
+    flags = dict(locals())
+    from kvplan import api
 
-    tokens, isl, osl = _request_lengths(ctx, isl, osl)
-    targets = _targets(max_tpot, max_ttft, min_tps, isl)
-    _counts(users=users, max_gpus=max_gpus)
-    hardware, count = _hardware(gpu, vram)
-    if count is not None:
-        raise KvplanError(f"plan finds the GPU count itself: give --gpu {gpu or vram} without one (--max-gpus caps "
-                          "it)")
-    if hardware.memory_bytes is None:
-        raise KvplanError("plan needs a GPU: give --gpu or --vram")
-    options = _engine_options(version=engine_version, fraction=gpu_memory_utilization, block_size=block_size,
-                              batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                              kv_unified=kv_unified, swa_full=swa_full, cache=cache_implementation,
-                              expandable_segments=expandable_segments or None,
-                              ubatch_size=ubatch_size, batch_size=batch_size, flash_attn=flash_attn,
-                              speculative_tokens=speculative_tokens, frontend=frontend, limit_mm=limit_mm_per_prompt,
-                              language_model_only=language_model_only or None, kv_offloading_size=kv_offloading_size,
-                              kv_offloading_backend=kv_offloading_backend, cpu_offload_gb=cpu_offload_gb,
-                              speculative_method=speculative_method, enable_lora=enable_lora, max_loras=max_loras,
-                              max_lora_rank=max_lora_rank, max_cpu_loras=max_cpu_loras,
-                              gdn_prefill_backend=gdn_prefill_backend, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
-                              lora=lora, max_mamba_cache_size=max_mamba_cache_size,
-                              mamba_full_memory_ratio=mamba_full_memory_ratio, max_num_seqs=max_num_seqs,
-                              disable_radix_cache=disable_radix_cache or None)
-    spec = load_model(model, revision, token, gguf_file)
-    engine_name, chosen = (engine, None) if engine else _default_engine(spec, hardware.name)
-    settings = dict(engine_name=engine_name, options=options, overhead=_size(overhead, "--overhead", allow_zero=True),
-                    max_gpus=max_gpus, draft=_draft(draft_model, token))
-    workload = capacity.Workload(ctx=tokens, users=users, isl=isl, osl=osl)
-    why = None
-    if isl is not None:
-        from kvplan.engines import engine_class
-        from kvplan.speed import targets as speed
-
-        why = speed.problem(hardware.name, engine_class(engine_name).name)
-        if why and targets:
-            raise KvplanError(f"{targets[0]}: {why}")
-    if isl is None or why:
-        result = capacity.plan(spec, workload, hardware, **settings)
-        if why:
-            result = result.model_copy(update={"notes": [*result.notes, f"no speed estimate: {why}"]})
-    else:
-        result = speed.plan(spec, workload, hardware, speed.Targets(**targets[1]) if targets else None, **settings)
-    if chosen:
-        result = result.model_copy(update={"notes": [chosen, *result.notes]})
+    result = _call(api.plan, flags, "as_json")
     if as_json:
         print(json.dumps(result.model_dump(), indent=2))
     else:
@@ -645,6 +289,14 @@ def plan(
         print_plan(_console(), result)
     if not result.rows:
         raise typer.Exit(DOES_NOT_FIT)
+
+
+@app.command()
+def schema(name: Annotated[str, typer.Argument(help="the output: estimate, table or plan")]) -> None:
+    """The JSON Schema of a command's --json output (its "schema_version" says which; docs/api.md)."""
+    from kvplan import schemas
+
+    sys.stdout.write(schemas.text(name))
 
 
 @app.command(name="gpus")
@@ -698,7 +350,7 @@ def models(
     print_models(_console(), chosen)
 
 
-# `table` and `plot`: several models x contexts x GPUs (kvplan/table.py, kvplan/plot.py, docs/tables.md).
+# `table` and `plot`: several models x contexts x GPUs (kvplan/tables.py, kvplan/plot.py, docs/tables.md).
 Models = _flag(str | None, "models: a comma list (library names, Hub ids, config.json, YAML specs), or @FILE "
                "or FILE.txt with one per line (# comments)", "--models", "-m", panel=MODEL)
 Filter = _flag(str | None, "add the library models whose id or alias contains this text", "--filter", panel=MODEL)
@@ -724,24 +376,7 @@ Metric = _flag(str | None, "the --pivot value: kv (KV per sequence), total, user
 KvDtypes = _flag(str | None, "KV cache dtype (default: the model's, or the engine's)", panel=MODEL)
 
 
-def _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version, fraction,
-                    overhead, kv_dtype, weights_dtype, keep_going, names_out: list, tp=None, pp=None, isl=None,
-                    osl=None, users=None, metric=None):
-    from kvplan import table as planning
-
-    _counts(batch=batch, tp=tp, pp=pp, users=users)
-    ctxs, isl, osl = _contexts(planning.parse_ctxs(ctx) if ctx is not None else None, isl, osl)
-    gpus = planning.parse_gpus(gpu, vram)
-    planning.check_metric(metric, bool(gpus), isl is not None)
-    if users is not None and isl is None:
-        raise KvplanError("--users sets the concurrency of the speed figures: give --isl and --osl with it")
-    names = planning.parse_models(models, filter)
-    names_out.extend(names)
-    options = _engine_options(version=engine_version, fraction=fraction)
-    return planning.build(names, ctxs, batch=batch, gpus=gpus, engine_name=engine, options=options,
-                          kv_dtype_name=kv_dtype, weights_dtype_name=weights_dtype,
-                          overhead=_size(overhead, "--overhead", allow_zero=True), keep_going=keep_going,
-                          revision=revision, token=token, tp=tp, pp=pp, isl=isl, osl=osl, users=users)
+TABLE_OUTPUT = ("fmt", "out", "pivot", "metric", "force")  # how `table` and `plot` print, not what they compute
 
 
 @app.command(name="table", cls=Panels)
@@ -764,40 +399,29 @@ def table_command(
     """A planning table: KV per token and per sequence, weights, total and max users on each GPU, for every
     model x context, as rich, GitHub Markdown, CSV or JSON (docs/tables.md); with --isl and --osl, TPOT, TTFT and
     tokens/s on each GPU too."""
-    from kvplan import table as planning
+    flags = dict(locals())
+    from kvplan import api
+    from kvplan import tables as planning
 
     fmt = planning.parse_format(fmt, out)
-    if metric is not None and not pivot:
-        raise KvplanError("--metric chooses what a --pivot table shows: add --pivot")
-    if pivot and fmt == "json":
-        raise KvplanError("--pivot is for rich, markdown and csv: json is always one object per model x ctx "
-                          "(x GPU)")
-    names: list[str] = []
-    result = _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version,
-                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp,
-                             isl, osl, users, metric)
-    if not result.rows:
-        raise KvplanError(planning.failure_line(result, len(names)))
+    planning.check_view(fmt, pivot, metric)
+    planning.check_metric(metric, gpu is not None or vram is not None, isl is not None or osl is not None)
+    result = _call(api.table, flags, *TABLE_OUTPUT)
     if fmt == "rich" and out is None and sys.stdout.isatty():
-        planning.print_rich(_console(), result, pivot=pivot, metric=metric)
+        planning.print_rich(_console(), result.grid, pivot=pivot, metric=metric)
     else:  # a file or a pipe gets the whole width, not 80 columns
-        text = planning.render(result, fmt, pivot=pivot, metric=metric)
-        if out is None:
-            sys.stdout.write(text)
-        else:
-            _report_written(planning.write(out, text, planning.input_files(models, names), force), result,
-                            len(names))
+        if out is not None:
+            _report_written(result.write(out, fmt, pivot=pivot, metric=metric, force=force), result)
             return
+        sys.stdout.write(result.render(fmt, pivot=pivot, metric=metric))
     if result.failures:
-        raise KvplanError(planning.failure_line(result, len(names)))
+        raise KvplanError(result.failure_line())
 
 
-def _report_written(written: str, result, asked: int) -> None:
+def _report_written(written: str, result) -> None:
     """Where --out went, on stderr; with models left out (--keep-going), in the one error line."""
-    from kvplan import table as planning
-
     if result.failures:
-        raise KvplanError(f"{planning.failure_line(result, asked)} ({written} with the others)")
+        raise KvplanError(f"{result.failure_line()} ({written} with the others)")
     print(f"kvplan: {written}", file=sys.stderr)
 
 
@@ -831,25 +455,23 @@ def plot_command(
 ) -> None:
     """Chart KV memory, max users or the estimated speed against context for several models, as PNG or SVG (needs
     matplotlib: pip install '.[plot]' in kvplan's source directory)."""
-    from kvplan import plot
-    from kvplan import table as planning
+    flags = dict(locals())
+    from kvplan import api, plot
 
     plot.output_format(out)
     plot.check_kind(kind, gpu is not None or vram is not None, isl is not None and osl is not None)
     plot.require_matplotlib()
     if ctx is None:  # 1k to 128k, or from a request's length up
-        shortest = _contexts(None, isl, osl)[0][0] if isl is not None or osl is not None else 0
-        ctx = ",".join(str(c) for c in dict.fromkeys([shortest, *planning.parse_ctxs(PLOT_CTX)]) if c >= shortest
-                       and c)
-    names: list[str] = []
-    result = _planning_table(models, filter, revision, token, ctx, batch, gpu, vram, engine, engine_version,
-                             gpu_memory_utilization, overhead, kv_dtype, weights_dtype, keep_going, names, tp, pp,
-                             isl, osl, users)
-    if not result.rows:
-        raise KvplanError(planning.failure_line(result, len(names)))
-    _, written = plot.draw(result, kind, out, with_weights=with_weights, title=title, y_scale=y_scale,
-                           inputs=tuple(planning.input_files(models, names)), force=force)
-    _report_written(written, result, len(names))
+        from kvplan import arguments
+        from kvplan.tables import parse_ctxs
+
+        shortest = arguments.contexts(None, isl, osl)[0][0] if isl is not None or osl is not None else 0
+        flags["ctx"] = ",".join(str(c) for c in dict.fromkeys([shortest, *parse_ctxs(PLOT_CTX)])
+                                if c >= shortest and c)
+    result = _call(api.table, flags, "out", "kind", "with_weights", "y_scale", "title", "force")
+    _, written = plot.draw(result.grid, kind, out, with_weights=with_weights, title=title, y_scale=y_scale,
+                           inputs=tuple(result.input_files), force=force)
+    _report_written(written, result)
 
 
 @app.command()
@@ -874,23 +496,18 @@ def profile(
     """Build the model with random weights on the device (transformers' own classes), prefill ctx - S tokens,
     decode S, and measure the cache, the allocator and the driver beside kvplan's transformers prediction.
     Needs `pip install '.[profile]'` in kvplan's source directory."""
+    flags = dict(locals())
     import gc
 
     gc.enable()  # `kvplan.main` runs the planning commands without it; torch's objects do form cycles
-    from kvplan.profiler.run import run_profile
-    from kvplan.units import parse_tokens
+    from kvplan import api
 
-    tokens = parse_tokens(ctx)
-    _counts(batch=batch, layers=layers, decode_steps=decode_steps)
     progress = None
     if not as_json:
         from kvplan.report import ProfileProgress
 
         progress = ProfileProgress()
-    result = run_profile(model, tokens, batch, device=device, dtype=dtype, layers=layers,
-                         decode_steps=decode_steps, cache=cache_implementation or "dynamic",
-                         find_max_batch=find_max_batch, compare_recompute=compare_recompute,
-                         revision=revision, token=token, progress=progress)
+    result = _call(api.profile, flags | {"progress": progress}, "as_json")
     if as_json:
         print(json.dumps(result.model_dump(), indent=2))
         return

@@ -1,4 +1,4 @@
-"""`kvplan plot`: charts of a planning table (`kvplan.table`), drawn with matplotlib (the `plot` extra).
+"""`kvplan plot`: charts of a planning table (`kvplan.tables`), drawn with matplotlib (the `plot` extra).
 
 kind kv     KV cache for --batch sequences (GiB) against context, one line per model, with each GPU's
             memory as a labelled horizontal line; `with_weights` plots weights + KV (the table's total
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kvplan.errors import KvplanError
 from kvplan.output import write_output
-from kvplan.table import SPEED_METRICS, GiB, Table, ctx_label
+from kvplan.tables import SPEED_METRICS, GiB, Table, ctx_label
 from kvplan.text import plain
 
 KINDS = ("kv", "users", *SPEED_METRICS)

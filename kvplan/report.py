@@ -40,6 +40,15 @@ def console(stderr: bool = False) -> Console:
     return Console(markup=False, emoji=False, file=_TrailingSpacesStripped(stream))
 
 
+def text_of(draw, width: int = 80) -> str:
+    """What `draw(console)` prints, as plain text `width` columns wide: a result's view in a notebook."""
+    import io
+
+    buffer = io.StringIO()
+    draw(Console(file=_TrailingSpacesStripped(buffer), width=width, markup=False, emoji=False, color_system=None))
+    return buffer.getvalue()
+
+
 def print_table(console: Console, table: Table, whole: tuple[int, ...] = (0,)) -> None:
     """Print a table without breaking what must stay whole: numbers (right-justified columns) and the columns in
     `whole` (model ids, GPU names) keep their widest line on one line, while headers wrap between words and prose
@@ -172,6 +181,19 @@ def print_estimate(console: Console, model: ModelSpec, est: Estimate) -> None:
     print_table(console, summary, whole=())
     for warning in est.warnings:
         console.print(styled(f"warning: {warning}", "yellow"))
+
+
+def print_estimate_result(console: Console, result) -> None:
+    """`kvplan estimate`'s report (kvplan.results.EstimateResult): the estimate and its notes, then the capacity if
+    planned, its speed if asked, and the verdict."""
+    print_estimate(console, result.spec, result.memory)
+    for note in result.notes:
+        console.print(f"note: {note}", style="dim")
+    if result.capacity is not None:
+        print_capacity(console, result.capacity)
+        if result.speed is not None:
+            print_speed(console, result.speed)
+        print_verdict(console, result.served, result.speed)
 
 
 def print_layout(console: Console, model: ModelSpec) -> None:

@@ -39,7 +39,7 @@ def brief(value: object) -> str:
 
 def narrow(widths: list[int], floors: list[int], excess: int) -> list[int]:
     """Column widths with `excess` cells taken off, one at a time from the column with the most to give (its width
-    less its floor), none below its floor: tables at a terminal's width (`kvplan.report`, `kvplan.table`)."""
+    less its floor), none below its floor: tables at a terminal's width (`kvplan.report`, `kvplan.tables`)."""
     widths = list(widths)
     for _ in range(excess):
         room, index = max((width - floor, i) for i, (width, floor) in enumerate(zip(widths, floors, strict=True)))

@@ -390,7 +390,7 @@ def test_weights_beyond_the_gpu_leave_no_users(engine, name):
     zero with it (SGLang's token pools once divided the negative budget: -182,843 users of Llama-3-70B on an
     RTX 4090)."""
     from kvplan.capacity import Hardware, engine_dtypes
-    from kvplan.table import build, parse_gpus
+    from kvplan.tables import build, parse_gpus
 
     model = load_model(name)
     kv, weights = engine_dtypes(model, engine)

@@ -144,11 +144,11 @@ def test_offline_table_and_plot_read_a_cached_revision(offline, hub, tmp_path, m
     )
     code, out, err = run_main(monkeypatch, capsys, "table", "-m", REPO, "--ctx", "1k", "-f", "json")
     assert code == 0, err
-    assert json.loads(out)[0]["kv_bytes_per_token"] == TINY_KV_PER_TOKEN  # main: 2 layers
+    assert json.loads(out)["rows"][0]["kv_bytes_per_token"] == TINY_KV_PER_TOKEN  # main: 2 layers
     code, out, err = run_main(monkeypatch, capsys, "table", "-m", REPO, "--ctx", "1k", "-f", "json",
                               "--revision", "v2", "--token", "hf_unused_offline")
     assert code == 0, err
-    assert json.loads(out)[0]["kv_bytes_per_token"] == 2 * TINY_KV_PER_TOKEN  # v2: 4 layers
+    assert json.loads(out)["rows"][0]["kv_bytes_per_token"] == 2 * TINY_KV_PER_TOKEN  # v2: 4 layers
     code, _, err = run_main(monkeypatch, capsys, "table", "-m", REPO, "--ctx", "1k", "--revision", "v9")
     assert_one_line_error(code, err, "HF_HUB_OFFLINE", "revision v9")
     pytest.importorskip("matplotlib")

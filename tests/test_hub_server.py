@@ -284,7 +284,7 @@ def test_table_takes_revision_and_token(env, hub, monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "table", "-m", "org/private", "--ctx", "1k,4k", "-f", "json",
                               "--revision", "v2", "--token", GOOD_TOKEN)
     assert code == 0, err
-    records = json.loads(out)
+    records = json.loads(out)["rows"]
     assert [(r["model"], r["ctx"]) for r in records] == [("org/private", 1024), ("org/private", 4096)]
     assert [r["kv_bytes_per_sequence"] for r in records] == [TINY_KV_PER_TOKEN * 1024, TINY_KV_PER_TOKEN * 4096]
     assert ("GET", "/api/models/org/private/revision/v2", None, True) in hub.requests

@@ -99,7 +99,7 @@ def test_local_configs_are_named_by_their_directory(monkeypatch, capsys, tmp_pat
     code, out, err = run_main(monkeypatch, capsys, "table", "--models", ",".join(paths), "--ctx", "8k", "-f",
                               "json")
     assert code == 0, err
-    assert [row["model"] for row in json.loads(out)] == ["llama-local", "qwen-local"]
+    assert [row["model"] for row in json.loads(out)["rows"]] == ["llama-local", "qwen-local"]
     named = tmp_path / "my-model.json"
     named.write_text((SPECS / "Qwen__Qwen3-8B.json").read_text(encoding="utf-8").replace('"_name_or_path"', '"x"'),
                      encoding="utf-8")
@@ -166,7 +166,7 @@ def rendered(width: int, draw) -> str:
 
 
 def test_ids_and_numbers_are_never_broken_at_80_or_120_columns():
-    from kvplan import table as planning
+    from kvplan import tables as planning
     from kvplan.gpus import catalogue
     from kvplan.report import print_gpus
 
@@ -268,11 +268,11 @@ def test_a_gpu_set_is_named_wherever_a_gpu_is(monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "table", "--models", "llama-3.1-70b", "--ctx", "8k", "--gpu",
                               "h100,4xh100", "-f", "json")
     assert code == 0, err
-    rows = {row["gpu"]: row["max_users"] for row in json.loads(out)}
+    rows = {row["gpu"]: row["max_users"] for row in json.loads(out)["rows"]}
     assert rows == {"NVIDIA H100 SXM": 0, "4 x NVIDIA H100 SXM": users("--gpu", "h100", "--gpus", "4")}
     code, out, err = run_main(monkeypatch, capsys, "table", "--models", "llama-3.1-70b", "--ctx", "8k", "--gpu",
                               "4xh100", "--tp", "2", "-f", "json")
-    assert json.loads(out)[0]["max_users"] == users("--gpu", "h100", "--gpus", "4", "--tp", "2")
+    assert json.loads(out)["rows"][0]["max_users"] == users("--gpu", "h100", "--gpus", "4", "--tp", "2")
 
 
 def test_gpu_counts_that_disagree_are_one_line(monkeypatch, capsys):
@@ -394,7 +394,7 @@ def test_a_gpu_set_in_a_plot(monkeypatch, capsys, tmp_path):
     plotted = svg_data((tmp_path / "users.svg").read_text(encoding="utf-8"))["lines"][0]["values"]
     code, out_, _ = run_main(monkeypatch, capsys, "table", "--models", "llama-3.1-70b", "--gpu", "4xh100", "--tp",
                              "2", "--ctx", "8k,32k", "-f", "json")
-    assert plotted == [row["max_users"] for row in json.loads(out_)]
+    assert plotted == [row["max_users"] for row in json.loads(out_)["rows"]]
 
 
 # ---------------------------------------------------------------------------------------------- docs for users
@@ -499,7 +499,7 @@ def test_planning_imports_nothing_it_does_not_use():
     )
     result = run_python(code, timeout=120)
     assert result.returncode == 0, result.stderr
-    assert "LOADED []" in result.stderr and "COMMANDS 1 8" in result.stderr, result.stderr
+    assert "LOADED []" in result.stderr and "COMMANDS 1 9" in result.stderr, result.stderr
 
 
 def test_the_startup_floor_takes_estimates_options():
@@ -538,5 +538,5 @@ def test_the_command_runs_without_the_cycle_collector_but_profiles_with_it():
     result = run_python(code, timeout=120)
     assert result.returncode == 0 and "COLLECTOR False True True" in result.stderr, result.stderr
     source = (ROOT / "kvplan" / "cli.py").read_text(encoding="utf-8")
-    profile = source[source.index("def profile("):source.index("from kvplan.profiler.run import run_profile")]
+    profile = source[source.index("def profile("):source.index("_call(api.profile")]
     assert "gc.enable()" in profile

@@ -6,7 +6,7 @@ import pytest
 from conftest import GiB, assert_one_line_error, run_main
 
 from kvplan import plot
-from kvplan import table as planning
+from kvplan import tables as planning
 
 pytest.importorskip("matplotlib")
 

@@ -242,6 +242,6 @@ def test_plan_carries_the_multimodal_reservation():
 def test_table_plans_llama_cpp_on_apple_silicon(monkeypatch, capsys):
     code, out, _ = run_main(monkeypatch, capsys, "table", "-m", LLAMA3, "--ctx", "8k", "--gpu", "m2-ultra",
                             "--format", "json")
-    assert code == 0 and json.loads(out)[0]["engine"] == "llama.cpp"
+    assert code == 0 and json.loads(out)["rows"][0]["engine"] == "llama.cpp"
     code, _, err = run_main(monkeypatch, capsys, "table", "-m", LLAMA3, "--ctx", "8k", "--gpu", "m2-ultra,h100")
     assert code == 2 and "give --engine" in err

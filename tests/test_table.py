@@ -8,7 +8,7 @@ import json
 import pytest
 from conftest import GiB, assert_one_line_error, run_cli, run_main, run_python
 
-from kvplan import table as planning
+from kvplan import tables as planning
 
 LLAMA3 = "meta-llama/Meta-Llama-3-8B"  # max context 8,192
 LLAMA31 = "meta-llama/Llama-3.1-8B"  # max context 131,072
@@ -105,7 +105,9 @@ def test_json_records_match_csv(monkeypatch, capsys):
     args = ("table", "-m", LLAMA31, "--ctx", "8k", "--gpu", "h100")
     code, out, err = run_main(monkeypatch, capsys, *args, "--format", "json")
     assert code == 0, err
-    data = json.loads(out)
+    document = json.loads(out)
+    assert list(document) == ["schema_version", "rows", "failures"] and document["failures"] == []
+    data = document["rows"]
     assert isinstance(data, list) and len(data) == 1
     assert list(data[0]) == [*planning.FIELDS, *planning.GPU_FIELDS]
     assert data[0]["kv_bytes_per_sequence"] == GiB and data[0]["max_users"] == 56
@@ -130,7 +132,7 @@ def test_batch_multiplies_kv_in_total(monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "table", "-m", LLAMA31, "--ctx", "8k", "--batch", "8",
                               "-f", "json")
     assert code == 0, err
-    (record,) = json.loads(out)
+    (record,) = json.loads(out)["rows"]
     assert record["total_bytes"] == WEIGHTS + 8 * GiB and record["kv_bytes_per_sequence"] == GiB
     _, md, _ = run_main(monkeypatch, capsys, "table", "-m", LLAMA31, "--ctx", "8k", "--batch", "8",
                         "-f", "md")
@@ -146,7 +148,7 @@ def test_beyond_max_context_is_marked(monkeypatch, capsys):
     assert [r[1] for r in rows] == ["8k", "32k\\*"]  # escaped so GitHub shows a literal *
     assert "beyond the model's max context" in out and "8,192 tokens" in out
     _, data, _ = run_main(monkeypatch, capsys, "table", "-m", LLAMA3, "--ctx", "8k,32k", "-f", "json")
-    assert [r["beyond_max_context"] for r in json.loads(data)] == [False, True]
+    assert [r["beyond_max_context"] for r in json.loads(data)["rows"]] == [False, True]
 
 
 def test_engine_rules_and_vram(monkeypatch, capsys):
@@ -154,7 +156,7 @@ def test_engine_rules_and_vram(monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "table", "-m", LLAMA31, "--ctx", "8k", "--vram", "24GiB",
                               "--engine", "llama.cpp", "-f", "json")
     assert code == 0, err
-    (record,) = json.loads(out)
+    (record,) = json.loads(out)["rows"]
     assert record["kv_dtype"] == "fp16" and record["engine"] == "llama.cpp"
     assert record["gpu"] == "24.00 GiB GPU" and record["gpu_memory_bytes"] == 24 * GiB
     # 24 GiB - 13.98 GiB weights on the GPU (14.96 GiB less the 0.98 GiB of token embeddings llama.cpp keeps in
@@ -167,7 +169,7 @@ def test_no_kv_cache_model_has_no_user_bound(monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "table", "-m", "google-bert/bert-base-uncased", "--ctx",
                               "512", "--gpu", "h100", "-f", "json")
     assert code == 0, err
-    (record,) = json.loads(out)
+    (record,) = json.loads(out)["rows"]
     assert record["kv_bytes_per_sequence"] == 0 and record["max_users"] is None
     _, md, _ = run_main(monkeypatch, capsys, "table", "-m", "google-bert/bert-base-uncased", "--ctx", "512",
                         "--gpu", "h100", "-f", "md")
@@ -252,11 +254,11 @@ def test_models_from_file_and_filter(monkeypatch, capsys, tmp_path):
     for spec in (f"@{listing}", str(listing)):
         code, out, err = run_main(monkeypatch, capsys, "table", "-m", spec, "--ctx", "8k", "-f", "json")
         assert code == 0, err
-        assert [r["model"] for r in json.loads(out)] == [LLAMA31, "openai/gpt-oss-20b"]
+        assert [r["model"] for r in json.loads(out)["rows"]] == [LLAMA31, "openai/gpt-oss-20b"]
     code, out, err = run_main(monkeypatch, capsys, "table", "--filter", "gpt-oss", "--ctx", "8k",
                               "-f", "json")
     assert code == 0, err
-    assert sorted(r["model"] for r in json.loads(out)) == ["openai/gpt-oss-120b", "openai/gpt-oss-20b"]
+    assert sorted(r["model"] for r in json.loads(out)["rows"]) == ["openai/gpt-oss-120b", "openai/gpt-oss-20b"]
 
 
 def test_each_model_loaded_once(monkeypatch):
@@ -361,7 +363,7 @@ def test_a_cell_the_engine_cannot_plan_is_marked_and_the_rest_rendered(monkeypat
     args = ["table", "--filter", "-", "--ctx", "8k", "--gpu", "a100-80gb,h100"]
     code, out, err = run_main(monkeypatch, capsys, *args, "-f", "json")
     assert (code, err) == (0, "")
-    records = json.loads(out)
+    records = json.loads(out)["rows"]
     from kvplan.sources import library
 
     assert {r["model"] for r in records} == {e.id for e in library.entries()}

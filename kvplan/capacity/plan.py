@@ -13,6 +13,8 @@ from kvplan.engines import Engine, EngineOptions
 from kvplan.errors import KvplanError
 from kvplan.memory import weights_bytes
 from kvplan.model import Hardware, ModelSpec, Parallelism, Workload
+from kvplan.notebook import ShownAsReport
+from kvplan.schemas import version_field
 
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 SPLIT_DEGREES = (1, 2, 4, 8)  # TP within a node; PP degrees tried by `plan`
@@ -111,9 +113,13 @@ class PlanRow(BaseModel):
     lora_bytes_per_gpu: int = 0
 
 
-class Plan(BaseModel):
+class Plan(ShownAsReport, BaseModel):
+    """`kvplan plan`'s result; its JSON is the command's `--json` output, and it shows in a notebook as the command
+    prints it."""
+
     model_config = ConfigDict(defer_build=True)
 
+    schema_version: str = version_field()
     model: str
     engine: str
     engine_version: str
@@ -124,6 +130,12 @@ class Plan(BaseModel):
     rows: list[PlanRow]
     warnings: list[str]
     notes: list[str] = []
+
+    def report(self, width: int = 80) -> str:
+        """What `kvplan plan` prints, as text `width` columns wide."""
+        from kvplan.report import print_plan, text_of
+
+        return text_of(lambda console: print_plan(console, self), width)
 
 
 def plan(model: ModelSpec, workload: Workload, hardware: Hardware, *, engine_name: str = "vllm",

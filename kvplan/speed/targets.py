@@ -131,7 +131,7 @@ class Speed(BaseModel):
 
     def fields(self) -> dict:
         """The flat keys `kvplan estimate --json` adds (docs/cli.md); with targets, capacity's max_concurrent_users
-        and its bound are `users` and `bound` (the CLI's `_judged`)."""
+        and its bound are `users` and `bound` (`judged`)."""
         e = self.estimate
         out = {"isl": self.isl, "osl": self.osl, "speed_concurrency": self.concurrency, **SpeedFigures.of(e),
                "tokens_per_s_per_user_bound": self.tokens_per_s_per_user_bound,
@@ -242,6 +242,19 @@ def shortfall(served: Speed, asked: int) -> str:
     each = "meets" if served.users == 1 else "meet"
     return (f"{served.users:,} user{'' if served.users == 1 else 's'} {each} {served.targets.label()} (limited by "
             f"{served.fit_limited_by}); {asked:,} asked")
+
+
+def judged(cap: Capacity, served: Speed | None) -> Capacity:
+    """The capacity as the targets leave it: the users served are the fewer of memory's and speed's, and a
+    deployment whose memory holds the users asked but whose speed does not fails with the reason."""
+    if served is None or served.targets is None:
+        return cap
+    update = {"max_concurrent_users": served.users, "max_concurrent_users_bound": served.bound,
+              "fits": served.users >= cap.users}
+    if cap.fits and not update["fits"]:
+        update |= {"reasons": [shortfall(served, cap.users)],
+                   "suggestions": ["kvplan plan with the same targets finds the layouts that meet them"]}
+    return cap.model_copy(update=update)
 
 
 class SpeedPlanRow(SpeedFigures, PlanRow):

@@ -1,4 +1,5 @@
-"""`kvplan table`: planning tables of models x contexts (x GPUs), as rich, Markdown, CSV or JSON.
+"""`kvplan table`: planning tables of models x contexts (x GPUs), as rich, Markdown, CSV or JSON. (The module is
+`kvplan.tables`: `kvplan.table` is the public function, `kvplan.api.table`, whose result renders through here.)
 
 Presentation only. Every number comes from `kvplan.memory.estimate` (KV per token, KV per sequence, weights,
 total), `kvplan.capacity.users_sweep` (max users on a GPU under an engine, by the budget, pools and search
@@ -541,17 +542,24 @@ def notes(table: Table) -> list[str]:
 # ------------------------------------------------------------------------------------------------- formats
 
 
+def check_view(fmt: str, pivot: bool, metric: str | None) -> None:
+    """--pivot and --metric as the format takes them (before any model is read)."""
+    if metric is not None and not pivot:
+        raise KvplanError("--metric chooses what a --pivot table shows: add --pivot")
+    if pivot and fmt == "json":
+        raise KvplanError("--pivot is for rich, markdown and csv: json is always one object per model x ctx "
+                          "(x GPU)")
+
+
 def render(table: Table, fmt: str, *, pivot: bool = False, metric: str | None = None) -> str:
     """The table as text in one of FORMATS (rich is rendered without colour)."""
+    check_view(fmt, pivot, metric)
     if fmt == "markdown":
         return to_markdown(table, pivot=pivot, metric=metric)
     if fmt == "csv":
         return to_csv(table, pivot=pivot, metric=metric)
     if fmt == "json":
-        if pivot:
-            raise KvplanError("--pivot is for rich, markdown and csv: json is always one object per model x "
-                              "ctx (x GPU)")
-        return json.dumps(records(table), indent=2) + "\n"
+        return json.dumps(document(table), indent=2) + "\n"
     return boxed(table, pivot=pivot, metric=metric)
 
 
@@ -595,6 +603,14 @@ def to_markdown(table: Table, *, pivot: bool = False, metric: str | None = None)
                               [[c.cell(r) for c in columns] for r in table.rows])
     return text + "".join(f"\n{escape_markdown(line)}\n" for line in below(table, pivot=pivot, metric=metric,
                                                                            short=True))
+
+
+def document(table: Table) -> dict:
+    """The JSON output (`kvplan.table_results.TableResult`): the schema's version, the records, and the models left
+    out (--keep-going), one message each."""
+    from kvplan.schemas import SCHEMA_VERSION
+
+    return {"schema_version": SCHEMA_VERSION, "rows": records(table), "failures": table.failures}
 
 
 def records(table: Table) -> list[dict]:
