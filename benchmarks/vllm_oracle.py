@@ -74,6 +74,7 @@ class Case:
     kv_dtype: str = "auto"
     edits: dict = field(default_factory=dict)  # fields set after the cut (layer patterns of the cut model)
     cuda_model: bool = False  # a model vLLM builds from its CUDA files only: the child stubs what the CPU lacks
+    kv_bytes: int | None = None  # the KV space in bytes (vLLM's kv_cache_memory_bytes); None: --kv-space-gib
 
 
 CASES = [
@@ -171,6 +172,13 @@ def config_of(model: str) -> dict:
     return json.loads(library.config_path(library.find(model)).read_text(encoding="utf-8"))
 
 
+def write_config(case: Case, directory: str) -> Path:
+    """The case's cut config.json in `directory`, which vLLM and kvplan both read."""
+    path = Path(directory) / "config.json"
+    path.write_text(json.dumps(cut_config(config_of(case.model), case.layers, case.edits)))
+    return path
+
+
 # ------------------------------------------------------------------------------------------------- vLLM
 
 # Run before a `cuda_model` case: vLLM builds Qwen4-Exp from its CUDA files (models/qwen4_exp/nvidia/) on any
@@ -217,13 +225,58 @@ _qsa.is_flash_attn_varlen_func_available = lambda: True
 _triton.next_power_of_2 = getattr(_triton, "next_power_of_2", lambda n: 1 << (int(n) - 1).bit_length())
 """
 
+# Run before CHILD for a load case: N requests submitted at once, each a short random prompt and the rest of the
+# context generated (`ignore_eos`), stepping the engine as `LLM.generate` does and reading, after every step, the
+# preemptions the scheduler made (each request's `num_preemptions`, which `_preempt_request` counts) and the blocks
+# each running request holds in its block tables (null blocks, the freed places of a window, left out). A run that
+# is to show a preemption stops at the first one. vLLM's `vllm:num_preemptions` counter adds the same events up, but
+# only once a preempted request reports again (its PREEMPTED event rides on its next output), so it is read at the
+# end of a run that goes to the end.
+LOAD_CHILD = r"""
+def counted(llm):
+    return sum(getattr(m, "value", 0) for m in llm.get_metrics() if m.name == "vllm:num_preemptions")
+
+def serve_under_load(llm, args):
+    import random
+    from vllm import SamplingParams
+    engine = llm.llm_engine
+    scheduler = engine.engine_core.engine_core.scheduler
+    pool = scheduler.kv_cache_manager.block_pool
+    tables = scheduler.kv_cache_manager.coordinator.single_type_managers
+    runs = []
+    for users, stop_at_preemption in args["load"]:
+        rng = random.Random(users)
+        params = SamplingParams(max_tokens=args["ctx"] - args["prompt"], ignore_eos=True)
+        for i in range(users):
+            prompt = [rng.randrange(10, 1000) for _ in range(args["prompt"])]
+            engine.add_request(f"{users}-{i}", {"prompt_token_ids": prompt}, params)
+        requests = dict(scheduler.requests)  # each Request kept, to read its preemptions after it finishes
+        before, held, used, steps, preempted = counted(llm), 0, 0, 0, 0
+        while engine.has_unfinished_requests():
+            requests.update(scheduler.requests)
+            engine.step()
+            steps += 1
+            for request in scheduler.running:
+                held = max(held, sum(not block.is_null for table in tables
+                                     for block in table.req_to_blocks.get(request.request_id, ())))
+            used = max(used, pool.num_gpu_blocks - pool.get_num_free_blocks())
+            preempted = sum(request.num_preemptions for request in requests.values())
+            if stop_at_preemption and preempted:
+                engine.abort_request(list(requests))
+                break
+        runs.append({"users": users, "preemptions": preempted, "steps": steps, "peak_blocks_per_request": held,
+                     "peak_blocks_in_use": used, "vllm_num_preemptions": counted(llm) - before})
+    return runs
+"""
+
 CHILD = r"""
 import json, os, sys
 args = json.loads(sys.argv[1])
 from vllm import LLM, SamplingParams
+space = {"kv_cache_memory_bytes": args["kv_bytes"]} if args.get("kv_bytes") else {}
 llm = LLM(model=args["dir"], load_format="dummy", skip_tokenizer_init=True, enforce_eager=True,
           max_model_len=args["ctx"], block_size=args["block_size"], max_num_batched_tokens=args["batched_tokens"],
-          kv_cache_dtype=args["kv_dtype"], max_num_seqs=256, seed=0, disable_log_stats="load" not in args)
+          kv_cache_dtype=args["kv_dtype"], max_num_seqs=256, seed=0, disable_log_stats="load" not in args, **space)
 vllm_config = llm.llm_engine.vllm_config
 cache, sched = vllm_config.cache_config, vllm_config.scheduler_config
 plan = {"num_blocks": cache.num_gpu_blocks, "kv_tokens": cache.kv_cache_size_tokens,
@@ -238,15 +291,8 @@ if config is not None:
     plan["groups"] = [{"spec": type(g.kv_cache_spec).__name__, "layers": len(g.layer_names),
                        "block_size": g.kv_cache_spec.block_size, "page_bytes": g.kv_cache_spec.page_size_bytes}
                       for g in config.kv_cache_groups]
-for users in args.get("load", []):
-    import random
-    rng = random.Random(users)
-    prompts = [{"prompt_token_ids": [rng.randrange(10, 1000) for _ in range(args["prompt"])]} for _ in range(users)]
-    before = {m.name: getattr(m, "value", 0) for m in llm.get_metrics() if "preempt" in m.name}
-    llm.generate(prompts, SamplingParams(max_tokens=args["ctx"] - args["prompt"], ignore_eos=True),
-                 use_tqdm=False)
-    after = {m.name: getattr(m, "value", 0) for m in llm.get_metrics() if "preempt" in m.name}
-    plan.setdefault("load", []).append({"users": users, "preemptions": sum(after.values()) - sum(before.values())})
+if "load" in args:
+    plan["load"] = serve_under_load(llm, args)
 print("ORACLE " + json.dumps(plan), flush=True)
 """
 
@@ -254,12 +300,15 @@ print("ORACLE " + json.dumps(plan), flush=True)
 def run_vllm(python: str, directory: Path, case: Case, kv_space_gib: int, load: dict | None = None) -> dict:
     """vLLM's plan for the case, from a child process running the vLLM interpreter."""
     args = {"dir": str(directory), "ctx": case.ctx, "block_size": case.block_size,
-            "batched_tokens": case.batched_tokens, "kv_dtype": case.kv_dtype, **(load or {})}
-    env = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_CPU_KVCACHE_SPACE": str(kv_space_gib),
-           "VLLM_LOGGING_LEVEL": "INFO", "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"}
-    code = CUDA_MODEL_STUBS + CHILD if case.cuda_model else CHILD
+            "batched_tokens": case.batched_tokens, "kv_dtype": case.kv_dtype, "kv_bytes": case.kv_bytes,
+            **(load or {})}
+    env = {"HF_HUB_OFFLINE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "INFO",
+           "PATH": "/usr/bin:/bin", "TOKENIZERS_PARALLELISM": "false"}
+    if not case.kv_bytes:  # the variable, when set, overrides kv_cache_memory_bytes (`platforms/cpu.py`)
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_space_gib)
+    code = (CUDA_MODEL_STUBS if case.cuda_model else "") + (LOAD_CHILD if load else "") + CHILD
     done = subprocess.run([python, "-c", code, json.dumps(args)], capture_output=True, text=True, env=env,
-                          timeout=7200 if load else 1800)  # generation under load takes minutes per request count
+                          timeout=14400 if load else 1800)  # generation under load takes minutes per request count
     for line in done.stdout.splitlines():
         if line.startswith("ORACLE "):
             return json.loads(line.removeprefix("ORACLE "))
@@ -291,7 +340,7 @@ def run_kvplan(path: Path, case: Case, kv_space_gib: int, vllm: dict):
                             async_scheduling=vllm["async_scheduling"], gdn_prefill_backend="triton",
                             mamba_ssm_cache_dtype=vllm.get("mamba_ssm_cache_dtype"))
     return capacity(load_model(str(path)), Workload(ctx=case.ctx), engine_name="vllm", options=options,
-                    kv_budget=kv_space_gib * GiB, kv_dtype_name=TORCH_TO_KVPLAN[kv])
+                    kv_budget=case.kv_bytes or kv_space_gib * GiB, kv_dtype_name=TORCH_TO_KVPLAN[kv])
 
 
 # ------------------------------------------------------------------------------------------------ report
@@ -302,8 +351,7 @@ def compare(python: str, cases: list[Case], kv_space_gib: int) -> list[str]:
             "max concurrency vLLM / kvplan | same |", "|---|--:|--:|--:|--:|--:|--:|---|"]
     for case in cases:
         with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "config.json"
-            path.write_text(json.dumps(cut_config(config_of(case.model), case.layers, case.edits)))
+            path = write_config(case, tmp)
             try:
                 vllm = run_vllm(python, Path(tmp), case, kv_space_gib)
             except (RuntimeError, subprocess.TimeoutExpired) as err:
@@ -323,26 +371,64 @@ def compare(python: str, cases: list[Case], kv_space_gib: int) -> list[str]:
     return rows
 
 
-# A sliding-window model small enough to generate with on a CPU, with pages large enough that 1 GiB holds tens of
-# users: 4 layers x 64 KV heads x 128 x 2 x 2 B = 128 KiB a token, 4 MiB blocks of 32 tokens; a window of 128 tokens.
-LOAD_CASE = Case("tiny sliding", "mistralai/Mistral-7B-v0.1", 4, 1024, 32, batched_tokens=256,
-                 edits={"hidden_size": 256, "num_attention_heads": 64, "num_key_value_heads": 64, "head_dim": 128,
-                        "sliding_window": 128})
+# Models small enough to generate with on a CPU, cut as above, each under a KV space that holds a few to a few tens
+# of users; prompts of 64 tokens, the rest of ctx generated. Block sizes are vLLM-CPU's default (128) or given;
+# max_num_batched_tokens is vLLM-CPU's LLM-class default, 4,096, or given.
+LOAD_PROMPT = 64
+LOAD_CASES = [
+    Case("llama-3-8b dense", "meta-llama/Llama-3-8B", 2, 2048, 128, batched_tokens=4096, kv_bytes=128 << 20),
+    # 4 layers x 64 KV heads x 128: 128 KiB a token, 4 MiB blocks of 32 tokens, 256 in 1 GiB
+    Case("mistral W 256 at 2k", "mistralai/Mistral-7B-v0.1", 4, 2048, 32,
+         edits={"hidden_size": 256, "num_attention_heads": 64, "num_key_value_heads": 64, "head_dim": 128,
+                "sliding_window": 256}),
+    Case("mistral-7b W 4096 at 8k", "mistralai/Mistral-7B-v0.1", 2, 8192, 128, batched_tokens=4096,
+         kv_bytes=256 << 20),
+    Case("gemma-3-1b 5 sliding + 1 full", "google/gemma-3-1b-it", 6, 2048, 128, batched_tokens=4096,
+         kv_bytes=80 << 20),
+    Case("gemma-4-31b 6 layers", "google/gemma-4-31B-it", 6, 2048, 128, batched_tokens=4096, kv_bytes=640 << 20,
+         edits={"text_only": "Gemma4ForCausalLM", "hidden_size": 512}),
+    Case("granite-4.0-h-1b 5 Mamba-2 + 1 attention", "ibm-granite/granite-4.0-h-1b", 6, 2048, 32,
+         batched_tokens=4096, kv_bytes=112 * 1_638_400,
+         edits={"layer_types": ["mamba", "mamba", "mamba", "attention", "mamba", "mamba"]}),
+]
 
 
-def load_test(python: str, users: list[int], kv_space_gib: int) -> list[str]:
-    """Serve N requests of ctx tokens at once (a short prompt, the rest generated) and count vLLM's preemptions,
-    beside kvplan's steady-decode users and vLLM's start-up figure for the same pool."""
-    case = LOAD_CASE
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "config.json"
-        path.write_text(json.dumps(cut_config(config_of(case.model), case.layers, case.edits)))
-        vllm = run_vllm(python, Path(tmp), case, kv_space_gib, {"load": users, "prompt": 64})
-        ours = run_kvplan(path, case, kv_space_gib, vllm)
-    rows = [f"kvplan: {ours.max_concurrent_users} users in steady decode, {ours.max_users_at_startup} at start-up; "
-            f"vLLM logs {vllm['max_concurrency']:.2f}x ({vllm['num_blocks']:,} blocks)",
-            "| concurrent requests | vLLM preemptions |", "|--:|--:|"]
-    rows += [f"| {run['users']} | {run['preemptions']} |" for run in vllm["load"]]
+def kvplan_on_cpu(path: Path, case: Case, kv_space_gib: int):
+    """kvplan's plan with --platform cpu (which assumes a host with AVX512-BF16, as vLLM-CPU's fp32 SSM state
+    does), the case's block size and max_num_batched_tokens, and the child's max_num_seqs."""
+    options = EngineOptions(version=VLLM_VERSION, platform="cpu", block_size=case.block_size,
+                            max_num_batched_tokens=case.batched_tokens, max_num_seqs=256)
+    return capacity(load_model(str(path)), Workload(ctx=case.ctx), engine_name="vllm", options=options,
+                    kv_budget=case.kv_bytes or kv_space_gib * GiB)
+
+
+def load_test(python: str, cases: list[Case], kv_space_gib: int) -> list[str]:
+    """Serve kvplan's steady-decode headline N, then N + 1 requests, all submitted at once, and count vLLM's
+    preemptions: the headline is vLLM's limit where N runs with none and N + 1 preempts. Beside them, the blocks
+    a request held at its peak (vLLM's block tables) and kvplan's blocks held per user, and the start-up figures."""
+    rows = ["| case | ctx | block | num_blocks vLLM / kvplan | blocks a user holds at its peak, vLLM / kvplan | "
+            "preemptions at N, N + 1 | N: kvplan's steady decode | start-up: kvplan, vLLM logs | same |",
+            "|---|--:|--:|--:|--:|--:|--:|--:|---|"]
+    for case in cases:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = write_config(case, tmp)
+            ours = kvplan_on_cpu(path, case, kv_space_gib)
+            users = ours.max_concurrent_users
+            try:  # each run in a fresh engine, N + 1 stopping at its first preemption
+                vllm, over = (run_vllm(python, Path(tmp), case, kv_space_gib,
+                                       {"load": [(n, n > users)], "prompt": LOAD_PROMPT}) for n in (users, users + 1))
+            except (RuntimeError, subprocess.TimeoutExpired) as err:
+                rows.append(f"| {case.name} | {case.ctx:,} | {case.block_size} | {err} | | | | | |")
+                continue
+        (at_n,), (beyond,) = vllm["load"], over["load"]
+        held = ours.vllm_kv_bytes_per_sequence_decode // ours.vllm_block_bytes
+        same = (vllm["num_blocks"] == ours.vllm_num_blocks and at_n["preemptions"] == 0 and beyond["preemptions"] > 0
+                and at_n["peak_blocks_per_request"] == held)
+        rows.append(f"| {case.name} | {case.ctx:,} | {vllm['block_size']} | {vllm['num_blocks']:,} / "
+                    f"{ours.vllm_num_blocks:,} | {at_n['peak_blocks_per_request']} / {held} | {at_n['preemptions']}, "
+                    f"{beyond['preemptions']} | {users} | {ours.max_users_at_startup}, "
+                    f"{vllm['max_concurrency']:.2f}x | {'yes' if same else 'NO'} |")
+        print(rows[-1], json.dumps(vllm), file=sys.stderr, flush=True)
     return rows
 
 
@@ -351,17 +437,16 @@ def main() -> None:
     parser.add_argument("--vllm-python", required=True, help="the interpreter of a venv with vllm-cpu installed")
     parser.add_argument("--cases", help="comma-separated case names (a prefix is enough); default: all")
     parser.add_argument("--kv-space-gib", type=int, default=1, help="VLLM_CPU_KVCACHE_SPACE and kvplan --kv-budget")
-    parser.add_argument("--load", help="comma-separated request counts for the preemption run")
+    parser.add_argument("--load", action="store_true", help="serve the load cases (--cases picks among them) and "
+                        "count preemptions")
     args = parser.parse_args()
     version = subprocess.run([args.vllm_python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
                              text=True).stdout.strip()
     print(f"vLLM {version} on the CPU (flags: {cpu_flags()}); KV space {args.kv_space_gib} GiB\n")
-    if args.load:
-        print("\n".join(load_test(args.vllm_python, [int(n) for n in args.load.split(",")], args.kv_space_gib)))
-        return
     wanted = [name.strip() for name in args.cases.split(",")] if args.cases else None
-    cases = [c for c in CASES if not wanted or any(c.name.startswith(w) for w in wanted)]
-    print("\n".join(compare(args.vllm_python, cases, args.kv_space_gib)))
+    cases = [c for c in (LOAD_CASES if args.load else CASES) if not wanted or any(c.name.startswith(w) for w in wanted)]
+    run = load_test if args.load else compare
+    print("\n".join(run(args.vllm_python, cases, args.kv_space_gib)))
 
 
 if __name__ == "__main__":

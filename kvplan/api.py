@@ -49,8 +49,9 @@ def estimate(model: str | ModelSpec, ctx: int | str | None = None, *, isl: int |
              kv_budget: str | int | None = None, overhead: str | int | None = None, users: int | None = None,
              avg_ctx: int | str | None = None, shared_prefix: int | str | None = None, block_size: int | None = None,
              max_num_batched_tokens: int | None = None, async_scheduling: bool | None = None,
-             kv_unified: bool | None = None, swa_full: bool | None = None, cache_implementation: str | None = None,
-             expandable_segments: bool = False, ubatch_size: int | None = None, batch_size: int | None = None,
+             platform: str | None = None, kv_unified: bool | None = None, swa_full: bool | None = None,
+             cache_implementation: str | None = None, expandable_segments: bool = False,
+             ubatch_size: int | None = None, batch_size: int | None = None,
              cache_type_k: str | None = None, cache_type_v: str | None = None, flash_attn: str | None = None,
              speculative_tokens: int | None = None, frontend: str | None = None,
              limit_mm_per_prompt: str | dict | None = None, language_model_only: bool = False,
@@ -88,13 +89,15 @@ def estimate(model: str | ModelSpec, ctx: int | str | None = None, *, isl: int |
     if weights_dtype:
         check_weights(weights_dtype)
     capacity_flags = ("gpu", "vram", "gpus", "tp", "pp", "dp", "ep", "enable_expert_parallel", "engine", "kv_budget",
-                      "overhead", "users", "avg_ctx", "shared_prefix", "draft_model", *arguments.ENGINE_FLAGS)
+                      "overhead", "users", "avg_ctx", "shared_prefix", "draft_model", "platform",
+                      *arguments.ENGINE_FLAGS)
     spec = _model(model, revision, token, gguf_file)
     cap = workload = None
     if any(arguments.given(name, flags[name]) for name in capacity_flags):
         from kvplan import capacity
 
-        options = arguments.engine_options(**{name: flags[name] for name in arguments.ENGINE_FLAGS})
+        options = arguments.engine_options(platform=platform,
+                                           **{name: flags[name] for name in arguments.ENGINE_FLAGS})
         workload = capacity.Workload(
             ctx=tokens, users=users if users is not None else batch,
             avg_ctx=parse_tokens(avg_ctx, "avg-ctx") if avg_ctx else None,
@@ -129,7 +132,8 @@ def _speed(spec, cap, workload, targets: tuple[str, dict] | None, asked: int | N
     note saying why the speed model cannot describe it, which is an error where a target needs it)."""
     from kvplan.speed import targets as speed
 
-    why = speed.problem(None, "") if cap is None else speed.problem(cap.gpu, cap.engine, cap.pipeline_parallel_size)
+    why = speed.problem(None, "") if cap is None else speed.problem(cap.gpu, cap.engine, cap.pipeline_parallel_size,
+                                                                    cap.platform)
     if why and targets:
         raise KvplanError(f"{targets[0]}: {why}")
     if why:

@@ -86,7 +86,7 @@ def number(flag: str, value) -> None:
 
 
 def engine_options(*, engine_version=None, gpu_memory_utilization=None, block_size=None,
-                   max_num_batched_tokens=None, async_scheduling=None, kv_unified=None, swa_full=None,
+                   max_num_batched_tokens=None, async_scheduling=None, platform=None, kv_unified=None, swa_full=None,
                    cache_implementation=None, expandable_segments=False, ubatch_size=None, batch_size=None,
                    cache_type_k=None, cache_type_v=None, flash_attn=None, speculative_tokens=None, frontend=None,
                    limit_mm_per_prompt=None, language_model_only=False, kv_offloading_size=None,
@@ -110,6 +110,7 @@ def engine_options(*, engine_version=None, gpu_memory_utilization=None, block_si
     for flag, value, choices in (("--cache-implementation", cache_implementation, ("dynamic", "static")),
                                  ("--flash-attn", flash_attn, ("on", "off", "auto")),
                                  ("--frontend", frontend, ("server", "python")),
+                                 ("--platform", platform, ("gpu", "cpu")),
                                  ("--kv-offloading-backend", kv_offloading_backend, ("native", "lmcache")),
                                  ("--speculative-method", speculative_method,
                                   ("draft_model", "eagle", "eagle3", "mtp", "ngram")),
@@ -124,8 +125,9 @@ def engine_options(*, engine_version=None, gpu_memory_utilization=None, block_si
         raise KvplanError(f"--speculative-tokens must be between 0 and {MAX_COUNT:,}, got {brief(speculative_tokens)}")
     return EngineOptions(version=engine_version, memory_fraction=gpu_memory_utilization, block_size=block_size,
                          max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                         kv_unified=kv_unified, swa_full=swa_full, cache_implementation=cache_implementation,
-                         expandable_segments=expandable_segments or None, ubatch_size=ubatch_size,
+                         platform=platform, kv_unified=kv_unified, swa_full=swa_full,
+                         cache_implementation=cache_implementation, expandable_segments=expandable_segments or None,
+                         ubatch_size=ubatch_size,
                          batch_size=batch_size, cache_type_k=cache_type_k, cache_type_v=cache_type_v,
                          flash_attn=flash_attn, speculative_tokens=speculative_tokens, frontend=frontend,
                          limit_mm_per_prompt=limit_mm(limit_mm_per_prompt),

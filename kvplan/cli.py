@@ -122,6 +122,8 @@ BlockSize = _flag(int | None, "KV block size in tokens (TensorRT-LLM: tokens_per
 BatchedTokens = _flag(int | None, "tokens a scheduler step batches (sizes activations and windows)", panel=VLLM)
 AsyncScheduling = _flag(bool | None, "async scheduling (default on; off on vLLM's CPU backend)",
                         "--async-scheduling/--no-async-scheduling", panel=VLLM)
+Platform = _flag(str | None, "gpu (default) or cpu, vLLM-CPU's rules (async scheduling off, 128-token blocks, fp32 "
+                 "SSM states, its defaults; give the KV space as --kv-budget)", "--platform", panel=VLLM)
 KvUnified = _flag(bool | None, "unified KV cache (-kvu)", "--kv-unified/--no-kv-unified", panel=LLAMACPP)
 SwaFull = _flag(bool | None, "full-size cache for sliding-window layers", "--swa-full/--no-swa-full", panel=LLAMACPP)
 CacheImpl = _flag(str | None, "cache class: dynamic (default) or static", panel=TRANSFORMERS)
@@ -201,6 +203,7 @@ def estimate(
     kv_budget: KvBudget = None, overhead: Overhead = None, users: Users = None, avg_ctx: AvgCtx = None,
     shared_prefix: SharedPrefix = None, block_size: BlockSize = None,
     max_num_batched_tokens: BatchedTokens = None, async_scheduling: AsyncScheduling = None,
+    platform: Platform = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, cache_implementation: CacheImpl = None,
     expandable_segments: ExpandableSegments = False,
     ubatch_size: UbatchSize = None, batch_size: BatchSize = None, cache_type_k: CacheTypeK = None,

@@ -285,7 +285,9 @@ def _shape(cache) -> str:
 
 def print_capacity(console: Console, cap) -> None:
     """The capacity plan (kvplan.capacity.Capacity): budget, users, what vLLM would log, the verdict."""
-    if cap.gpu:
+    if cap.platform == "cpu":
+        where = "the CPU"
+    elif cap.gpu:
         where = f"{cap.gpus} x {cap.gpu}"
     else:
         where = f"{cap.gpus} x {format_bytes(cap.gpu_memory_bytes)} GPU" if cap.gpu_memory_bytes else "GPU"
@@ -307,7 +309,8 @@ def print_capacity(console: Console, cap) -> None:
     table.add_column()
     table.add_column(justify="right")
     if cap.kv_budget_given:
-        table.add_row("KV budget per GPU (--kv-budget)", both_units(cap.kv_budget_bytes))
+        per = "on the CPU" if cap.platform == "cpu" else "per GPU"
+        table.add_row(f"KV budget {per} (--kv-budget)", both_units(cap.kv_budget_bytes))
     else:
         table.add_row("GPU memory", both_units(cap.gpu_memory_bytes))
         table.add_row("x memory fraction", f"{cap.memory_fraction:g}")
@@ -335,8 +338,6 @@ def print_capacity(console: Console, cap) -> None:
         table.add_row(f"KV per user ({cap.kv_dtype})", both_units(decode))
     else:
         table.add_row(f"KV per user ({cap.kv_dtype}), steady decode", both_units(decode))
-        if cap.engine_kv_bytes_in_flight:
-            table.add_row("  + in-flight tokens, once", both_units(cap.engine_kv_bytes_in_flight))
         table.add_row("KV per user reserved at start-up", both_units(cap.engine_kv_bytes_per_sequence))
     if cap.engine_kv_bytes_per_sequence_draft:
         table.add_row("  of which the draft", both_units(cap.engine_kv_bytes_per_sequence_draft))
@@ -367,9 +368,11 @@ def print_capacity(console: Console, cap) -> None:
     print_table(console, table, whole=())
     if two_figures:
         console.print(plain(
-            f"Steady decode frees what sliding layers no longer read and counts the in-flight tokens once: "
-            f"{_users(cap.max_concurrent_users)} served without preemption. {label}'s start-up check reserves "
-            f"each request's window plus all in-flight tokens: {_users(cap.max_users_at_startup)}, as it logs."))
+            f"In steady decode a user holds only what it still reads (windows freed as they slide, a state's prefill "
+            f"checkpoint freed): {_users(cap.max_concurrent_users)} served without preemption. A prompt being "
+            f"admitted takes more (a window plus the in-flight tokens of its prefill, a checkpoint page), and "
+            f"{label}'s start-up check reserves that for every request: {_users(cap.max_users_at_startup)}, as it "
+            "logs."))
     if cap.vllm_log:
         _print_vllm_log(console, cap)
     for note in [*cap.engine_assumptions, *_extras_notes(cap), *cap.notes]:

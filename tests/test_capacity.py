@@ -289,8 +289,7 @@ def test_fp8_never_fewer_users_than_bf16(model, engine, ctx, budget):
 @given(
     model=models, engine=st.sampled_from(ENGINES), ctx=st.integers(1, 65_536), budget=st.integers(1, 64 * GiB)
 )
-# Contexts within a window and a batch, where a request's window and its in-flight tokens are the same blocks: the
-# steady-decode sum once counted them twice and exceeded the start-up reservation it must stay under.
+# Contexts within a window and a batch, where a request's window and its in-flight tokens are the same blocks.
 @example(model=synthetic(1, 1, 64, 0, window=17), engine="vllm", ctx=33, budget=20_480)
 @example(model=synthetic(1, 1, 64, 0, window=16), engine="vllm", ctx=17, budget=16_384)
 def test_users_fit_the_budget(model, engine, ctx, budget):
@@ -298,10 +297,9 @@ def test_users_fit_the_budget(model, engine, ctx, budget):
     if engine in PAGED:
         assert cap.max_users_at_startup * cap.engine_kv_bytes_per_sequence <= budget
         users = cap.max_concurrent_users
-        # a request never holds more than its start-up reservation (vLLM max_memory_usage_bytes)
-        steady = min(users * cap.engine_kv_bytes_per_sequence_decode + cap.engine_kv_bytes_in_flight,
-                     users * cap.engine_kv_bytes_per_sequence)
-        assert steady <= budget or users == 0
+        # a request never holds more in steady decode than its start-up reservation (vLLM max_memory_usage_bytes)
+        assert cap.engine_kv_bytes_per_sequence_decode <= cap.engine_kv_bytes_per_sequence
+        assert users * cap.engine_kv_bytes_per_sequence_decode + cap.engine_kv_bytes_fixed <= budget or users == 0
     assert cap.max_concurrent_users >= cap.max_users_at_startup
     assert (cap.max_users_at_startup == 0) == (cap.max_concurrent_users == 0)
     workload = Workload(ctx=ctx, users=max(cap.max_concurrent_users, 1))
@@ -377,8 +375,11 @@ def test_pools_that_free_nothing_in_decode_hold_their_reservation(engine):
         if pool.frees_in_decode:
             freeing.append(name)
             assert gained, name
+    # Qwen3-Next: on an H100 vLLM 0.33 runs its Gated DeltaNet prefill on FlashInfer, whose checkpoint page each
+    # state frees in decode
     assert set(freeing) == ({"google/gemma-3-27b-it", "openai/gpt-oss-20b", "openai/whisper-large-v3",
-                             "meta-llama/Llama-4-Scout-17B-16E-Instruct"} if engine == "vllm" else set())
+                             "meta-llama/Llama-4-Scout-17B-16E-Instruct", "Qwen/Qwen3-Next-80B-A3B-Thinking"}
+                            if engine == "vllm" else set())
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "llama.cpp", "transformers", "tensorrt-llm", "ideal"])

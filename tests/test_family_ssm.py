@@ -109,9 +109,11 @@ def test_vllm_nemotron_3_nano_at_8k_on_an_h100():
     assert cap.vllm_blocks_per_sequence == 16
     assert cap.engine_kv_bytes_per_sequence == 16 * 12_877_824
     assert any("1 padding layers" in note for note in cap.notes)
-    # A 10 GiB budget: 10,737,418,240 // 12,877,824 = 833 blocks, one the null block: (833 - 1) // 16 = 52 users
+    # A 10 GiB budget: 10,737,418,240 // 12,877,824 = 833 blocks, one the null block: (833 - 1) // 16 = 52 users at
+    # start-up; in steady decode each Mamba group holds 2 pages, its prefill checkpoint freed: (833 - 1) // 12 = 69
     budget = capacity(model, Workload(ctx=8192), kv_budget=10 * GiB)
-    assert budget.vllm_num_blocks == 833 and budget.max_concurrent_users == 52
+    assert budget.vllm_num_blocks == 833 and budget.max_users_at_startup == 52
+    assert budget.vllm_kv_bytes_per_sequence_decode == 12 * 12_877_824 and budget.max_concurrent_users == 69
 
 
 @pytest.mark.parametrize(("version", "pages"), [("0.33.0", 3), ("0.32.0", 3), ("0.31.0", 2), ("0.28.0", 2),

@@ -101,13 +101,11 @@ def test_flash_blocks_per_request_and_log_by_hand(ctx, blocks, tokens):
 
 def test_flash_steady_decode_by_hand():
     """Steady decode at 1M: a window holds cdiv(128, 64) + 1 = 3 blocks, a CSA state cdiv(8, 4) + 1 = 3, an HCA state
-    cdiv(128, 8) + 1 = 17, the entries all 4,096: 2 x 3 + 4,096 + 3 + 17 = 4,122 blocks a user. The in-flight tokens
-    keep 2 x cdiv(16,384, 64) + cdiv(16,384, 4) + cdiv(16,384, 8) = 512 + 4,096 + 2,048 = 6,656 blocks once:
-    (107,134 - 1 - 6,656) // 4,122 = 24 users."""
+    cdiv(128, 8) + 1 = 17, the entries all 4,096: 2 x 3 + 4,096 + 3 + 17 = 4,122 blocks a user:
+    (107,134 - 1) // 4,122 = 25 users."""
     cap = capacity(load_model(FLASH), Workload(ctx=M), kv_budget=100 * GiB)
     assert cap.engine_kv_bytes_per_sequence_decode == 4_122 * 1_002_240
-    assert cap.engine_kv_bytes_in_flight == 6_656 * 1_002_240
-    assert cap.max_concurrent_users == 24
+    assert cap.max_concurrent_users == 25
 
 
 def test_pro_by_hand():

@@ -102,27 +102,26 @@ def test_gemma3_27b_at_32k_on_an_h100_both_figures():
     Start-up (`max_memory_usage_bytes`): 2,048 + 6 x (cdiv(1,023 + 16,384, 16) + 1 = 1,089) = 8,582 blocks a
     request; 16,258 blocks in the budget (16,325 before vLLM's encoder cache, 32 images x 256 rows x 5,376 x 2 B =
     88,080,384 B, takes 67.2 of them), one the null block: 16,257 // 8,582 = 1 user (vLLM logs 1.89x).
-    Steady decode: 2,048 + 6 x (cdiv(1,024, 16) + 1 = 65) = 2,438 blocks a user (2.98 GiB), the in-flight
-    tokens 6 x cdiv(16,384, 16) = 6,144 blocks once: (16,257 - 6,144) // 2,438 = 4 users."""
+    Steady decode: 2,048 + 6 x (cdiv(1,024, 16) + 1 = 65) = 2,438 blocks a user (2.98 GiB): 16,257 // 2,438 = 6
+    users (the in-flight tokens a sliding group reserves for are a prompt's prefill, not held in decode)."""
     cap = capacity(load_model("google/gemma-3-27b-it"), Workload(ctx=32_768, users=8), hardware=H100)
     assert cap.overhead["mm_encoder_cache"] == 32 * 256 * 5376 * 2 == 88_080_384
     assert cap.vllm_num_blocks == 16_258 and cap.vllm_blocks_per_sequence == 8582
     assert cap.max_users_at_startup == 1
     assert cap.engine_kv_bytes_per_sequence_decode == 2438 * 1_310_720
-    assert cap.engine_kv_bytes_in_flight == 6144 * 1_310_720
-    assert cap.max_concurrent_users == 4
+    assert cap.max_concurrent_users == 6
     assert not cap.fits
-    assert cap.engine_kv_bytes_for_users == (8 * 2438 + 6144 + 1) * 1_310_720
+    assert cap.engine_kv_bytes_for_users == (8 * 2438 + 1) * 1_310_720
 
 
 def test_both_figures_are_shown_with_the_explanation(monkeypatch, capsys):
     code, out, _ = run_main(monkeypatch, capsys, "estimate", "--model", "google/gemma-3-27b-it", "--ctx", "32k",
                             "--gpu", "h100", "--batch", "8")
-    assert code == 1  # 8 asked, 4 served
+    assert code == 1  # 8 asked, 6 served
     text = " ".join(out.split())
-    assert "max users at 32,768 tokens, steady decode 4" in text
+    assert "max users at 32,768 tokens, steady decode 6" in text
     assert "max users vLLM's start-up check admits 1" in text
-    assert "4 users served without preemption" in text and "1 user, as it logs" in text
+    assert "6 users served without preemption" in text and "1 user, as it logs" in text
     assert "Maximum concurrency for 32,768 tokens per request: 1.89x" in text
 
 
@@ -139,8 +138,8 @@ def test_json_carries_both_figures(monkeypatch, capsys):
     code, out, err = run_main(monkeypatch, capsys, "estimate", "--model", "google/gemma-3-27b-it", "--ctx", "32k",
                               "--gpu", "h100", "--json")
     data = json.loads(out)
-    assert (data["max_concurrent_users"], data["max_users_at_startup"]) == (4, 1)
-    assert data["engine_kv_bytes_in_flight"] == 6144 * 1_310_720
+    assert (data["max_concurrent_users"], data["max_users_at_startup"]) == (6, 1)
+    assert data["engine_kv_bytes_per_sequence_decode"] == 2438 * 1_310_720
 
 
 def test_no_user_when_the_start_up_check_fails():

@@ -6,11 +6,13 @@
     max ctx for N     = the largest ctx whose pool.peak_bytes(N / replicas, ctx) fits it on every stage
 peak_bytes is the KV the engine allocates plus activations that grow with the batch, which only transformers has
 (it prefills the whole batch in one pass; the others' activations are fixed overhead). The KV is counted two ways,
-which differ for sliding-window and chunked models under vLLM:
-    at start-up  (pool.bytes_for): what the engine reserves per request to admit it, vLLM's start-up check and
-                 its logged "Maximum concurrency": each request's window plus all in-flight tokens;
+which differ under vLLM for sliding-window, chunked and cross-attention models and for hybrids whose states take
+a prefill checkpoint page:
+    at start-up  (pool.bytes_for): what the engine reserves per request, vLLM's start-up check and its logged
+                 "Maximum concurrency", and what its admission of a new prompt asks free: each request's window
+                 plus all in-flight tokens (a prefill chunk's), a state's checkpoint page;
     steady decode (pool.steady_bytes_for): what the requests hold while decoding without preemption, windows
-                 freed as they slide, the in-flight tokens' blocks counted once for the engine.
+                 freed as they slide, checkpoint pages freed.
 The headline `max_concurrent_users` is the steady-decode figure (0 where the start-up check fails: the engine
 refuses to start); `max_users_at_startup` the other.
 Tensor parallelism splits KV heads, max(1, kv_heads // tp) per GPU (replicated when tp > kv_heads), and

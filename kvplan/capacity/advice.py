@@ -51,8 +51,8 @@ def _reason(cap: Capacity) -> str:
         return (f"one {engine.label} instance holds at most {users_label(limit)} "
                 f"({engine.sequence_limit_reason.format(limit=limit)}); {cap.users:,} asked")
     each = f"{_gib(cap.engine_kv_bytes_per_sequence_decode)} each"
-    if cap.engine_kv_bytes_in_flight:
-        each += f" in steady decode, {_gib(cap.engine_kv_bytes_in_flight)} in flight"
+    if cap.engine_kv_bytes_per_sequence_decode != cap.engine_kv_bytes_per_sequence:
+        each += " in steady decode"
     each += f", {_gib(activations)} {label}" if also else ""
     return f"{users_label(cap.max_concurrent_users)} {verb} at {cap.ctx:,} tokens ({each}); {cap.users:,} asked"
 

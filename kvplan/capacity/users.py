@@ -25,6 +25,7 @@ class Capacity(BaseModel):
     engine_assumptions: list[str]
     gpu: str | None
     gpu_memory_bytes: int | None
+    platform: str = Field("gpu", description="where the engine runs: gpu, or cpu (vLLM's CPU platform)")
     gpus: int
     tensor_parallel_size: int = Field(description="attention tensor parallelism of one data-parallel rank")
     pipeline_parallel_size: int
@@ -53,7 +54,6 @@ class Capacity(BaseModel):
                                                    "the users asked, as the driver counts it (transformers: what "
                                                    "torch's caching allocator reserves and the CUDA context)")
     engine_kv_bytes_per_sequence_decode: int  # what a sequence holds in steady decode (sliding layers trimmed)
-    engine_kv_bytes_in_flight: int = 0  # what the in-flight tokens add to the steady hold, once for the engine
     engine_kv_bytes_fixed: int = Field(0, description="what the engine's pools hold whatever the users (vLLM's null "
                                        "block, SGLang's --max-mamba-cache-size slots)")
     max_concurrent_users: int = Field(description="users served at ctx in steady decode without preemption")
@@ -214,7 +214,7 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
     return Capacity(
         engine=engine.name, engine_version=engine.version, engine_version_given=engine.version_given,
         engine_assumptions=engine.assumptions(uses_fraction=d.fraction is not None), gpu=hardware.name,
-        gpu_memory_bytes=hardware.memory_bytes,
+        gpu_memory_bytes=hardware.memory_bytes, platform=engine.options.platform or "gpu",
         gpus=parallel.gpus, tensor_parallel_size=parallel.tp, pipeline_parallel_size=parallel.pp,
         data_parallel_size=parallel.dp, expert_parallel_size=parallel.ep,
         data_parallel_replicas=parallel.replicas, ctx=ctx, kv_dtype=keys.name,
@@ -225,8 +225,6 @@ def count(model: ModelSpec, workload: Workload, *, engine_name: str = "vllm",
         kv_budget_bytes=budget, kv_budget_given=kv_budget is not None,
         engine_kv_bytes_per_sequence=binding.bytes_per_sequence(ctx), users=workload.target,
         engine_kv_bytes_per_sequence_decode=binding.bytes_per_sequence_decode(ctx),
-        engine_kv_bytes_in_flight=(binding.steady_bytes_for(1, ctx) - binding.steady_bytes_for(0, ctx)
-                                   - binding.bytes_per_sequence_decode(ctx)),
         engine_kv_bytes_fixed=binding.bytes_for(0, ctx),
         engine_kv_bytes_for_users=max(p.steady_bytes_for(need, ctx, prefix) for p in pools),
         engine_activation_bytes_for_users=max(p.activation_bytes(need, ctx) for p in pools),

