@@ -182,7 +182,7 @@ class LlamaCppGraph:
         input, its norm and the embeddings' row, Q, K and V out of their convolutions, the gate g1 and f_a's
         output, with h x d = C / 3 and d = its state's d x h x d over h x d."""
         conv = cache.conv_elements // (cache.conv_kernel - 1) if cache.conv_kernel else 0
-        if cache.mixer == "kda":
+        if cache.mixer == "kda" and conv:
             inner = conv // 3
             return 3 * self.hidden + 7 * inner + cache.ssm_elements // inner
         hidden, channels = self.RECURRENT.get(cache.mixer, (1, 6))
@@ -198,8 +198,8 @@ class LlamaCppGraph:
         rows gathered, scaled, the projection and its norm) beside the embeddings twice; at the first AltUp
         prediction P and two P-sized blocks ggml-alloc cannot reuse for the streams' three copies; in every layer
         P and S beside the generic moment. The fragmentation terms were read off ggml-alloc's allocation trace
-        (GGML_ALLOCATOR_DEBUG) and checked within 5% on hidden sizes 256 to 2,048."""
-        if self.lightning:
+        (GGML_ALLOCATOR_DEBUG) and hold within 5% with flash attention at hidden sizes 256 to 2,048."""
+        if self.lightning and self.heads:
             heads, state = self.heads, self.lightning
             inner = heads * math.isqrt(state // heads)
             inputs += 4 * tokens * heads * (tokens + 2)
