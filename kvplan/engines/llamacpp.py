@@ -189,21 +189,22 @@ class LlamaCppGraph:
         return hidden * self.hidden + channels * conv
 
     def family_peak(self, tokens: int, inputs: int, layer: int) -> int:
-        """The peak of the layers' graph, `inputs` + `layer` bytes, with the terms of the graphs that hold more:
+        """The peak of the layers' graph, `inputs` + `layer` bytes, with the terms of the graphs that hold more.
         MiniMax-01 (src/models/minimax-01.cpp): its lightning attention's decay inputs, T x T x h f32 beside the
         q and k decays (2 T x h); in a lightning layer the exponentiated decay and the scores (two T x T x h),
-        Q, K, V, their product and the old state's product (5 T x h x d), the input and its norm (2 T x E), and
-        the state (d x d x h). Gemma 3n (src/models/gemma3n.cpp): per-layer inputs P = T x n_layer x 256 f32
-        (n_embd_altup) and four AltUp streams S = 4 x T x E f32 (n_altup); at the start four copies of P (the
-        rows gathered, scaled, the projection and its norm) beside the embeddings twice; at the first AltUp
-        prediction P and two P-sized blocks ggml-alloc cannot reuse for the streams' three copies; in every layer
-        P and S beside the generic moment. The fragmentation terms were read off ggml-alloc's allocation trace
-        (GGML_ALLOCATOR_DEBUG) and hold within 5% with flash attention at hidden sizes 256 to 2,048."""
+        Q, K, V, their product and the old state's product (5 T x h x d), three rows of E (the embeddings, the
+        layer's input and the block its norm freed), and the state (d x d x h).
+        Gemma 3n (src/models/gemma3n.cpp): per-layer inputs P = T x n_layer x 256 f32 (n_embd_altup) and four
+        AltUp streams S = 4 x T x E f32 (n_altup); at the start four copies of P (the rows gathered, scaled, the
+        projection and its norm) beside the embeddings twice; at the first AltUp prediction P and two P-sized
+        blocks ggml-alloc cannot reuse for the streams' three copies; in every layer P and S beside the generic
+        moment. The fragmentation terms were read off ggml-alloc's allocation trace (GGML_ALLOCATOR_DEBUG) and
+        hold within 5% with flash attention at hidden sizes 256 to 2,048."""
         if self.lightning and self.heads:
             heads, state = self.heads, self.lightning
             inner = heads * math.isqrt(state // heads)
             inputs += 4 * tokens * heads * (tokens + 2)
-            layer = max(layer, 4 * tokens * (2 * self.hidden + 5 * inner + 2 * tokens * heads) + 4 * state)
+            layer = max(layer, 4 * tokens * (3 * self.hidden + 5 * inner + 2 * tokens * heads) + 4 * state)
         if not self.gemma3n:
             return inputs + layer
         per_layer = 4 * tokens * self.layers * self.GEMMA3N_PER_LAYER
