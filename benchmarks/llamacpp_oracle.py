@@ -242,17 +242,17 @@ def mamba() -> Family:
                   recurrent_layers=2)
 
 
-def gemma3n() -> Family:
+def gemma3n(name: str = "gemma3n", hidden: int = 256, ff: int = 512) -> Family:
     """22 layers, so that llama.cpp's 20 layers with a KV cache leave 2 that reuse one; the file says 5
     (attention.shared_kv_layers), which llama.cpp does not read. kvplan reads the GGUF."""
-    hidden, layers, heads, kv, dim, window = 256, 22, 4, 2, 64, 128
+    layers, heads, kv, dim, window = 22, 4, 2, 64, 128
     config = hf("Gemma3nForCausalLM", "gemma3n_text", hidden_size=hidden, num_hidden_layers=layers,
-                num_attention_heads=heads, num_key_value_heads=kv, head_dim=dim, intermediate_size=512)
-    metadata = gguf_keys("gemma3n", **attention_keys(hidden, layers, heads, kv, dim, 512),
+                num_attention_heads=heads, num_key_value_heads=kv, head_dim=dim, intermediate_size=ff)
+    metadata = gguf_keys("gemma3n", **attention_keys(hidden, layers, heads, kv, dim, ff),
                          attention__sliding_window=window, attention__shared_kv_layers=5,
                          attention__sliding_window_pattern=[i % 5 != 4 for i in range(layers)])
-    return Family("gemma3n", config, "gemma3n", metadata, full=(kv * dim, kv * dim), swa=(kv * dim, kv * dim),
-                  tensors=gemma3n_tensors(hidden, layers, heads * dim, kv * dim, dim, 512))
+    return Family(name, config, "gemma3n", metadata, full=(kv * dim, kv * dim), swa=(kv * dim, kv * dim),
+                  tensors=gemma3n_tensors(hidden, layers, heads * dim, kv * dim, dim, ff))
 
 
 def gemma3n_tensors(hidden: int, layers: int, q: int, kv: int, dim: int, ff: int) -> list:
@@ -290,10 +290,10 @@ def gemma4() -> Family:
     return Family("gemma4", config, "gemma4", metadata, full=(128, 128), swa=(2 * 64, 2 * 64))
 
 
-def kimi_linear() -> Family:
-    """KDA on layers 0-2 (4 heads of 64, a convolution of 4), MLA on layer 3 (latent 64 + RoPE 32), one dense
-    layer then 4 experts; kvplan reads the GGUF."""
-    hidden, layers, heads, kda, kernel, rank, rope, nope = 256, 4, 4, 64, 4, 64, 32, 64
+def kimi_linear(name: str = "kimi-linear", hidden: int = 256, heads: int = 4, kda: int = 64) -> Family:
+    """KDA on layers 0-2 (4 heads of 64 unless given, a convolution of 4), MLA on layer 3 (latent 64 + RoPE 32),
+    one dense layer then 4 experts; kvplan reads the GGUF."""
+    layers, kernel, rank, rope, nope = 4, 4, 64, 32, 64
     config = hf("KimiLinearForCausalLM", "kimi_linear", hidden_size=hidden, num_hidden_layers=layers)
     keys = attention_keys(hidden, layers, heads, [0, 0, 0, 1], rank + rope, 512)
     metadata = gguf_keys("kimi-linear", **keys, attention__kv_lora_rank=rank, attention__key_length_mla=nope + rope,
@@ -301,23 +301,25 @@ def kimi_linear() -> Family:
                          kda__head_dim=kda, expert_count=4, expert_used_count=2, expert_feed_forward_length=128,
                          expert_shared_count=1, leading_dense_block_count=1, expert_gating_func=2,
                          expert_weights_scale=1.0)
-    return Family("kimi-linear", config, "kimi-linear", metadata, full=(rank + rope, 0),
+    return Family(name, config, "kimi-linear", metadata, full=(rank + rope, 0),
                   recurrent=(3 * (kernel - 1) * heads * kda, kda * kda * heads), recurrent_layers=3)
 
 
-def minimax01() -> Family:
-    """Lightning attention on 7 layers of 8 (4 heads of 64), softmax attention on layer 7 (2 KV heads), 4
+def minimax01(name: str = "minimax-01", hidden: int = 256, heads: int = 4, dim: int = 64) -> Family:
+    """Lightning attention on 7 layers of 8 (4 heads of 64 unless given), softmax attention on layer 7 (2 KV heads), 4
     experts; kvplan reads the GGUF."""
-    hidden, layers, heads, kv, dim = 256, 8, 4, 2, 64
+    layers, kv = 8, 2
     config = hf("MiniMaxText01ForCausalLM", "minimax", hidden_size=hidden, num_hidden_layers=layers)
     metadata = gguf_keys("minimax-01", **attention_keys(hidden, layers, heads, kv, dim, 256), residual_scale=1.0,
                          expert_count=4, expert_used_count=2, rope__dimension_count=dim // 2)
-    return Family("minimax-01", config, "minimax-01", metadata, full=(kv * dim, kv * dim),
+    return Family(name, config, "minimax-01", metadata, full=(kv * dim, kv * dim),
                   recurrent=(0, dim * dim * heads), recurrent_layers=layers - 1)
 
 
 FAMILIES = {f.name: f for f in (
     llama("MQA head 80", 640, 8, 1, 80, 1024), gemma3n(), gemma4(), kimi_linear(), minimax01(),
+    gemma3n("gemma3n E 2048", 2048, 4096), kimi_linear("kimi-linear 4 x 128", 512, 4, 128),
+    minimax01("minimax-01 8 x 128", 1024, 8, 128),
     llama("dense GQA", 2048, 16, 4, 128, 5632, vocab=32000), llama("MQA", 1024, 8, 1, 128, 2816),
     llama("head 80", 640, 8, 8, 80, 1024), llama("draft", 512, 8, 2, 64, 1024, vocab=32000), gemma2(), gemma3(),
     gpt_oss(), olmo3(), deepseek2(), jamba(),
@@ -426,6 +428,17 @@ CASES = [
     *(Case(name, 4096, seqs=2, gguf=True) for name in ("gemma3n", "gemma4", "kimi-linear", "minimax-01")),
     Case("gemma3n", 8192, ubatch=256, gguf=True), Case("gemma4", 4096, seqs=2, unified=False, gguf=True),
     Case("kimi-linear", 4096, seqs=2, flash_attn="off", gguf=True), Case("minimax-01", 8192, gguf=True),
+    # their own graphs' terms, at other micro-batches and widths (hidden, KDA and lightning heads)
+    Case("gemma3n", 4096, ubatch=1024, batch=1024, gguf=True),
+    Case("gemma3n", 4096, seqs=2, flash_attn="off", gguf=True),
+    Case("gemma3n E 2048", 4096, seqs=2, gguf=True), Case("gemma3n E 2048", 8192, ubatch=256, gguf=True),
+    Case("gemma3n E 2048", 4096, seqs=2, flash_attn="off", gguf=True),
+    Case("kimi-linear", 8192, ubatch=256, gguf=True), Case("kimi-linear", 4096, ubatch=1024, batch=1024, gguf=True),
+    Case("kimi-linear 4 x 128", 4096, seqs=2, gguf=True), Case("kimi-linear 4 x 128", 8192, ubatch=256, gguf=True),
+    Case("minimax-01", 8192, ubatch=256, gguf=True), Case("minimax-01", 4096, ubatch=1024, batch=1024, gguf=True),
+    Case("minimax-01", 4096, seqs=2, flash_attn="off", gguf=True),
+    Case("minimax-01 8 x 128", 4096, seqs=2, gguf=True), Case("minimax-01 8 x 128", 8192, ubatch=256, gguf=True),
+    Case("minimax-01 8 x 128", 4096, seqs=2, flash_attn="off", gguf=True),
 ]
 
 

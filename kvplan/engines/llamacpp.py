@@ -1,6 +1,7 @@
 """llama.cpp: contexts and slots as its front ends (llama-server, the Python bindings) make them, cells padded to 256,
 GGML cache types for keys and values, the compute graph's buffer, drafts and LoRA adapters."""
 
+import math
 from fractions import Fraction
 from typing import Literal
 
@@ -120,27 +121,34 @@ class LlamaCppGraph:
                   recurrent: Mamba E + 6 C, Gated DeltaNet 5 C, with C the channels of its convolution
         output  4 T x (V + 2 E) (the logits and the normed hidden state; 3 E without flash attention), after the
                 inputs are freed
+    Three graphs hold more (`family_peak`): Gemma 3n's per-layer inputs and AltUp streams, MiniMax-01's lightning
+    attention and Kimi Linear's KDA (a recurrent moment of its own, 3 E + 7 h x d + d, h KDA heads of d).
     n_kv is the cells per stream of the layer's cache: a unified cache's scores span all n_ctx cells, a per-slot
     cache's only n_ctx_seq. The terms are what the graph holds live; their coefficients were read off the CPU
     backend's "compute buffer size" log, which kvplan matches within the errors docs/accuracy.md shows. CUDA
     builds the same graph (and keeps the inputs in a host buffer), so its figure is derived, not measured."""
 
     RECURRENT = {"mamba": (1, 6), "mamba2": (1, 6), "gated_deltanet": (0, 5)}  # mixer -> (x E, x C)
+    GEMMA3N = frozenset({"gemma3n", "gemma3n_text"})
+    GEMMA3N_ALTUP, GEMMA3N_PER_LAYER = 4, 256  # llama_hparams n_altup, n_embd_altup (src/llama-hparams.h)
 
     def __init__(self, model: ModelSpec, table: list[Row]):
         w = model.widths
         self.hidden = w.hidden
         self.vocab = max(model.params.lm_head, model.params.embedding) // w.hidden
         self.heads = model.num_attention_heads
+        self.layers = model.num_layers
+        self.gemma3n = model.architecture in self.GEMMA3N
         self.layer = 3 * w.hidden + 3 * max(w.mlp_intermediate, w.experts_per_token * w.expert_intermediate)
+        self.lightning = 0  # a lightning-attention layer's state, d x d x h (MiniMax-01)
         # per attention row: (per-head width of its attention moment, V row elements, sliding?); None: indexer keys
         self.attention = []
         for r in table:
             heads = head_sizes(r.cache)
             if r.kind == "recurrent":
-                hidden, channels = self.RECURRENT.get(r.cache.mixer, (1, 6))
-                conv = r.cache.conv_elements // (r.cache.conv_kernel - 1) if r.cache.conv_kernel else 0
-                self.layer = max(self.layer, hidden * w.hidden + channels * conv)
+                self.layer = max(self.layer, self.recurrent_width(r.cache))
+                if r.cache.mixer == "lightning":
+                    self.lightning = r.cache.ssm_elements
             elif heads is None:
                 self.attention.append(None)
             else:
@@ -166,7 +174,44 @@ class LlamaCppGraph:
                                                                                             1 + v_row)
                                       for n_kv, v_row in caches.values())
         output = self.vocab + (2 if flash_attn else 3) * self.hidden
-        return max(inputs + layer, 4 * min(tokens, outputs or tokens) * output)
+        return max(self.family_peak(tokens, inputs, layer), 4 * min(tokens, outputs or tokens) * output)
+
+    def recurrent_width(self, cache) -> int:
+        """f32 values a token a recurrent layer's moment holds: Mamba E + 6 C, Gated DeltaNet 5 C (C the channels of
+        its convolution); KDA (src/models/kimi-linear.cpp) 3 E + 7 h x d + d before its chunked recurrence: the
+        input, its norm and the embeddings' row, Q, K and V out of their convolutions, the gate g1 and f_a's
+        output, with h x d = C / 3 and d = its state's d x h x d over h x d."""
+        conv = cache.conv_elements // (cache.conv_kernel - 1) if cache.conv_kernel else 0
+        if cache.mixer == "kda" and conv:
+            inner = conv // 3
+            return 3 * self.hidden + 7 * inner + cache.ssm_elements // inner
+        hidden, channels = self.RECURRENT.get(cache.mixer, (1, 6))
+        return hidden * self.hidden + channels * conv
+
+    def family_peak(self, tokens: int, inputs: int, layer: int) -> int:
+        """The peak of the layers' graph, `inputs` + `layer` bytes, with the terms of the graphs that hold more.
+        MiniMax-01 (src/models/minimax-01.cpp): its lightning attention's decay inputs, T x T x h f32 beside the
+        q and k decays (2 T x h); in a lightning layer the exponentiated decay and the scores (two T x T x h),
+        Q, K, V, their product and the old state's product (5 T x h x d), three rows of E (the embeddings, the
+        layer's input and the block its norm freed), and the state (d x d x h).
+        Gemma 3n (src/models/gemma3n.cpp): per-layer inputs P = T x n_layer x 256 f32 (n_embd_altup) and four
+        AltUp streams S = 4 x T x E f32 (n_altup); at the start four copies of P (the rows gathered, scaled, the
+        projection and its norm) beside the embeddings twice; at the first AltUp prediction P and two P-sized
+        blocks ggml-alloc cannot reuse for the streams' three copies; in every layer P and S beside the generic
+        moment. The fragmentation terms were read off ggml-alloc's allocation trace (GGML_ALLOCATOR_DEBUG) and
+        hold within 5% with flash attention at hidden sizes 256 to 2,048."""
+        if self.lightning and self.heads:
+            heads, state = self.heads, self.lightning
+            inner = heads * math.isqrt(state // heads)
+            inputs += 4 * tokens * heads * (tokens + 2)
+            layer = max(layer, 4 * tokens * (3 * self.hidden + 5 * inner + 2 * tokens * heads) + 4 * state)
+        if not self.gemma3n:
+            return inputs + layer
+        per_layer = 4 * tokens * self.layers * self.GEMMA3N_PER_LAYER
+        streams = 4 * tokens * self.GEMMA3N_ALTUP * self.hidden
+        embeddings = 2 * 4 * tokens * self.hidden
+        return inputs + max(layer + per_layer + streams, embeddings + 4 * per_layer,
+                            embeddings + 3 * per_layer + 3 * streams)
 
 
 class LlamaCppPool(KVPool):

@@ -1,0 +1,58 @@
+"""The compute buffer of three llama.cpp graphs with terms of their own (Gemma 3n's per-layer inputs and AltUp
+streams, MiniMax-01's lightning attention, Kimi Linear's KDA), against what llama.cpp itself logged.
+
+The models are benchmarks/llamacpp_oracle.py's: its GGUF metadata, and the tensors llama.cpp's own loader creates
+for it (`llama_model_init_from_user`, saved by `llama_model_save_to_file`, read back by gguf-py; recorded in
+tests/data/llamacpp_tensors.json), written here by gguf-py with zero weights. LOGGED holds the "CPU compute buffer
+size" llama.cpp logged for each context: llama-cpp-python 0.3.36 (llama.cpp 0c1e57098), CPU backend (avx2,
+avx512f, avx512_bf16), 2026-11-28, the same rows as docs/accuracy.md. kvplan reads the GGUF and must be within 5%
+of each."""
+
+import json
+
+import pytest
+from conftest import ROOT, MiB, load_script
+from ggufkit import Q, write_gguf
+
+ORACLE = load_script("benchmarks/llamacpp_oracle.py", "llamacpp_oracle")
+Case = ORACLE.Case
+TENSORS = json.loads((ROOT / "tests/data/llamacpp_tensors.json").read_text(encoding="utf-8"))
+
+LOGGED = [  # (context, MiB llama.cpp logged)
+    (Case("gemma3n", 4096, seqs=2, gguf=True), 53.77),
+    (Case("gemma3n", 8192, ubatch=256, gguf=True), 26.76),
+    (Case("gemma3n", 4096, ubatch=1024, batch=1024, gguf=True), 100.54),
+    (Case("gemma3n", 4096, seqs=2, flash_attn="off", gguf=True), 99.51),
+    (Case("gemma3n E 2048", 4096, seqs=2, gguf=True), 98.77),
+    (Case("gemma3n E 2048", 8192, ubatch=256, gguf=True), 49.26),
+    (Case("kimi-linear", 4096, seqs=2, gguf=True), 13.17),
+    (Case("kimi-linear", 4096, seqs=2, flash_attn="off", gguf=True), 83.78),
+    (Case("kimi-linear", 8192, ubatch=256, gguf=True), 6.58),
+    (Case("kimi-linear", 4096, ubatch=1024, batch=1024, gguf=True), 18.09),
+    (Case("kimi-linear 4 x 128", 4096, seqs=2, gguf=True), 18.58),
+    (Case("kimi-linear 4 x 128", 8192, ubatch=256, gguf=True), 9.29),
+    (Case("minimax-01", 4096, seqs=2, gguf=True), 24.04),
+    (Case("minimax-01", 8192, gguf=True), 24.04),
+    (Case("minimax-01", 8192, ubatch=256, gguf=True), 9.02),
+    (Case("minimax-01", 4096, ubatch=1024, batch=1024, gguf=True), 64.09),
+    (Case("minimax-01", 4096, seqs=2, flash_attn="off", gguf=True), 85.02),
+    (Case("minimax-01 8 x 128", 4096, seqs=2, gguf=True), 48.04),
+    (Case("minimax-01 8 x 128", 8192, ubatch=256, gguf=True), 18.02),
+]
+
+
+@pytest.fixture(scope="module")
+def gguf_files(tmp_path_factory) -> dict:
+    out = {}
+    for name in dict.fromkeys(case.family for case, _ in LOGGED):
+        family = ORACLE.FAMILIES[name]
+        tensors = [(tensor, shape, Q.F32 if len(shape) == 1 else Q.F16) for tensor, shape in TENSORS[name]]
+        out[name] = write_gguf(tmp_path_factory.mktemp("gguf") / "model.gguf", family.arch, family.metadata,
+                               tensors)
+    return out
+
+
+@pytest.mark.parametrize(("case", "logged_mib"), LOGGED, ids=[f"{c.family}: {c.label}" for c, _ in LOGGED])
+def test_compute_buffer_within_5_percent_of_llama_cpp(gguf_files, case, logged_mib):
+    figure = ORACLE.kvplan_figures(gguf_files[case.family], case)["compute"] / MiB
+    assert abs(figure - logged_mib) <= 0.05 * logged_mib, (case.family, case.label, figure, logged_mib)
