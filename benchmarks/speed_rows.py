@@ -28,6 +28,13 @@ silicon_data_source, the instance's concurrency used here, and against the runs 
     model_path        nvidia/DeepSeek-R1-NVFP4 and nvidia/DeepSeek-V3.1-NVFP4 are DeepSeek-R1 and V3 with NVFP4
                       weights (V3.1 has V3's architecture)
 The KV dtype is not stated: the engine's default for the checkpoint (bf16 here) unless a caller asks for another.
+
+One run, several rows: the file merges aiconfigurator's database dump (ids ending _cfg<n>) with the per-day result
+files it was built from (ids starting with the file's date), so 542 rows repeat a run another row already holds:
+the same engine image, GPU, layout (as read above), workload, TTFT and TPOT to the last digit. Read once each (the
+first listed), the file is 1,959 runs. Held twice, a run weighs twice in the fit and, where the copies carry
+different model names (181 DeepSeek runs on H200 and B200 are `deepseek-ai/DeepSeek-V3` in the dump and
+DeepSeek-R1 in the day files, their ids dsr1_), a model left out of the fit is judged on runs fitted on.
 """
 
 import csv
@@ -97,7 +104,8 @@ def layout(raw: dict) -> tuple[int, int, int]:
     return tp, dp, moe_ep
 
 
-def read_rows(path: Path = CALIBRATION) -> list[Row]:
+def read_all(path: Path = CALIBRATION) -> list[Row]:
+    """Every row of the file, repeats included."""
     rows = []
     with path.open(newline="", encoding="utf-8") as handle:
         for raw in csv.DictReader(handle):
@@ -112,3 +120,16 @@ def read_rows(path: Path = CALIBRATION) -> list[Row]:
                 ttft_ms=float(raw["silicon_ttft_ms"]), tpot_ms=float(raw["silicon_tpot_ms"]),
                 source=raw["silicon_data_source"]))
     return rows
+
+
+def run(row: Row) -> tuple:
+    """What identifies one measured run: its engine, GPU, layout, workload and measured TTFT and TPOT."""
+    return (row.engine, row.gpu, row.tp, row.dp, row.ep, row.isl, row.osl, row.concurrency, row.ttft_ms, row.tpot_ms)
+
+
+def read_rows(path: Path = CALIBRATION) -> list[Row]:
+    """The file's runs, each once: the first row of each (see the module docstring)."""
+    first = {}
+    for row in read_all(path):
+        first.setdefault(run(row), row)
+    return list(first.values())

@@ -1,5 +1,6 @@
-"""The speed model (`kvplan.speed`) against real serving runs: the 2,501 measurements of vLLM, SGLang and
-TensorRT-LLM in tests/data/speed/calibration.csv (tests/data/README.md), and work counted by hand."""
+"""The speed model (`kvplan.speed`) against real serving runs: the 1,959 measurements of vLLM, SGLang and
+TensorRT-LLM in tests/data/speed/calibration.csv (2,501 rows, some runs listed more than once; tests/data/README.md),
+and work counted by hand."""
 
 import json
 import math
@@ -51,7 +52,8 @@ def deployments():
 
 
 def test_the_calibration_file_is_the_one_described():
-    assert len(ROWS) == 2501
+    assert len(rows_module.read_all()) == 2501
+    assert len(ROWS) == 1959
     assert {r.gpu for r in ROWS} == {"h100", "h200", "b200", "gb200"}
     assert {r.engine for r in ROWS} == {"vllm", "sglang", "tensorrt-llm"}
     assert len({r.model for r in ROWS}) == 7  # the two NVFP4 DeepSeek checkpoints read as DeepSeek-R1 and V3
@@ -62,12 +64,23 @@ def test_runs_recorded_twice_read_as_one_layout():
     one with the GPU count squared (tp_size 64 and moe 8 x 8 for 8 GPUs; speed_rows.py). Both read as the same
     instance, and every layout read fits its GPUs (tp x dp of them, the experts whole on ep of them)."""
     by_measurement = {}
-    for row in ROWS:
-        key = (row.engine, row.model, row.gpu, row.isl, row.osl, row.tpot_ms, row.ttft_ms)
+    for row in rows_module.read_all():
+        key = (row.engine, row.gpu, row.isl, row.osl, row.tpot_ms, row.ttft_ms)
         by_measurement.setdefault(key, set()).add((row.tp, row.dp, row.ep, row.concurrency))
     assert all(len(layouts) == 1 for layouts in by_measurement.values())
     assert all(row.gpus <= 8 or row.gpu == "gb200" for row in ROWS)  # only GB200's NVL72 racks hold more
     assert all(row.ep in (1, row.gpus) or row.gpus % row.ep == 0 for row in ROWS)
+
+
+def test_each_run_is_read_once():
+    """The database dump and the day files it was built from list 542 runs again (speed_rows.py): a run kept twice
+    would weigh twice in the fit, and, listed as DeepSeek-V3 in one file and DeepSeek-R1 in another, be judged
+    held out while fitted on. The rows read are one a measurement, whatever the model name."""
+    every = rows_module.read_all()
+    measured = {(row.engine, row.gpu, row.isl, row.osl, row.tpot_ms, row.ttft_ms) for row in every}
+    assert len(measured) == len(ROWS) == len(every) - 542
+    renamed = [row for row in every if row not in ROWS and row.model == "deepseek-ai/DeepSeek-R1"]
+    assert renamed and all(row.id.startswith("2026_") for row in renamed)
 
 
 def test_the_bound_is_below_every_measured_tpot(deployments):
@@ -116,10 +129,10 @@ def test_the_shipped_efficiencies_give_the_recorded_in_sample_error(deployments)
 def test_the_table_says_where_it_comes_from():
     table = json.loads(TABLE.read_text())
     provenance = table["provenance"]
-    assert provenance["rows"] == 2501 and provenance["file"] == "tests/data/speed/calibration.csv"
+    assert provenance["rows"] == 1959 and provenance["file"] == "tests/data/speed/calibration.csv"
     assert "095f58a5" in provenance["source"] and "Apache-2.0" in provenance["source"]
     assert set(table["engines"]) == {"vllm", "sglang", "tensorrt-llm"}
-    assert sum(e["rows"] for e in table["engines"].values()) == 2501
+    assert sum(e["rows"] for e in table["engines"].values()) == 1959
 
 
 def test_the_stated_error_is_the_recorded_held_out_error():
@@ -130,7 +143,7 @@ def test_the_stated_error_is_the_recorded_held_out_error():
     models, gpus_ = provenance["held_out"]["models"], provenance["held_out"]["gpus"]
     assert (models["groups"], gpus_["groups"]) == (7, len(provenance["rows_by_gpu"]))
     stated = stated_error()
-    assert (stated.runs, stated.models, stated.gpus) == (2501, 7, 4)
+    assert (stated.runs, stated.models, stated.gpus) == (1959, 7, 4)
     for figure in ("tpot_median", "tpot_p90", "ttft_median", "ttft_p90"):
         assert getattr(stated, figure) == max(models[figure], gpus_[figure])
         assert getattr(stated, figure) > provenance["in_sample"][figure]
