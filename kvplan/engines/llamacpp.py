@@ -117,7 +117,8 @@ class LlamaCppGraph:
                              flash attention the scores, h x n_kv; where --flash-attn auto turned it off after the
                              cache was made untransposed, a transposed copy of V, n_kv x its row (derived: the CPU
                              backend never turns it off)
-                  MLP: 3 F + 3 E (gate, up, their product; routed experts: top_k x F_e for F)
+                  MLP: 3 F + 3 E (gate, up, their product); routed experts: their moment, with R = top_k x F_e
+                             (`routed_experts_width`)
                   recurrent: Mamba E + 6 C, Gated DeltaNet 5 C, with C the channels of its convolution
         output  4 T x (V + 2 E) (the logits and the normed hidden state; 3 E without flash attention), after the
                 inputs are freed
