@@ -182,8 +182,9 @@ class LlamaCppGraph:
 
     @staticmethod
     def routed_experts_width(w, attention_output: int) -> int:
-        """f32 values a token the routed experts' moment holds (`build_moe_ffn`, src/llama-graph.cpp), with
-        R = top_k x F_e: 3 E + 3 R (the gate and up projections of the k experts a token is routed to, their SwiGLU).
+        """f32 values a token the routed experts' moment holds (`build_moe_ffn`, src/llama-graph.cpp; the blocks
+        read off ggml-alloc's allocation trace), with R = top_k x F_e: 3 E + 3 R (the gate and up projections of the
+        k experts a token is routed to, their SwiGLU).
         Where the experts' outputs (`ffn_moe_down`, top_k x E) do not fit in the block the gate and up projections
         freed (top_k x E > 2 R), ggml-alloc places them above the SwiGLU: top_k x E more; and where the projections
         are at least E wide (R >= E) they cannot reuse the block below the residual stream that the attention's
