@@ -70,6 +70,7 @@ class Family:
     recurrent: tuple[int, int] = (0, 0)
     recurrent_layers: int = 0  # llama.cpp's recurrent log line counts every layer, not the recurrent ones
     tensors: list | None = None  # (name, shape) of each tensor, where llama.cpp cannot save the architecture
+    sparse: bool = False  # zero weights left a hole in the file: a model at a real checkpoint's widths (many GB)
 
 
 def gguf_keys(arch: str, **keys) -> dict:
@@ -290,19 +291,33 @@ def gemma4() -> Family:
     return Family("gemma4", config, "gemma4", metadata, full=(128, 128), swa=(2 * 64, 2 * 64))
 
 
-def kimi_linear(name: str = "kimi-linear", hidden: int = 256, heads: int = 4, kda: int = 64) -> Family:
-    """KDA on layers 0-2 (4 heads of 64 unless given, a convolution of 4), MLA on layer 3 (latent 64 + RoPE 32),
-    one dense layer then 4 experts; kvplan reads the GGUF."""
-    layers, kernel, rank, rope, nope = 4, 4, 64, 32, 64
+def kimi_linear(name: str = "kimi-linear", hidden: int = 256, heads: int = 4, kda: int = 64, ff: int = 512,
+                mla: tuple = (64, 32, 64, 64), experts: tuple = (4, 2, 128), scale: float = 1.0,
+                sparse: bool = False) -> Family:
+    """KDA on layers 0-2 (4 heads of 64 unless given, a convolution of 4), MLA on layer 3 (`mla`: latent, RoPE,
+    nope and V head sizes), one dense layer of `ff` then `experts` (count, per token, width) beside a shared one;
+    kvplan reads the GGUF."""
+    layers, kernel = 4, 4
+    rank, rope, nope, v = mla
     config = hf("KimiLinearForCausalLM", "kimi_linear", hidden_size=hidden, num_hidden_layers=layers)
-    keys = attention_keys(hidden, layers, heads, [0, 0, 0, 1], rank + rope, 512)
+    keys = attention_keys(hidden, layers, heads, [0, 0, 0, 1], rank + rope, ff)
     metadata = gguf_keys("kimi-linear", **keys, attention__kv_lora_rank=rank, attention__key_length_mla=nope + rope,
-                         attention__value_length_mla=64, rope__dimension_count=rope, ssm__conv_kernel=kernel,
-                         kda__head_dim=kda, expert_count=4, expert_used_count=2, expert_feed_forward_length=128,
-                         expert_shared_count=1, leading_dense_block_count=1, expert_gating_func=2,
-                         expert_weights_scale=1.0)
+                         attention__value_length_mla=v, rope__dimension_count=rope, ssm__conv_kernel=kernel,
+                         kda__head_dim=kda, expert_count=experts[0], expert_used_count=experts[1],
+                         expert_feed_forward_length=experts[2], expert_shared_count=1, leading_dense_block_count=1,
+                         expert_gating_func=2, expert_weights_scale=scale)
     return Family(name, config, "kimi-linear", metadata, full=(rank + rope, 0),
-                  recurrent=(3 * (kernel - 1) * heads * kda, kda * kda * heads), recurrent_layers=3)
+                  recurrent=(3 * (kernel - 1) * heads * kda, kda * kda * heads), recurrent_layers=3, sparse=sparse)
+
+
+def qwen3moe(name: str, hidden: int, heads: int, kv: int, dim: int, experts: tuple, sparse: bool = False) -> Family:
+    """Two layers of attention and `experts` (count, per token, width), no shared expert; kvplan reads the GGUF."""
+    layers = 2
+    metadata = gguf_keys("qwen3moe", **attention_keys(hidden, layers, heads, kv, dim, experts[2]),
+                         expert_count=experts[0], expert_used_count=experts[1], expert_feed_forward_length=experts[2],
+                         rope__dimension_count=dim)
+    config = hf("Qwen3MoeForCausalLM", "qwen3_moe", hidden_size=hidden, num_hidden_layers=layers)
+    return Family(name, config, "qwen3moe", metadata, full=(kv * dim, kv * dim), sparse=sparse)
 
 
 def minimax01(name: str = "minimax-01", hidden: int = 256, heads: int = 4, dim: int = 64) -> Family:
@@ -320,6 +335,9 @@ FAMILIES = {f.name: f for f in (
     llama("MQA head 80", 640, 8, 1, 80, 1024), gemma3n(), gemma4(), kimi_linear(), minimax01(),
     gemma3n("gemma3n E 2048", 2048, 4096), kimi_linear("kimi-linear 4 x 128", 512, 4, 128),
     minimax01("minimax-01 8 x 128", 1024, 8, 128),
+    # real checkpoints' widths on few layers (model_specs/*.json; vocabulary 512, zero weights in a sparse file)
+    kimi_linear("Kimi-Linear-48B widths", 2304, 32, 128, 9216, (512, 64, 128, 128), (256, 8, 1024), 2.446, True),
+    qwen3moe("Qwen3-30B-A3B widths", 2048, 32, 4, 128, (128, 8, 768), sparse=True),
     llama("dense GQA", 2048, 16, 4, 128, 5632, vocab=32000), llama("MQA", 1024, 8, 1, 128, 2816),
     llama("head 80", 640, 8, 8, 80, 1024), llama("draft", 512, 8, 2, 64, 1024, vocab=32000), gemma2(), gemma3(),
     gpt_oss(), olmo3(), deepseek2(), jamba(),
@@ -439,13 +457,18 @@ CASES = [
     Case("minimax-01", 4096, seqs=2, flash_attn="off", gguf=True),
     Case("minimax-01 8 x 128", 4096, seqs=2, gguf=True), Case("minimax-01 8 x 128", 8192, ubatch=256, gguf=True),
     Case("minimax-01 8 x 128", 4096, seqs=2, flash_attn="off", gguf=True),
+    # the routed experts' moment at real widths: the experts' outputs above their SwiGLU
+    *(Case(name, 4096, seqs=2, gguf=True) for name in ("Kimi-Linear-48B widths", "Qwen3-30B-A3B widths")),
+    *(Case(name, 8192, ubatch=256, gguf=True) for name in ("Kimi-Linear-48B widths", "Qwen3-30B-A3B widths")),
+    Case("Kimi-Linear-48B widths", 4096, seqs=2, flash_attn="off", gguf=True),
+    Case("Qwen3-30B-A3B widths", 4096, ubatch=1024, batch=1024, gguf=True),
 ]
 
 
 # ---------------------------------------------------------------------------------------------- llama.cpp
 
 CHILD = r'''
-import ctypes, json, pathlib, sys
+import ctypes, json, os, pathlib, sys
 args = json.loads(sys.stdin.read())
 import numpy as np
 import gguf
@@ -467,6 +490,7 @@ llama_cpp.llama_backend_init()
 
 
 def write_gguf(path, arch, metadata, tensors=(), rng=None):
+    """Random weights from `rng`; without one, zero weights left a hole in the file (a sparse file)."""
     writer = gguf.GGUFWriter(path, arch)
     for key, value in metadata.items():
         if isinstance(value, bool):
@@ -481,11 +505,23 @@ def write_gguf(path, arch, metadata, tensors=(), rng=None):
             writer.add_key_value(key, value, gguf.GGUFValueType.ARRAY, sub_type=gguf.GGUFValueType.INT32)
         else:
             writer.add_array(key, value)
-    for name, shape in tensors:  # random weights: f32 vectors, f16 matrices
-        dtype = np.float32 if len(shape) == 1 else np.float16
-        writer.add_tensor(name, (rng.standard_normal(tuple(reversed(shape)), dtype=np.float32) * 0.02).astype(dtype))
+    for name, shape in tensors:  # f32 vectors, f16 matrices
+        dtype = np.dtype(np.float32 if len(shape) == 1 else np.float16)
+        if rng is None:
+            writer.add_tensor_info(name, list(reversed(shape)), dtype, int(np.prod(shape)) * dtype.itemsize)
+        else:
+            weights = rng.standard_normal(tuple(reversed(shape)), dtype=np.float32) * 0.02
+            writer.add_tensor(name, weights.astype(dtype))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
+    if rng is None and tensors:
+        writer.write_ti_data_to_file()
+        end, align = writer.fout[0].tell(), writer.data_alignment
+        writer.close()
+        nbytes = [int(np.prod(shape)) * (4 if len(shape) == 1 else 2) for _, shape in tensors]
+        data = sum(-(-n // align) * align for n in nbytes)
+        os.truncate(path, -(-end // align) * align + data)
+        return
     writer.write_tensors_to_file()
     writer.close()
 
@@ -515,7 +551,8 @@ def tensors_wanted(meta_path):
 if args["mode"] == "build":
     write_gguf(args["path"] + ".meta", args["arch"], args["metadata"])
     tensors = args.get("tensors") or tensors_wanted(args["path"] + ".meta")
-    write_gguf(args["path"], args["arch"], args["metadata"], tensors, np.random.default_rng(0))
+    write_gguf(args["path"], args["arch"], args["metadata"], tensors,
+               None if args.get("sparse") else np.random.default_rng(0))
     print("ORACLE " + json.dumps({"tensors": len(tensors)}), flush=True)
 else:
     mparams = llama_cpp.llama_model_default_params()
@@ -556,10 +593,11 @@ def child(python: str, args: dict) -> dict:
 
 
 def build(python: str, family: Family, directory: Path) -> Path:
-    """The family's GGUF (random weights) and config.json, in `directory`."""
+    """The family's GGUF (random weights; zero weights in a sparse file for a `sparse` family) and config.json, in
+    `directory`."""
     path = directory / "model.gguf"
     built = child(python, {"mode": "build", "path": str(path), "arch": family.arch, "metadata": family.metadata,
-                           "tensors": family.tensors})
+                           "tensors": family.tensors, "sparse": family.sparse})
     if "error" in built:
         raise RuntimeError(f"llama.cpp's loader refused the {family.name} metadata: {built['error'][-300:]}")
     (directory / "config.json").write_text(json.dumps(family.config), encoding="utf-8")

@@ -1,5 +1,7 @@
 """The compute buffer of three llama.cpp graphs with terms of their own (Gemma 3n's per-layer inputs and AltUp
-streams, MiniMax-01's lightning attention, Kimi Linear's KDA), against what llama.cpp itself logged.
+streams, MiniMax-01's lightning attention, Kimi Linear's KDA), and of the routed experts' moment at two real
+checkpoints' widths (Kimi Linear 48B's and Qwen3-30B-A3B's, whose experts' outputs lie above their SwiGLU), against
+what llama.cpp itself logged.
 
 The models are benchmarks/llamacpp_oracle.py's: its GGUF metadata, and the tensors llama.cpp's own loader creates
 for it (`llama_model_init_from_user`, saved by `llama_model_save_to_file`, read back by gguf-py; recorded in
@@ -38,6 +40,12 @@ LOGGED = [  # (context, MiB llama.cpp logged)
     (Case("minimax-01", 4096, seqs=2, flash_attn="off", gguf=True), 85.02),
     (Case("minimax-01 8 x 128", 4096, seqs=2, gguf=True), 48.04),
     (Case("minimax-01 8 x 128", 8192, ubatch=256, gguf=True), 18.02),
+    (Case("Kimi-Linear-48B widths", 4096, seqs=2, gguf=True), 113.51),
+    (Case("Kimi-Linear-48B widths", 8192, ubatch=256, gguf=True), 56.75),
+    (Case("Kimi-Linear-48B widths", 4096, seqs=2, flash_attn="off", gguf=True), 626.01),
+    (Case("Qwen3-30B-A3B widths", 4096, seqs=2, gguf=True), 96.01),
+    (Case("Qwen3-30B-A3B widths", 8192, ubatch=256, gguf=True), 48.01),
+    (Case("Qwen3-30B-A3B widths", 4096, ubatch=1024, batch=1024, gguf=True), 184.02),
 ]
 
 

@@ -117,7 +117,8 @@ class LlamaCppGraph:
                              flash attention the scores, h x n_kv; where --flash-attn auto turned it off after the
                              cache was made untransposed, a transposed copy of V, n_kv x its row (derived: the CPU
                              backend never turns it off)
-                  MLP: 3 F + 3 E (gate, up, their product; routed experts: top_k x F_e for F)
+                  MLP: 3 F + 3 E (gate, up, their product); routed experts: their moment, with R = top_k x F_e
+                             (`routed_experts_width`)
                   recurrent: Mamba E + 6 C, Gated DeltaNet 5 C, with C the channels of its convolution
         output  4 T x (V + 2 E) (the logits and the normed hidden state; 3 E without flash attention), after the
                 inputs are freed
@@ -139,7 +140,10 @@ class LlamaCppGraph:
         self.heads = model.num_attention_heads
         self.layers = model.num_layers
         self.gemma3n = model.architecture in self.GEMMA3N
-        self.layer = 3 * w.hidden + 3 * max(w.mlp_intermediate, w.experts_per_token * w.expert_intermediate)
+        # the attention's output, heads x V head (MLA: its v_head_dim), before the output projection
+        values = [w.value_head_dim] if w.value_head_dim else [head_sizes(c)[1] for c in model.caches if head_sizes(c)]
+        self.layer = max(3 * w.hidden + 3 * w.mlp_intermediate,
+                         self.routed_experts_width(w, self.heads * max(values, default=0)))
         self.lightning = 0  # a lightning-attention layer's state, d x d x h (MiniMax-01)
         # per attention row: (per-head width of its attention moment, V row elements, sliding?); None: indexer keys
         self.attention = []
@@ -175,6 +179,23 @@ class LlamaCppGraph:
                                       for n_kv, v_row in caches.values())
         output = self.vocab + (2 if flash_attn else 3) * self.hidden
         return max(self.family_peak(tokens, inputs, layer), 4 * min(tokens, outputs or tokens) * output)
+
+    @staticmethod
+    def routed_experts_width(w, attention_output: int) -> int:
+        """f32 values a token the routed experts' moment holds (`build_moe_ffn`, src/llama-graph.cpp; the blocks
+        read off ggml-alloc's allocation trace), with R = top_k x F_e: 3 E + 3 R (the gate and up projections of the
+        k experts a token is routed to, their SwiGLU).
+        Where the experts' outputs (`ffn_moe_down`, top_k x E) do not fit in the block the gate and up projections
+        freed (top_k x E > 2 R), ggml-alloc places them above the SwiGLU: top_k x E more; and where the projections
+        are at least E wide (R >= E) they cannot reuse the block below the residual stream that the attention's
+        output (`attention_output`, heads x V head) freed, at least E. Kimi Linear 48B (E 2,304, 8 experts of
+        1,024, 32 heads of 128) and Qwen3-30B-A3B (E 2,048, 8 of 768) are such; gpt-oss-120b (4 of 2,880) is not."""
+        routed = w.experts_per_token * w.expert_intermediate
+        outputs = w.experts_per_token * w.hidden
+        if outputs <= 2 * routed:
+            return 3 * w.hidden + 3 * routed
+        freed = max(w.hidden, attention_output) if routed >= w.hidden else 0
+        return 3 * w.hidden + 3 * routed + outputs + freed
 
     def recurrent_width(self, cache) -> int:
         """f32 values a token a recurrent layer's moment holds: Mamba E + 6 C, Gated DeltaNet 5 C (C the channels of
