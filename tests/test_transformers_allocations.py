@@ -44,6 +44,9 @@ CASES = {
     "qwen3-moe (grouped_mm experts)": ("Qwen/Qwen3-30B-A3B", 2, 64, 2, 2),
     "mixtral (fp32 router)": ("mistralai/Mixtral-8x7B-v0.1", 2, 64, 2, 2),
     "qwen3-0.6b (tied embeddings)": ("Qwen/Qwen3-0.6B", 1, 48, 2, 2),
+    "gpt-oss (eager attention with sinks, biased experts, yarn)": ("openai/gpt-oss-20b", 2, 64, 2, 2),
+    "gpt-oss, prompt past its 128-token window": ("openai/gpt-oss-20b", 1, 150, 2, 2),
+    "gpt-oss, decode reaching its window": ("openai/gpt-oss-20b", 2, 120, 10, 2),
 }
 
 

@@ -43,17 +43,34 @@ MI300_WORKSPACE = 128 * MiB  # gfx94x, gfx95x
 FP32, INT64 = 4, 8
 # Families whose decoder layers run as Llama's do (`modeling_llama.py`: RMSNorm, rotary q and k, SDPA, a gated MLP or
 # grouped_mm experts), checked event for event against the models themselves (tests/test_transformers_allocations.py).
-MODELLED = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"})
+MODELLED = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss"})
 # Families whose attention norms q and k per head (q_norm, k_norm: `Qwen3Attention.forward`).
 HEAD_NORMS = frozenset({"qwen3", "qwen3_moe"})
-# Families whose q, k and v projections have biases (`Qwen2Attention`).
-ATTENTION_BIAS = frozenset({"qwen2"})
+# Families whose q, k and v projections have biases (`Qwen2Attention`), and those whose o projection has one too
+# (`GptOssAttention`: attention_bias).
+ATTENTION_BIAS = frozenset({"qwen2", "gpt_oss"})
+OUTPUT_BIAS = frozenset({"gpt_oss"})
 # Families whose router softmaxes an fp32 copy of its logits and keeps the top-k weights in fp32, so the routed rows
 # are weighted, reordered and summed in fp32 (`MixtralTopKRouter`); their router is built before the experts.
 FP32_ROUTER = frozenset({"mixtral"})
 # Families whose model forward keeps its position ids in a dict of mask arguments (`mask_kwargs`), freed after the
 # embeddings when the forward returns (`Qwen3Model.forward`).
 MASK_KWARGS = frozenset({"qwen2", "qwen3"})
+# Families whose model forward binds its masks (`causal_mask_mapping := attention_mask`) before the dict of mask
+# arguments that holds the embeddings, so the masks are freed before the embeddings (`GptOssModel.forward`).
+MASK_MAPPING = frozenset({"gpt_oss"})
+# gpt-oss (modeling_gpt_oss.py). transformers has no SDPA path for it (`_supports_sdpa = False`), so the default
+# attention falls back to eager (`PreTrainedModel.get_correct_attn_implementation`): `eager_attention_forward`
+# with k and v repeated, scores in the model dtype, the heads' sinks concatenated as a last column, and the
+# probabilities kept by the decoder layer until its MLP returns; eager attention takes an additive mask for every
+# layer, full and sliding (`eager_mask`). Its rotary table is half the head wide (`GptOssRotaryEmbedding.forward`),
+# applied to each half (`_apply_rotary_emb`); its RMSNorm multiplies the weight in fp32, then casts
+# (`GptOssRMSNorm.forward`); its router and experts have biases, the router takes the top-k logits before their
+# softmax (`GptOssTopKRouter`) and the experts clamp their SwiGLU (`GptOssExperts._apply_gate`).
+EAGER_SINKS = frozenset({"gpt_oss"})
+# Families whose published configs scale rope by YaRN, whose inv_freq is built from some twenty tensors of a head's
+# width (`_compute_yarn_parameters`, modeling_rope_utils.py).
+YARN_ROPE = frozenset({"gpt_oss"})
 
 
 def workspace_bytes(vendor: str | None, compute_capability: tuple[int, int] | None) -> int:
@@ -95,6 +112,10 @@ class Shape:
     layers: tuple[Attention, ...]
     rope_dim: int  # the rotary table's width: the first layer's head size
     extra: int = 0  # each layer's parameters beyond those above (biases, sinks, shared experts), as one tensor
+    eager_sinks: bool = False  # the rules of EAGER_SINKS
+    output_bias: bool = False
+    mask_mapping: bool = False
+    yarn: bool = False
 
     def parameters(self) -> int:
         """Bytes of every parameter the build makes and keeps."""
@@ -110,14 +131,20 @@ class Shape:
         for rows in (a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim_v):
             out += [rows * h * b, rows * b] if self.attention_bias else [rows * h * b]
         out.append(h * a.heads * a.head_dim_v * b)
+        if self.output_bias:
+            out.append(h * b)
+        if self.eager_sinks:
+            out.append(a.heads * b)  # sinks
         if self.head_norms:
             out += [a.head_dim * b, a.head_dim * b]
         if self.experts:
-            gate_up = 2 if self.gated else 1
-            experts = [self.experts * gate_up * self.expert_intermediate * h * b,
-                       self.experts * h * self.expert_intermediate * b]
-            router = [self.experts * h * b]
-            out += router + experts if self.fp32_router else experts + router
+            gate_up = self.experts * (2 if self.gated else 1) * self.expert_intermediate * b
+            down = self.experts * h * self.expert_intermediate * b
+            if self.eager_sinks:  # each with its bias, the router first
+                out += [self.experts * h * b, self.experts * b, gate_up * h, gate_up, down, self.experts * h * b]
+            else:
+                experts, router = [gate_up * h, down], [self.experts * h * b]
+                out += router + experts if self.fp32_router else experts + router
         else:
             out += [self.intermediate * h * b] * (3 if self.gated else 2)
         return out + [h * b, h * b] + ([self.extra] if self.extra else [])
@@ -139,7 +166,9 @@ def shape_of(model: ModelSpec, dtype_bytes: int, weights: int, layers: int | Non
                   tied=model.params.lm_head == 0, head_norms=model.architecture in HEAD_NORMS,
                   attention_bias=model.architecture in ATTENTION_BIAS, fp32_router=model.architecture in FP32_ROUTER,
                   mask_kwargs=model.architecture in MASK_KWARGS, dtype_bytes=dtype_bytes, layers=stage,
-                  rope_dim=stage[0].head_dim)
+                  rope_dim=stage[0].head_dim, eager_sinks=model.architecture in EAGER_SINKS,
+                  output_bias=model.architecture in OUTPUT_BIAS, mask_mapping=model.architecture in MASK_MAPPING,
+                  yarn=model.architecture in YARN_ROPE)
     named = shape.parameters()
     return replace(shape, extra=(weights - named) // len(stage)) if weights > named else shape
 
@@ -198,6 +227,18 @@ def _build(t: Trace, s: Shape) -> None:
     sizes.append(s.hidden * b)
     for size in sizes:
         t.new(size)
+    if s.yarn:
+        _yarn_inv_freq(t, half)
+    else:
+        _default_inv_freq(t, half)
+    t.new(half)  # original_inv_freq
+    head = t.new(s.vocab * s.hidden * b)
+    if s.tied:
+        t.free(head)
+
+
+def _default_inv_freq(t: Trace, half: int) -> None:
+    """`compute_default_rope_parameters`: 1 / base ** (arange(0, dim, 2) / dim)."""
     arange = t.new(half)
     scaled = t.new(half)
     t.free(arange)
@@ -206,10 +247,37 @@ def _build(t: Trace, s: Shape) -> None:
     reciprocal = t.new(half)
     t.new(half)  # inv_freq
     t.free(reciprocal, power)
-    t.new(half)  # original_inv_freq
-    head = t.new(s.vocab * s.hidden * b)
-    if s.tied:
-        t.free(head)
+
+
+def _yarn_inv_freq(t: Trace, half: int) -> None:
+    """`_compute_yarn_parameters`: the interpolated and extrapolated frequencies blended by a linear ramp."""
+    arange = t.new(2 * half)  # int64
+    floats = t.new(half)
+    t.free(arange)
+    scaled = t.new(half)
+    t.free(floats)
+    power = t.new(half)
+    t.free(scaled)
+    reciprocal = t.new(half)
+    extrapolation = t.new(half)
+    t.free(reciprocal)
+    factored = t.new(half)
+    reciprocal = t.new(half)
+    interpolation = t.new(half)
+    t.free(reciprocal, factored)
+    ramp = t.new(half)
+    for _ in range(3):  # - min, / (max - min), clamp
+        following = t.new(half)
+        t.free(ramp)
+        ramp = following
+    extrapolation_factor = t.new(half)
+    t.free(ramp)
+    complement = t.new(half)
+    interpolated = t.new(half)
+    t.free(complement)
+    extrapolated = t.new(half)
+    t.new(half)  # inv_freq
+    t.free(interpolated, extrapolated, power, extrapolation, interpolation, extrapolation_factor)
 
 
 class _Forward:
@@ -237,7 +305,10 @@ class _Forward:
         arange = t.new(tokens * INT64)
         positions = t.new(tokens * INT64)
         t.free(arange)
-        masks = {window: self.mask(window, tokens) for window in self.windows if self.masked(window, tokens)}
+        if s.eager_sinks:  # eager attention: every layer kind's mask, the full layers' first
+            masks = {window: self.mask(window, tokens) for window in (None, *self.windows)}
+        else:
+            masks = {window: self.mask(window, tokens) for window in self.windows if self.masked(window, tokens)}
         cos, sin = self.rotary(tokens)
         hidden = embeddings
         for index, attention in enumerate(s.layers):
@@ -248,7 +319,10 @@ class _Forward:
         normed = self.rms_norm(rows, s.hidden)
         if hidden != embeddings:
             t.free(hidden)
-        t.free(*((embeddings, positions) if s.mask_kwargs else (positions, embeddings)), *masks.values(), sin, cos)
+        if s.mask_mapping:
+            t.free(positions, *masks.values(), embeddings, sin, cos)
+        else:
+            t.free(*((embeddings, positions) if s.mask_kwargs else (positions, embeddings)), *masks.values(), sin, cos)
         logits = self.matmul(self.batch * s.vocab * b)
         t.free(normed)
         token = t.new(self.batch * INT64)
@@ -261,10 +335,11 @@ class _Forward:
         (`_ignore_causal_mask_sdpa`; the keys it attends to, `DynamicSlidingWindowLayer.get_mask_sizes`)."""
         return min(self.past, window - 1) + tokens >= window
 
-    def mask(self, window: int, tokens: int) -> int:
-        """`sdpa_mask` for a sliding window: a boolean queries x keys mask built from index tensors."""
+    def mask(self, window: int | None, tokens: int) -> int:
+        """`sdpa_mask` for a sliding window (or, for eager attention, the full layers: None): a boolean queries x
+        keys mask built from index tensors; eager attention's made additive for the batch (`eager_mask`)."""
         t = self.t
-        keys = min(self.past, window - 1) + tokens
+        keys = self.past + tokens if window is None else min(self.past, window - 1) + tokens
         batch, head = t.new(self.batch * INT64), t.new(INT64)
         arange = t.new(tokens * INT64)
         queries = t.new(tokens * INT64)
@@ -272,16 +347,25 @@ class _Forward:
         arange = t.new(keys * INT64)
         kv = t.new(keys * INT64)
         t.free(arange)
-        ones = t.new(1)
-        shifted = t.new(tokens * INT64)
-        after = t.new(tokens * keys)
-        t.free(shifted)
-        inside = t.new(tokens * keys)
-        t.free(after, ones)
-        causal = t.new(tokens * keys)
-        mask = t.new(tokens * keys)
-        t.free(causal, inside, batch, head, queries, kv)
-        return mask
+        if window is None:
+            mask = t.new(tokens * keys)
+        else:
+            ones = t.new(1)
+            shifted = t.new(tokens * INT64)
+            after = t.new(tokens * keys)
+            t.free(shifted)
+            inside = t.new(tokens * keys)
+            t.free(after, ones)
+            causal = t.new(tokens * keys)
+            mask = t.new(tokens * keys)
+            t.free(causal, inside)
+        t.free(batch, head, queries, kv)
+        if not self.s.eager_sinks:
+            return mask
+        zero = t.new(self.s.dtype_bytes)
+        additive = t.new(self.batch * tokens * keys * self.s.dtype_bytes)
+        t.free(zero, mask)
+        return additive
 
     def rotary(self, tokens: int) -> tuple[int, int]:
         """`LlamaRotaryEmbedding.forward`: cos and sin in the model dtype."""
@@ -289,7 +373,11 @@ class _Forward:
         floats = t.new(tokens * FP32)
         freqs = t.new(tokens * d // 2 * FP32)
         t.free(floats)
-        table = t.new(tokens * d * FP32)
+        if self.s.eager_sinks:  # the frequencies are the table, half the head wide
+            d //= 2
+            table = freqs
+        else:
+            table = t.new(tokens * d * FP32)
         raw = t.new(tokens * d * FP32)
         cos = t.new(tokens * d * FP32)
         t.free(raw)
@@ -298,7 +386,7 @@ class _Forward:
         t.free(raw)
         cos_b = t.new(tokens * d * self.s.dtype_bytes)
         sin_b = t.new(tokens * d * self.s.dtype_bytes)
-        t.free(freqs, table, cos, sin)
+        t.free(*dict.fromkeys((freqs, table)), cos, sin)
         return cos_b, sin_b
 
     def rms_norm(self, rows: int, width: int) -> int:
@@ -314,14 +402,24 @@ class _Forward:
         t.free(shifted)
         scaled = t.new(rows * width * FP32)
         t.free(root, upcast)
-        cast = t.new(rows * width * b)
+        cast = t.new(rows * width * (FP32 if self.s.eager_sinks else b))  # gpt-oss: weight x fp32, then cast
         out = t.new(rows * width * b)
         t.free(cast, scaled, variance)
         return out
 
     def rope(self, size: int) -> int:
-        """`apply_rotary_pos_emb` on one of q, k (`size` bytes): x cos + rotate_half(x) sin."""
+        """`apply_rotary_pos_emb` on one of q, k (`size` bytes): x cos + rotate_half(x) sin; gpt-oss's
+        (`_apply_rotary_emb`): cat(x1 cos - x2 sin, x2 cos + x1 sin)."""
         t = self.t
+        if self.s.eager_sinks:
+            halves = []
+            for _ in range(2):
+                first, second = t.new(size // 2), t.new(size // 2)
+                halves.append(t.new(size // 2))
+                t.free(first, second)
+            out = t.new(size)
+            t.free(*halves)
+            return out
         first = t.new(size)
         negated = t.new(size // 2)
         rotated = t.new(size)
@@ -354,16 +452,23 @@ class _Forward:
         t.free(q, k)
         self.cache_update(index, a, tokens)
         t.free(k_rotated, v)
-        out = self.attention(a, tokens, mask)
+        if s.eager_sinks:
+            out, probabilities = self.eager_attention(a, tokens, mask)
+        else:
+            out, probabilities = self.attention(a, tokens, mask), None
         projected = self.matmul(rows * s.hidden * b)
         t.free(out, q_rotated, normed)
         residual = t.new(rows * s.hidden * b)
         t.free(projected)
         normed = self.rms_norm(rows, s.hidden)
-        mlp = self.experts(rows) if s.experts else self.mlp(rows)
+        mlp, router_scores = self.experts(rows) if s.experts else (self.mlp(rows), None)
         t.free(normed)
+        if probabilities is not None:  # held by `hidden_states, _ = self.self_attn(...)` until the MLP's `_`
+            t.free(probabilities)
         out = t.new(rows * s.hidden * b)
         t.free(mlp, residual)
+        if router_scores is not None:  # the MLP's `_`, freed when the layer returns
+            t.free(router_scores)
         return out
 
     def cache_update(self, index: int, a: Attention, tokens: int) -> None:
@@ -427,6 +532,36 @@ class _Forward:
             t.free(packed)
         return out
 
+    def eager_attention(self, a: Attention, tokens: int, mask: int) -> tuple[int, int]:
+        """gpt-oss's `eager_attention_forward`: k and v repeated to every head, q k^T x scaling + mask, the sinks
+        concatenated as a last column, the row max subtracted, softmax, x v, transposed contiguous; (the output's
+        slot, the probabilities', which the caller frees)."""
+        t, b = self.t, self.s.dtype_bytes
+        keys = self.keys_attended(a, tokens)
+        queries = self.batch * a.heads * tokens
+        repeated = ()
+        if a.heads > a.kv_heads:
+            repeated = (t.new(self.batch * a.heads * keys * a.head_dim * b),
+                        t.new(self.batch * a.heads * keys * a.head_dim_v * b))
+        scores = t.new(queries * keys * b)
+        scaled = t.new(queries * keys * b)
+        t.free(scores)
+        masked = t.new(queries * keys * b)
+        t.free(scaled)
+        combined = t.new(queries * (keys + 1) * b)
+        maximum, argmax = t.new(queries * b), t.new(queries * INT64)
+        t.free(argmax)
+        shifted = t.new(queries * (keys + 1) * b)
+        t.free(maximum, combined)
+        probabilities = t.new(queries * (keys + 1) * b)
+        t.free(masked)
+        out = t.new(queries * a.head_dim_v * b)
+        if tokens > 1:  # a single query's transpose is already contiguous
+            transposed, out = out, t.new(queries * a.head_dim_v * b)
+            t.free(transposed)
+        t.free(*repeated, shifted)
+        return out, probabilities
+
     def mlp(self, rows: int) -> int:
         """`LlamaMLP.forward`: down(act(gate(x)) x up(x)); plain: down(act(up(x)))."""
         t, s, b = self.t, self.s, self.s.dtype_bytes
@@ -443,29 +578,13 @@ class _Forward:
         t.free(activated)
         return down
 
-    def experts(self, rows: int) -> int:
-        """A sparse MoE block: the router's logits, softmax in fp32, top-k renormalised (`Qwen3MoeTopKRouter`: cast
-        back to the model dtype; FP32_ROUTER: kept in fp32), then grouped_mm over the tokens sorted by expert, the
-        rows weighted, put back in order and summed (`grouped_mm_experts_forward`)."""
+    def experts(self, rows: int) -> tuple[int, int | None]:
+        """A sparse MoE block: the router, then grouped_mm over the tokens sorted by expert, the rows weighted, put
+        back in order and summed (`grouped_mm_experts_forward`); (the output's slot, and for gpt-oss the router's
+        scores, which its decoder layer keeps until it returns)."""
         t, s, b = self.t, self.s, self.s.dtype_bytes
         picks = rows * s.top_k
-        logits = self.matmul(rows * s.experts * b)
-        if s.fp32_router:
-            upcast = t.new(rows * s.experts * FP32)
-            probabilities = t.new(rows * s.experts * FP32)
-            t.free(upcast)
-        else:
-            probabilities = t.new(rows * s.experts * FP32)
-        top = t.new(picks * FP32)
-        indices = t.new(picks * INT64)
-        total = t.new(rows * FP32)
-        t.free(total)
-        if s.fp32_router:
-            weights, weight_bytes = top, FP32
-            t.free(probabilities)
-        else:
-            weights, weight_bytes = t.new(picks * b), b
-            t.free(top, probabilities)
+        logits, weights, weight_bytes, indices = self.router(rows)
         sorted_ids = t.new(picks * INT64)
         permutation = t.new(picks * INT64)
         quotient = t.new(picks * INT64)
@@ -475,13 +594,23 @@ class _Forward:
         counted = t.new(picks * 4)
         histogram = t.new(s.experts * FP32)
         offsets = t.new(s.experts * 4)
-        gate_up = t.new(picks * s.expert_intermediate * (2 if s.gated else 1) * b)
-        activated = t.new(picks * s.expert_intermediate * b)
-        if s.gated:
-            product = t.new(picks * s.expert_intermediate * b)
-            t.free(activated)
-            activated = product
-        t.free(gate_up)
+        wide = picks * s.expert_intermediate * b
+        if s.eager_sinks:  # each expert's biases gathered for the picks, added in place
+            biases = t.new(wide * (2 if s.gated else 1))
+            gate_up = t.new(wide * (2 if s.gated else 1))
+            activated = self.clamped_glu(wide)
+            t.free(gate_up)
+            down_biases = (t.new(picks * s.hidden * b),)
+            t.free(biases)
+        else:
+            gate_up = t.new(wide * (2 if s.gated else 1))
+            activated = t.new(wide)
+            if s.gated:
+                product = t.new(wide)
+                t.free(activated)
+                activated = product
+            t.free(gate_up)
+            down_biases = ()
         down = t.new(picks * s.hidden * b)
         t.free(activated)
         row_bytes = max(b, weight_bytes)  # bf16 rows x fp32 weights are fp32
@@ -493,6 +622,54 @@ class _Forward:
         t.free(weighted)
         summed = t.new(rows * s.hidden * row_bytes)
         out = summed if row_bytes == b else t.new(rows * s.hidden * b)
-        t.free(sorted_ids, permutation, gathered, sorted_weights, counted, histogram, offsets, down, restored,
-               inverse, *((summed,) if out != summed else ()), logits, weights, indices)
+        t.free(sorted_ids, permutation, gathered, sorted_weights, counted, histogram, offsets, *down_biases, down,
+               restored, inverse, *((summed,) if out != summed else ()), logits)
+        if s.eager_sinks:
+            t.free(indices)
+            return out, weights
+        t.free(weights, indices)
+        return out, None
+
+    def router(self, rows: int) -> tuple[int, int, int, int]:
+        """The router's logits, softmax in fp32, top-k renormalised (`Qwen3MoeTopKRouter`: the weights cast back to
+        the model dtype; FP32_ROUTER: kept in fp32); gpt-oss's, the softmax of the top-k logits
+        (`GptOssTopKRouter`); (logits, weights, the weights' bytes each, indices)."""
+        t, s, b = self.t, self.s, self.s.dtype_bytes
+        picks = rows * s.top_k
+        logits = self.matmul(rows * s.experts * b)
+        if s.eager_sinks:
+            top, indices = t.new(picks * b), t.new(picks * INT64)
+            weights = t.new(picks * b)
+            t.free(top)
+            return logits, weights, b, indices
+        if s.fp32_router:
+            upcast = t.new(rows * s.experts * FP32)
+            probabilities = t.new(rows * s.experts * FP32)
+            t.free(upcast)
+        else:
+            probabilities = t.new(rows * s.experts * FP32)
+        top = t.new(picks * FP32)
+        indices = t.new(picks * INT64)
+        total = t.new(rows * FP32)
+        t.free(total)
+        if s.fp32_router:
+            t.free(probabilities)
+            return logits, top, FP32, indices
+        weights = t.new(picks * b)
+        t.free(top, probabilities)
+        return logits, weights, b, indices
+
+    def clamped_glu(self, wide: int) -> int:
+        """`GptOssExperts._apply_gate` on the gate_up rows (`wide` bytes a half): (up.clamp + 1) x
+        gate.clamp x sigmoid(gate.clamp x alpha)."""
+        t = self.t
+        gate, up = t.new(wide), t.new(wide)
+        scaled = t.new(wide)
+        sigmoid = t.new(wide)
+        t.free(scaled)
+        glu = t.new(wide)
+        t.free(sigmoid)
+        shifted = t.new(wide)
+        out = t.new(wide)
+        t.free(shifted, gate, up, glu)
         return out
