@@ -43,9 +43,13 @@ MI300_WORKSPACE = 128 * MiB  # gfx94x, gfx95x
 FP32, INT64 = 4, 8
 # Families whose decoder layers run as Llama's do (`modeling_llama.py`: RMSNorm, rotary q and k, SDPA, a gated MLP or
 # grouped_mm experts), checked event for event against the models themselves (tests/test_transformers_allocations.py).
-MODELLED = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss"})
+MODELLED = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss", "gemma3",
+                      "gemma3_text"})
+# The deepest model whose run kvplan generates: deeper than any published, as a config may be (the run's events,
+# about a hundred a layer a forward, and their replay grow with the layers).
+MAX_LAYERS = 1024
 # Families whose attention norms q and k per head (q_norm, k_norm: `Qwen3Attention.forward`).
-HEAD_NORMS = frozenset({"qwen3", "qwen3_moe"})
+HEAD_NORMS = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
 # Families whose q, k and v projections have biases (`Qwen2Attention`), and those whose o projection has one too
 # (`GptOssAttention`: attention_bias).
 ATTENTION_BIAS = frozenset({"qwen2", "gpt_oss"})
@@ -53,12 +57,15 @@ OUTPUT_BIAS = frozenset({"gpt_oss"})
 # Families whose router softmaxes an fp32 copy of its logits and keeps the top-k weights in fp32, so the routed rows
 # are weighted, reordered and summed in fp32 (`MixtralTopKRouter`); their router is built before the experts.
 FP32_ROUTER = frozenset({"mixtral"})
-# Families whose model forward keeps its position ids in a dict of mask arguments (`mask_kwargs`), freed after the
-# embeddings when the forward returns (`Qwen3Model.forward`).
-MASK_KWARGS = frozenset({"qwen2", "qwen3"})
-# Families whose model forward binds its masks (`causal_mask_mapping := attention_mask`) before the dict of mask
-# arguments that holds the embeddings, so the masks are freed before the embeddings (`GptOssModel.forward`).
-MASK_MAPPING = frozenset({"gpt_oss"})
+# The order a model forward frees its embeddings, position ids and masks as it returns: the order of the locals
+# that last hold them, as its code first names them (`LlamaModel.forward`). A dict of mask arguments holds the
+# embeddings and, in Qwen2 and Qwen3, the position ids (`Qwen3Model.forward`); gpt-oss and Gemma 3 name their
+# masks first (`causal_mask_mapping := attention_mask`: `GptOssModel.forward`, `Gemma3TextModel.forward`), and
+# Gemma 3's copy of the mask arguments holds the position ids too.
+MODEL_LOCALS = {"qwen2": ("embeddings", "positions", "masks"), "qwen3": ("embeddings", "positions", "masks"),
+                "gpt_oss": ("positions", "masks", "embeddings"), "gemma3": ("masks", "embeddings", "positions"),
+                "gemma3_text": ("masks", "embeddings", "positions")}
+LLAMA_LOCALS = ("positions", "embeddings", "masks")
 # gpt-oss (modeling_gpt_oss.py). transformers has no SDPA path for it (`_supports_sdpa = False`), so the default
 # attention falls back to eager (`PreTrainedModel.get_correct_attn_implementation`): `eager_attention_forward`
 # with k and v repeated, scores in the model dtype, the heads' sinks concatenated as a last column, and the
@@ -71,6 +78,11 @@ EAGER_SINKS = frozenset({"gpt_oss"})
 # Families whose published configs scale rope by YaRN, whose inv_freq is built from some twenty tensors of a head's
 # width (`_compute_yarn_parameters`, modeling_rope_utils.py).
 YARN_ROPE = frozenset({"gpt_oss"})
+# Gemma 3 (modeling_gemma3.py): embeddings scaled by sqrt(hidden) (`Gemma3TextScaledWordEmbedding`); RMSNorm as
+# x * (1 + weight) in fp32 (`Gemma3RMSNorm`), four a layer: before and after attention and the MLP
+# (`Gemma3DecoderLayer`); q, k and v all projected before q and k are normed (`Gemma3Attention.forward`); a rotary
+# table for each layer type, full and sliding (`Gemma3RotaryEmbedding`).
+GEMMA = frozenset({"gemma3", "gemma3_text"})
 
 
 def workspace_bytes(vendor: str | None, compute_capability: tuple[int, int] | None) -> int:
@@ -107,14 +119,15 @@ class Shape:
     head_norms: bool
     attention_bias: bool
     fp32_router: bool
-    mask_kwargs: bool
+    model_locals: tuple[str, ...]
     dtype_bytes: int
     layers: tuple[Attention, ...]
     rope_dim: int  # the rotary table's width: the first layer's head size
     extra: int = 0  # each layer's parameters beyond those above (biases, sinks, shared experts), as one tensor
     eager_sinks: bool = False  # the rules of EAGER_SINKS
     output_bias: bool = False
-    mask_mapping: bool = False
+    gemma: bool = False  # the rules of GEMMA
+    rotary_tables: int = 1
     yarn: bool = False
 
     def parameters(self) -> int:
@@ -147,17 +160,18 @@ class Shape:
                 out += router + experts if self.fp32_router else experts + router
         else:
             out += [self.intermediate * h * b] * (3 if self.gated else 2)
-        return out + [h * b, h * b] + ([self.extra] if self.extra else [])
+        return out + [h * b] * (4 if self.gemma else 2) + ([self.extra] if self.extra else [])
 
 
 def shape_of(model: ModelSpec, dtype_bytes: int, weights: int, layers: int | None = None) -> Shape | None:
     """The run's shape for a decoder of full and sliding attention layers with the widths it states (its first
-    `layers` layers: a pipeline stage), parameters of `weights` bytes in all; None for any other model. Parameters
-    the layout does not name (biases, attention sinks, shared experts) are spread over the layers."""
+    `layers` layers: a pipeline stage), parameters of `weights` bytes in all; None for any other model, or one of
+    over MAX_LAYERS layers. Parameters the layout does not name (biases, attention sinks, shared experts) are spread
+    over the layers."""
     w = model.widths
     attention = [c for c in model.caches if c.kind in ("full", "sliding")]
     if (model.architecture not in MODELLED or w is None or not model.vocab_size
-            or len(attention) != len(model.caches) or len(attention) != model.num_layers):
+            or len(attention) != len(model.caches) or not len(attention) == model.num_layers <= MAX_LAYERS):
         return None
     stage = tuple(Attention(model.num_attention_heads, c.kv_heads, c.head_dim, c.head_dim_v,
                             getattr(c, "window", None)) for c in attention[:layers])
@@ -165,10 +179,12 @@ def shape_of(model: ModelSpec, dtype_bytes: int, weights: int, layers: int | Non
                   experts=w.experts, expert_intermediate=w.expert_intermediate, vocab=model.vocab_size,
                   tied=model.params.lm_head == 0, head_norms=model.architecture in HEAD_NORMS,
                   attention_bias=model.architecture in ATTENTION_BIAS, fp32_router=model.architecture in FP32_ROUTER,
-                  mask_kwargs=model.architecture in MASK_KWARGS, dtype_bytes=dtype_bytes, layers=stage,
+                  model_locals=MODEL_LOCALS.get(model.architecture, LLAMA_LOCALS), dtype_bytes=dtype_bytes,
+                  layers=stage,
                   rope_dim=stage[0].head_dim, eager_sinks=model.architecture in EAGER_SINKS,
-                  output_bias=model.architecture in OUTPUT_BIAS, mask_mapping=model.architecture in MASK_MAPPING,
-                  yarn=model.architecture in YARN_ROPE)
+                  output_bias=model.architecture in OUTPUT_BIAS, gemma=model.architecture in GEMMA,
+                  yarn=model.architecture in YARN_ROPE,
+                  rotary_tables=len({a.window is None for a in stage}) if model.architecture in GEMMA else 1)
     named = shape.parameters()
     return replace(shape, extra=(weights - named) // len(stage)) if weights > named else shape
 
@@ -227,11 +243,9 @@ def _build(t: Trace, s: Shape) -> None:
     sizes.append(s.hidden * b)
     for size in sizes:
         t.new(size)
-    if s.yarn:
-        _yarn_inv_freq(t, half)
-    else:
-        _default_inv_freq(t, half)
-    t.new(half)  # original_inv_freq
+    for _ in range(s.rotary_tables):
+        (_yarn_inv_freq if s.yarn else _default_inv_freq)(t, half)
+        t.new(half)  # original_inv_freq
     head = t.new(s.vocab * s.hidden * b)
     if s.tied:
         t.free(head)
@@ -302,6 +316,9 @@ class _Forward:
         t, s, b = self.t, self.s, self.s.dtype_bytes
         rows = self.batch * tokens
         embeddings = t.new(rows * s.hidden * b)
+        if s.gemma:  # x embed_scale
+            unscaled, embeddings = embeddings, t.new(rows * s.hidden * b)
+            t.free(unscaled)
         arange = t.new(tokens * INT64)
         positions = t.new(tokens * INT64)
         t.free(arange)
@@ -309,7 +326,7 @@ class _Forward:
             masks = {window: self.mask(window, tokens) for window in (None, *self.windows)}
         else:
             masks = {window: self.mask(window, tokens) for window in self.windows if self.masked(window, tokens)}
-        cos, sin = self.rotary(tokens)
+        tables = [self.rotary(tokens) for _ in range(s.rotary_tables)]
         hidden = embeddings
         for index, attention in enumerate(s.layers):
             out = self.layer(index, attention, tokens, masks.get(attention.window))
@@ -319,10 +336,10 @@ class _Forward:
         normed = self.rms_norm(rows, s.hidden)
         if hidden != embeddings:
             t.free(hidden)
-        if s.mask_mapping:
-            t.free(positions, *masks.values(), embeddings, sin, cos)
-        else:
-            t.free(*((embeddings, positions) if s.mask_kwargs else (positions, embeddings)), *masks.values(), sin, cos)
+        held = {"embeddings": (embeddings,), "positions": (positions,), "masks": tuple(masks.values())}
+        t.free(*(slot for name in s.model_locals for slot in held[name]))
+        for cos, sin in tables:
+            t.free(sin, cos)
         logits = self.matmul(self.batch * s.vocab * b)
         t.free(normed)
         token = t.new(self.batch * INT64)
@@ -393,6 +410,8 @@ class _Forward:
         """`LlamaRMSNorm.forward` over `rows` rows of `width` (the input is the caller's): the normed tensor's
         slot."""
         t, b = self.t, self.s.dtype_bytes
+        if self.s.gemma:
+            return self.gemma_norm(rows, width)
         upcast = t.new(rows * width * FP32)
         square = t.new(rows * width * FP32)
         variance = t.new(rows * FP32)
@@ -405,6 +424,28 @@ class _Forward:
         cast = t.new(rows * width * (FP32 if self.s.eager_sinks else b))  # gpt-oss: weight x fp32, then cast
         out = t.new(rows * width * b)
         t.free(cast, scaled, variance)
+        return out
+
+    def gemma_norm(self, rows: int, width: int) -> int:
+        """`Gemma3RMSNorm.forward`: x in fp32 x rsqrt(mean(x^2) + eps) x (1 + weight in fp32), cast back."""
+        t = self.t
+        upcast = t.new(rows * width * FP32)
+        square = t.new(rows * width * FP32)
+        variance = t.new(rows * FP32)
+        t.free(square)
+        shifted = t.new(rows * FP32)
+        t.free(variance)
+        root = t.new(rows * FP32)
+        t.free(shifted)
+        normed = t.new(rows * width * FP32)
+        t.free(root, upcast)
+        weight = t.new(width * FP32)
+        plus_one = t.new(width * FP32)
+        t.free(weight)
+        scaled = t.new(rows * width * FP32)
+        t.free(plus_one, normed)
+        out = t.new(rows * width * self.s.dtype_bytes)
+        t.free(scaled)
         return out
 
     def rope(self, size: int) -> int:
@@ -438,15 +479,23 @@ class _Forward:
         q_size = rows * a.heads * a.head_dim * b
         k_size = rows * a.kv_heads * a.head_dim * b
         v_size = rows * a.kv_heads * a.head_dim_v * b
-        q = self.matmul(q_size)
-        if s.head_norms:
-            projected, q = q, self.rms_norm(rows * a.heads, a.head_dim)
-            t.free(projected)
-        k = self.matmul(k_size)
-        if s.head_norms:
-            projected, k = k, self.rms_norm(rows * a.kv_heads, a.head_dim)
-            t.free(projected)
-        v = self.matmul(v_size)
+        if s.gemma:  # q, k and v projected, then q and k normed
+            q, k, v = self.matmul(q_size), self.matmul(k_size), self.matmul(v_size)
+            q_normed = self.rms_norm(rows * a.heads, a.head_dim)
+            t.free(q)
+            k_normed = self.rms_norm(rows * a.kv_heads, a.head_dim)
+            t.free(k)
+            q, k = q_normed, k_normed
+        else:
+            q = self.matmul(q_size)
+            if s.head_norms:
+                projected, q = q, self.rms_norm(rows * a.heads, a.head_dim)
+                t.free(projected)
+            k = self.matmul(k_size)
+            if s.head_norms:
+                projected, k = k, self.rms_norm(rows * a.kv_heads, a.head_dim)
+                t.free(projected)
+            v = self.matmul(v_size)
         q_rotated = self.rope(q_size)
         k_rotated = self.rope(k_size)
         t.free(q, k)
@@ -458,17 +507,27 @@ class _Forward:
             out, probabilities = self.attention(a, tokens, mask), None
         projected = self.matmul(rows * s.hidden * b)
         t.free(out, q_rotated, normed)
-        residual = t.new(rows * s.hidden * b)
-        t.free(projected)
+        residual = self.residual_add(rows, projected)
         normed = self.rms_norm(rows, s.hidden)
         mlp, router_scores = self.experts(rows) if s.experts else (self.mlp(rows), None)
         t.free(normed)
         if probabilities is not None:  # held by `hidden_states, _ = self.self_attn(...)` until the MLP's `_`
             t.free(probabilities)
-        out = t.new(rows * s.hidden * b)
-        t.free(mlp, residual)
+        out = self.residual_add(rows, mlp, residual)
         if router_scores is not None:  # the MLP's `_`, freed when the layer returns
             t.free(router_scores)
+        return out
+
+    def residual_add(self, rows: int, added: int, *residual: int) -> int:
+        """The residual stream + `added` (attention's or the MLP's output, freed), normed first in Gemma 3
+        (`Gemma3DecoderLayer.forward`); `residual`: the stream's slot, freed, where the caller holds it no longer."""
+        t = self.t
+        if self.s.gemma:
+            normed = self.rms_norm(rows, self.s.hidden)
+            t.free(added)
+            added = normed
+        out = t.new(rows * self.s.hidden * self.s.dtype_bytes)
+        t.free(added, *residual)
         return out
 
     def cache_update(self, index: int, a: Attention, tokens: int) -> None:
@@ -505,7 +564,7 @@ class _Forward:
             t.free(offset, seed, logsumexp)
             return out
         keys = self.keys_attended(a, tokens)
-        grouped = a.heads > a.kv_heads
+        grouped = a.heads > a.kv_heads > 1  # one KV head repeats and packs as views: nothing is copied
         repeated = ()
         if grouped and tokens > 1:  # repeat_kv; a single query is packed by groups instead (`pack_gqa`)
             repeated = (t.new(self.batch * a.heads * keys * a.head_dim * b),
@@ -522,11 +581,12 @@ class _Forward:
                 converted = padded
             additive = (converted, zero)
         out = t.new(out_size)
-        if a.head_dim_v > 128 and b != FP32:
-            t.free(t.new(self.batch * tokens * a.heads * a.head_dim_v * FP32))
         seed = t.new(8)
         offset = t.new(8)
-        t.free(offset, seed, *additive, *repeated)
+        t.free(offset, seed)
+        if a.head_dim_v > 128 and b != FP32:  # CUTLASS's fp32 accumulator, while the kernel runs
+            t.free(t.new(self.batch * tokens * a.heads * a.head_dim_v * FP32))
+        t.free(*additive, *repeated)
         if grouped and tokens == 1:  # undoing pack_gqa: the reshape copies
             packed, out = out, t.new(out_size)
             t.free(packed)
@@ -540,7 +600,7 @@ class _Forward:
         keys = self.keys_attended(a, tokens)
         queries = self.batch * a.heads * tokens
         repeated = ()
-        if a.heads > a.kv_heads:
+        if a.heads > a.kv_heads > 1:  # repeat_kv (one KV head repeats as a view)
             repeated = (t.new(self.batch * a.heads * keys * a.head_dim * b),
                         t.new(self.batch * a.heads * keys * a.head_dim_v * b))
         scores = t.new(queries * keys * b)
