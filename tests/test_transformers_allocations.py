@@ -51,6 +51,7 @@ CASES = {
     "gemma-3, prompt past its 1,024-token window": ("google/gemma-3-12b-it", 1, 1030, 2, 2),
     "gemma-3-1b (sliding and full layers, one KV head), prompt past its window": ("google/gemma-3-1b-it", 1, 520, 2, 6),
     "gemma-3-1b, decode reaching its window": ("google/gemma-3-1b-it", 2, 500, 20, 6),
+    "deepseek-v2-lite (MLA, a dense first layer, shared experts)": ("deepseek-ai/DeepSeek-V2-Lite", 2, 40, 3, 3),
 }
 
 
@@ -90,6 +91,16 @@ def test_sliding_windows_take_the_masked_path_as_recorded(tmp_path, window, prom
     for expandable in (False, True):
         assert ca.replay(run.events, run.ends, expandable=expandable) == ca.replay(events, ends,
                                                                                    expandable=expandable)
+
+
+def test_deepseek_v2s_low_rank_query_as_recorded(tmp_path):
+    """DeepSeek-V2's q through q_lora_rank and its norm (`DeepseekV2Attention`), with the greedy router kvplan
+    generates (the published config's group-limited one it does not: it falls back)."""
+    data = json.loads((SPECS / "deepseek-ai__DeepSeek-V2.json").read_text(encoding="utf-8"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**data, "topk_method": "greedy", "n_group": 1, "topk_group": 1}), encoding="utf-8")
+    events, ends = record_run(str(path), 2, 24, 2, layers=2)
+    assert (generated(str(path), 2, 24, 2, 2).events, ends) == (events, ends)
 
 
 def test_the_recorded_and_generated_runs_reserve_alike_at_full_size():

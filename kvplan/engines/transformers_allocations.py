@@ -44,7 +44,7 @@ FP32, INT64 = 4, 8
 # Families whose decoder layers run as Llama's do (`modeling_llama.py`: RMSNorm, rotary q and k, SDPA, a gated MLP or
 # grouped_mm experts), checked event for event against the models themselves (tests/test_transformers_allocations.py).
 MODELLED = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss", "gemma3",
-                      "gemma3_text"})
+                      "gemma3_text", "deepseek_v2"})
 # The deepest model whose run kvplan generates: deeper than any published, as a config may be (the run's events,
 # about a hundred a layer a forward, and their replay grow with the layers).
 MAX_LAYERS = 1024
@@ -77,12 +77,22 @@ LLAMA_LOCALS = ("positions", "embeddings", "masks")
 EAGER_SINKS = frozenset({"gpt_oss"})
 # Families whose published configs scale rope by YaRN, whose inv_freq is built from some twenty tensors of a head's
 # width (`_compute_yarn_parameters`, modeling_rope_utils.py).
-YARN_ROPE = frozenset({"gpt_oss"})
+YARN_ROPE = frozenset({"gpt_oss", "deepseek_v2"})
 # Gemma 3 (modeling_gemma3.py): embeddings scaled by sqrt(hidden) (`Gemma3TextScaledWordEmbedding`); RMSNorm as
 # x * (1 + weight) in fp32 (`Gemma3RMSNorm`), four a layer: before and after attention and the MLP
 # (`Gemma3DecoderLayer`); q, k and v all projected before q and k are normed (`Gemma3Attention.forward`); a rotary
 # table for each layer type, full and sliding (`Gemma3RotaryEmbedding`).
 GEMMA = frozenset({"gemma3", "gemma3_text"})
+# DeepSeek-V2 (modeling_deepseek_v2.py): multi-head latent attention (`DeepseekV2Attention`): q projected whole or
+# through a low rank and its norm, k and v from one compressed row (kv_a_proj_with_mqa) whose latent part is normed;
+# the cache holds that latent and the rotated rope part, one head each (`DynamicLayer` by way of
+# `past_key_values.update`); each forward expands the whole cached latent to every head's keys and values
+# (`expand_kv`: kv_b_proj, and the keys assembled in a new tensor), so SDPA gets q and k of qk_nope + qk_rope and v
+# of v_head_dim: the memory-efficient kernel. The rotary table is complex (`torch.polar`), applied to fp32 copies
+# of q's and k's rope parts (`apply_rotary_emb`). The router copies the hidden rows and its weight to fp32, takes
+# the softmax and the greedy top-k, scaled (`DeepseekV2TopkRouter`); the shared experts run as one MLP after the
+# routed ones (`DeepseekV2Moe`), and the first_k_dense_replace layers keep a dense MLP; YaRN rope.
+LATENT = frozenset({"deepseek_v2"})
 
 
 def workspace_bytes(vendor: str | None, compute_capability: tuple[int, int] | None) -> int:
@@ -102,6 +112,18 @@ class Attention:
     head_dim: int
     head_dim_v: int
     window: int | None
+
+
+@dataclass(frozen=True)
+class Latent:
+    """Multi-head latent attention's widths: the cached latent (kv_lora_rank) and rope parts, the heads' unrotated
+    query and key part, their values, and the query's down-projection rank (0: q projected whole)."""
+
+    rank: int
+    rope: int
+    nope: int
+    value: int
+    query_rank: int
 
 
 @dataclass(frozen=True)
@@ -129,28 +151,43 @@ class Shape:
     gemma: bool = False  # the rules of GEMMA
     rotary_tables: int = 1
     yarn: bool = False
+    latent: Latent | None = None  # the rules of LATENT, where the layers' attention is latent
+    shared_intermediate: int = 0  # the shared experts', as one MLP
+    dense_layers: frozenset[int] = frozenset()  # an MoE model's layers with a dense MLP
 
     def parameters(self) -> int:
         """Bytes of every parameter the build makes and keeps."""
         head = 0 if self.tied else self.vocab * self.hidden * self.dtype_bytes
         return (self.vocab + 1) * self.hidden * self.dtype_bytes + head + sum(
-            sum(self.layer_parameters(a)) for a in self.layers)
+            sum(self.layer_parameters(index, a)) for index, a in enumerate(self.layers))
 
-    def layer_parameters(self, a: Attention) -> list[int]:
+    def moe_layer(self, index: int) -> bool:
+        return bool(self.experts) and index not in self.dense_layers
+
+    def layer_parameters(self, index: int, a: Attention) -> list[int]:
         """A decoder layer's parameters in module order: q, k, v (each with its bias), o (q_norm, k_norm), the MLP
-        or the experts and their router, the two norms (`LlamaDecoderLayer.__init__`)."""
+        or the experts and their router (and shared experts), the two norms (`LlamaDecoderLayer.__init__`); MLA's
+        projections and norms (`DeepseekV2Attention.__init__`)."""
         b, h = self.dtype_bytes, self.hidden
         out = []
-        for rows in (a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim_v):
-            out += [rows * h * b, rows * b] if self.attention_bias else [rows * h * b]
-        out.append(h * a.heads * a.head_dim_v * b)
+        if self.latent is not None:
+            m = self.latent
+            query = a.heads * (m.nope + m.rope)
+            out += [m.query_rank * h * b, m.query_rank * b, query * m.query_rank * b] if m.query_rank else [
+                query * h * b]
+            out += [(m.rank + m.rope) * h * b, m.rank * b, a.heads * (m.nope + m.value) * m.rank * b,
+                    h * a.heads * m.value * b]
+        else:
+            for rows in (a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim_v):
+                out += [rows * h * b, rows * b] if self.attention_bias else [rows * h * b]
+            out.append(h * a.heads * a.head_dim_v * b)
         if self.output_bias:
             out.append(h * b)
         if self.eager_sinks:
             out.append(a.heads * b)  # sinks
         if self.head_norms:
             out += [a.head_dim * b, a.head_dim * b]
-        if self.experts:
+        if self.moe_layer(index):
             gate_up = self.experts * (2 if self.gated else 1) * self.expert_intermediate * b
             down = self.experts * h * self.expert_intermediate * b
             if self.eager_sinks:  # each with its bias, the router first
@@ -158,6 +195,7 @@ class Shape:
             else:
                 experts, router = [gate_up * h, down], [self.experts * h * b]
                 out += router + experts if self.fp32_router else experts + router
+            out += [self.shared_intermediate * h * b] * (3 if self.gated else 2) if self.shared_intermediate else []
         else:
             out += [self.intermediate * h * b] * (3 if self.gated else 2)
         return out + [h * b] * (4 if self.gemma else 2) + ([self.extra] if self.extra else [])
@@ -169,22 +207,31 @@ def shape_of(model: ModelSpec, dtype_bytes: int, weights: int, layers: int | Non
     over MAX_LAYERS layers. Parameters the layout does not name (biases, attention sinks, shared experts) are spread
     over the layers."""
     w = model.widths
-    attention = [c for c in model.caches if c.kind in ("full", "sliding")]
-    if (model.architecture not in MODELLED or w is None or not model.vocab_size
+    latent = model.architecture in LATENT
+    attention = [c for c in model.caches if c.kind in (("mla",) if latent else ("full", "sliding"))]
+    if (model.architecture not in MODELLED or w is None or not model.vocab_size or w.expert_groups > 1
             or len(attention) != len(model.caches) or not len(attention) == model.num_layers <= MAX_LAYERS):
         return None
-    stage = tuple(Attention(model.num_attention_heads, c.kv_heads, c.head_dim, c.head_dim_v,
-                            getattr(c, "window", None)) for c in attention[:layers])
+    if latent:  # the cache as DynamicLayer holds it: the latent as one head's keys, the rope part as its values
+        first = attention[0]
+        mla = Latent(first.latent_dim, first.rope_dim, w.query_head_dim - first.rope_dim, w.value_head_dim,
+                     w.query_rank)
+        stage = tuple(Attention(model.num_attention_heads, 1, c.latent_dim, c.rope_dim, None)
+                      for c in attention[:layers])
+    else:
+        mla = None
+        stage = tuple(Attention(model.num_attention_heads, c.kv_heads, c.head_dim, c.head_dim_v,
+                                getattr(c, "window", None)) for c in attention[:layers])
+    arch = model.architecture
     shape = Shape(hidden=w.hidden, intermediate=w.mlp_intermediate, gated=w.gated_mlp, top_k=w.experts_per_token,
                   experts=w.experts, expert_intermediate=w.expert_intermediate, vocab=model.vocab_size,
-                  tied=model.params.lm_head == 0, head_norms=model.architecture in HEAD_NORMS,
-                  attention_bias=model.architecture in ATTENTION_BIAS, fp32_router=model.architecture in FP32_ROUTER,
-                  model_locals=MODEL_LOCALS.get(model.architecture, LLAMA_LOCALS), dtype_bytes=dtype_bytes,
-                  layers=stage,
-                  rope_dim=stage[0].head_dim, eager_sinks=model.architecture in EAGER_SINKS,
-                  output_bias=model.architecture in OUTPUT_BIAS, gemma=model.architecture in GEMMA,
-                  yarn=model.architecture in YARN_ROPE,
-                  rotary_tables=len({a.window is None for a in stage}) if model.architecture in GEMMA else 1)
+                  tied=model.params.lm_head == 0, head_norms=arch in HEAD_NORMS, attention_bias=arch in ATTENTION_BIAS,
+                  fp32_router=arch in FP32_ROUTER, model_locals=MODEL_LOCALS.get(arch, LLAMA_LOCALS),
+                  dtype_bytes=dtype_bytes, layers=stage,
+                  rope_dim=stage[0].head_dim_v if latent else stage[0].head_dim,  # MLA: the cached rope part
+                  eager_sinks=arch in EAGER_SINKS, output_bias=arch in OUTPUT_BIAS, gemma=arch in GEMMA,
+                  yarn=arch in YARN_ROPE, rotary_tables=len({a.window is None for a in stage}) if arch in GEMMA else 1,
+                  latent=mla, shared_intermediate=w.shared_expert_intermediate, dense_layers=frozenset(w.dense_layers))
     named = shape.parameters()
     return replace(shape, extra=(weights - named) // len(stage)) if weights > named else shape
 
@@ -238,8 +285,8 @@ def _build(t: Trace, s: Shape) -> None:
     freed when tied to the embedding (`tie_weights`)."""
     b, half = s.dtype_bytes, s.rope_dim // 2 * FP32
     sizes = [s.vocab * s.hidden * b]
-    for a in s.layers:
-        sizes += s.layer_parameters(a)
+    for index, a in enumerate(s.layers):
+        sizes += s.layer_parameters(index, a)
     sizes.append(s.hidden * b)
     for size in sizes:
         t.new(size)
@@ -338,8 +385,8 @@ class _Forward:
             t.free(hidden)
         held = {"embeddings": (embeddings,), "positions": (positions,), "masks": tuple(masks.values())}
         t.free(*(slot for name in s.model_locals for slot in held[name]))
-        for cos, sin in tables:
-            t.free(sin, cos)
+        for table in tables:
+            t.free(*reversed(table))  # a tuple frees its items last first
         logits = self.matmul(self.batch * s.vocab * b)
         t.free(normed)
         token = t.new(self.batch * INT64)
@@ -384,12 +431,20 @@ class _Forward:
         t.free(zero, mask)
         return additive
 
-    def rotary(self, tokens: int) -> tuple[int, int]:
-        """`LlamaRotaryEmbedding.forward`: cos and sin in the model dtype."""
+    def rotary(self, tokens: int) -> tuple[int, ...]:
+        """`LlamaRotaryEmbedding.forward`: cos and sin in the model dtype; DeepSeek-V2's
+        (`DeepseekV2RotaryEmbedding.forward`): the complex table polar(1, freqs) x attention_scaling."""
         t, d = self.t, self.s.rope_dim
         floats = t.new(tokens * FP32)
         freqs = t.new(tokens * d // 2 * FP32)
         t.free(floats)
+        if self.s.latent is not None:
+            ones = t.new(tokens * d // 2 * FP32)
+            polar = t.new(tokens * d // 2 * 2 * FP32)
+            t.free(ones)
+            table = t.new(tokens * d // 2 * 2 * FP32)
+            t.free(polar, freqs)
+            return (table,)
         if self.s.eager_sinks:  # the frequencies are the table, half the head wide
             d //= 2
             table = freqs
@@ -476,6 +531,10 @@ class _Forward:
         t, s, b = self.t, self.s, self.s.dtype_bytes
         rows = self.batch * tokens
         normed = self.rms_norm(rows, s.hidden)
+        if s.latent is not None:
+            projected = self.latent_attention(index, a, tokens)
+            t.free(normed)
+            return self.feed_forward(index, rows, projected)
         q_size = rows * a.heads * a.head_dim * b
         k_size = rows * a.kv_heads * a.head_dim * b
         v_size = rows * a.kv_heads * a.head_dim_v * b
@@ -507,9 +566,16 @@ class _Forward:
             out, probabilities = self.attention(a, tokens, mask), None
         projected = self.matmul(rows * s.hidden * b)
         t.free(out, q_rotated, normed)
+        return self.feed_forward(index, rows, projected, probabilities)
+
+    def feed_forward(self, index: int, rows: int, projected: int, probabilities: int | None = None) -> int:
+        """The rest of a decoder layer after attention's output projection (`projected`): the residual, the norm,
+        the MLP or the experts, the residual (`LlamaDecoderLayer.forward`); eager attention's `probabilities`, held
+        until the MLP returns. The layer's output slot."""
+        t, s = self.t, self.s
         residual = self.residual_add(rows, projected)
         normed = self.rms_norm(rows, s.hidden)
-        mlp, router_scores = self.experts(rows) if s.experts else (self.mlp(rows), None)
+        mlp, router_scores = self.experts(rows) if s.moe_layer(index) else (self.mlp(rows, s.intermediate), None)
         t.free(normed)
         if probabilities is not None:  # held by `hidden_states, _ = self.self_attn(...)` until the MLP's `_`
             t.free(probabilities)
@@ -592,6 +658,39 @@ class _Forward:
             t.free(packed)
         return out
 
+    def latent_attention(self, index: int, a: Attention, tokens: int) -> int:
+        """`DeepseekV2Attention.forward` (see LATENT; its input is the caller's): the output projection's slot."""
+        t, s, m, b = self.t, self.s, self.s.latent, self.s.dtype_bytes
+        rows, query_width = self.batch * tokens, a.heads * (m.nope + m.rope)
+        if m.query_rank:  # q_b_proj(q_a_layernorm(q_a_proj(x)))
+            down = self.matmul(rows * m.query_rank * b)
+            normed = self.rms_norm(rows, m.query_rank)
+            t.free(down)
+            q = self.matmul(rows * query_width * b)
+            t.free(normed)
+        else:
+            q = self.matmul(rows * query_width * b)
+        compressed = self.matmul(rows * (m.rank + m.rope) * b)
+        latent = self.rms_norm(rows, m.rank)
+        q_float, k_float = t.new(rows * a.heads * m.rope * FP32), t.new(rows * m.rope * FP32)
+        rotated = []
+        for heads in (a.heads, 1):  # `apply_rotary_emb`: x as complex x the table, back to the model dtype
+            product = t.new(rows * heads * m.rope * FP32)
+            rotated.append(t.new(rows * heads * m.rope * b))
+            t.free(product)
+        t.free(q_float, k_float)
+        q_rotated, k_rotated = rotated
+        self.cache_update(index, a, tokens)
+        t.free(latent, k_rotated)
+        query = t.new(rows * query_width * b)
+        length = self.past + tokens
+        expanded = self.matmul(self.batch * length * a.heads * (m.nope + m.value) * b)  # `expand_kv`
+        keys = t.new(self.batch * length * query_width * b)
+        out = self.attention(Attention(a.heads, a.heads, m.nope + m.rope, m.value, None), tokens, None)
+        projected = self.matmul(rows * s.hidden * b)
+        t.free(out, q, q_rotated, compressed, query, keys, expanded)
+        return projected
+
     def eager_attention(self, a: Attention, tokens: int, mask: int) -> tuple[int, int]:
         """gpt-oss's `eager_attention_forward`: k and v repeated to every head, q k^T x scaling + mask, the sinks
         concatenated as a last column, the row max subtracted, softmax, x v, transposed contiguous; (the output's
@@ -622,10 +721,10 @@ class _Forward:
         t.free(*repeated, shifted)
         return out, probabilities
 
-    def mlp(self, rows: int) -> int:
+    def mlp(self, rows: int, intermediate: int) -> int:
         """`LlamaMLP.forward`: down(act(gate(x)) x up(x)); plain: down(act(up(x)))."""
         t, s, b = self.t, self.s, self.s.dtype_bytes
-        wide = rows * s.intermediate * b
+        wide = rows * intermediate * b
         gate = self.matmul(wide)
         activated = t.new(wide)
         t.free(gate)
@@ -683,7 +782,13 @@ class _Forward:
         summed = t.new(rows * s.hidden * row_bytes)
         out = summed if row_bytes == b else t.new(rows * s.hidden * b)
         t.free(sorted_ids, permutation, gathered, sorted_weights, counted, histogram, offsets, *down_biases, down,
-               restored, inverse, *((summed,) if out != summed else ()), logits)
+               restored, inverse, *((summed,) if out != summed else ()))
+        if s.shared_intermediate:  # `DeepseekV2Moe`: + shared_experts(x)
+            shared = self.mlp(rows, s.shared_intermediate)
+            combined = t.new(rows * s.hidden * b)
+            t.free(shared, out)
+            out = combined
+        t.free(logits)
         if s.eager_sinks:
             t.free(indices)
             return out, weights
@@ -696,6 +801,15 @@ class _Forward:
         (`GptOssTopKRouter`); (logits, weights, the weights' bytes each, indices)."""
         t, s, b = self.t, self.s, self.s.dtype_bytes
         picks = rows * s.top_k
+        if s.latent is not None:  # `DeepseekV2TopkRouter`: fp32 copies, softmax, greedy top-k, scaled
+            upcast, weight = t.new(rows * s.hidden * FP32), t.new(s.experts * s.hidden * FP32)
+            logits = self.matmul(rows * s.experts * FP32)
+            t.free(upcast, weight)
+            probabilities = t.new(rows * s.experts * FP32)
+            top, indices = t.new(picks * FP32), t.new(picks * INT64)
+            weights = t.new(picks * FP32)
+            t.free(top, probabilities)
+            return logits, weights, FP32, indices
         logits = self.matmul(rows * s.experts * b)
         if s.eager_sinks:
             top, indices = t.new(picks * b), t.new(picks * INT64)
