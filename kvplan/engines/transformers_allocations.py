@@ -42,7 +42,8 @@ WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8"
 MI300_WORKSPACE = 128 * MiB  # gfx94x, gfx95x
 FP32, INT64 = 4, 8
 # Families whose decoder layers run as Llama's do (`modeling_llama.py`: RMSNorm, rotary q and k, SDPA, a gated MLP or
-# grouped_mm experts), checked event for event against the models themselves (tests/test_transformers_allocations.py).
+# grouped_mm experts), or differ by the rules named below (gpt-oss: EAGER_SINKS, Gemma 3: GEMMA, DeepSeek-V2:
+# LATENT), checked event for event against the models themselves (tests/test_transformers_allocations.py).
 MODELLED = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss", "gemma3",
                       "gemma3_text", "deepseek_v2"})
 # The deepest model whose run kvplan generates: deeper than any published, as a config may be (the run's events,
