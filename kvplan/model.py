@@ -448,6 +448,14 @@ class Widths(BaseModel):
                                 "other widths than it caches: MLA's qk_nope + qk_rope; 0: the cached head_dim")
     value_head_dim: int = Field(0, ge=0, description="the value head's width there: MLA's v_head_dim; 0: the "
                                 "cached head_dim_v")
+    shared_expert_intermediate: int = Field(0, ge=0, description="the shared experts' intermediate, all of them "
+                                            "as one MLP; 0 without")
+    dense_layers: tuple[int, ...] = Field((), description="the layers of an MoE model that keep a dense MLP, "
+                                          "mlp_intermediate wide")
+    query_rank: int = Field(0, ge=0, description="MLA's query down-projection rank (q_lora_rank); 0: q projected "
+                                                 "whole")
+    expert_groups: int = Field(1, ge=1, description="the groups a router limits a token's experts to (n_group, "
+                                                    "group-limited top-k); 1: none")
 
 
 class MultimodalInput(BaseModel):

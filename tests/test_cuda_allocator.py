@@ -213,13 +213,28 @@ def test_estimate_suggests_expandable_segments_where_they_add_users(monkeypatch,
     assert not any("--expandable-segments plans" in note for note in data["notes"])
 
 
-@pytest.mark.parametrize("model", ["google/gemma-3-27b-it", "openai/gpt-oss-20b", "deepseek-ai/DeepSeek-V2-Lite"])
-def test_families_whose_run_is_not_generated_count_live_tensors(model):
-    """Gemma 3's norms and scaled embeddings, gpt-oss's eager attention with sinks, DeepSeek's latent attention: kvplan
-    does not generate their runs, so capacity counts the cache and the prefill activations alone, and says so."""
+@pytest.mark.parametrize("model, why", [("deepseek-ai/DeepSeek-V3", "deepseek_v3 models"),
+                                        ("deepseek-ai/DeepSeek-V2", "deepseek_v2 models with a group-limited router")])
+def test_families_whose_run_is_not_generated_count_live_tensors(model, why):
+    """DeepSeek-V3, and DeepSeek-V2's router that picks experts from groups (`group_limited_greedy`): kvplan does
+    not generate their runs, so capacity counts the cache and the prefill activations alone, and says why."""
     from kvplan.capacity import Hardware, Workload, capacity
 
     cap = capacity(load_model(model), Workload(ctx=8192), engine_name="transformers",
                    hardware=Hardware(name="H100", memory_bytes=H100))
     assert cap.engine_gpu_bytes_for_users is None
-    assert any("caching allocator is not modelled" in note for note in cap.notes), cap.notes
+    assert any(f"caching allocator is not modelled for {why}" in note for note in cap.notes), cap.notes
+
+
+def test_models_deeper_than_any_published_count_live_tensors(tmp_path):
+    """A config of more layers than MAX_LAYERS: the run's events grow with them (a 100,000-layer Gemma 3 took minutes
+    to replay), so capacity counts the live tensors, and says why."""
+    from kvplan.capacity import Hardware, Workload, capacity
+
+    data = json.loads((ROOT / "model_specs" / "meta-llama__Meta-Llama-3-8B.json").read_text(encoding="utf-8"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**data, "num_hidden_layers": ta.MAX_LAYERS + 1}), encoding="utf-8")
+    cap = capacity(load_model(str(path)), Workload(ctx=8192), engine_name="transformers",
+                   hardware=Hardware(name="H100", memory_bytes=H100))
+    assert cap.engine_gpu_bytes_for_users is None
+    assert any("not modelled for models of over 1,024 layers" in note for note in cap.notes), cap.notes

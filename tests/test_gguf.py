@@ -343,7 +343,8 @@ def mla_keys(cfg: dict) -> dict:
 def deepseek3_twin(cfg):  # 3 dense layers of 18,432, then a shared expert and 256 routed of 2,048, 8 a token
     n, cfg["expert_ff"], ff = cfg["num_hidden_layers"], cfg["moe_intermediate_size"], cfg["moe_intermediate_size"]
     meta = config_meta(cfg, **mla_keys(cfg), attention__head_count_kv=1, attention__value_length=cfg["kv_lora_rank"],
-                       expert_count=256, expert_used_count=8)
+                       expert_count=256, expert_used_count=8, attention__q_lora_rank=cfg["q_lora_rank"],
+                       expert_group_count=cfg["n_group"])
     return "deepseek2", meta, [(cfg["intermediate_size"], 0, 0)] * 3 + [(0, ff, 1)] * (n - 3), False
 
 

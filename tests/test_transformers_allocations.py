@@ -44,6 +44,14 @@ CASES = {
     "qwen3-moe (grouped_mm experts)": ("Qwen/Qwen3-30B-A3B", 2, 64, 2, 2),
     "mixtral (fp32 router)": ("mistralai/Mixtral-8x7B-v0.1", 2, 64, 2, 2),
     "qwen3-0.6b (tied embeddings)": ("Qwen/Qwen3-0.6B", 1, 48, 2, 2),
+    "gpt-oss (eager attention with sinks, biased experts, yarn)": ("openai/gpt-oss-20b", 2, 64, 2, 2),
+    "gpt-oss, prompt past its 128-token window": ("openai/gpt-oss-20b", 1, 150, 2, 2),
+    "gpt-oss, decode reaching its window": ("openai/gpt-oss-20b", 2, 120, 10, 2),
+    "gemma-3 (scaled embeddings, four norms, q and k normed)": ("google/gemma-3-12b-it", 2, 64, 2, 2),
+    "gemma-3, prompt past its 1,024-token window": ("google/gemma-3-12b-it", 1, 1030, 2, 2),
+    "gemma-3-1b (sliding and full layers, one KV head), prompt past its window": ("google/gemma-3-1b-it", 1, 520, 2, 6),
+    "gemma-3-1b, decode reaching its window": ("google/gemma-3-1b-it", 2, 500, 20, 6),
+    "deepseek-v2-lite (MLA, a dense first layer, shared experts)": ("deepseek-ai/DeepSeek-V2-Lite", 2, 40, 3, 3),
 }
 
 
@@ -56,13 +64,15 @@ def test_the_generated_run_is_the_recorded_one(name):
     assert run.events == events
 
 
-@pytest.mark.parametrize("model", ["meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.1-8B"])
-def test_rope_scaling_changes_only_small_temporaries(model):
+@pytest.mark.parametrize("model, layers", [("meta-llama/Llama-3.2-1B-Instruct", 2), ("meta-llama/Llama-3.1-8B", 2),
+                                           ("google/gemma-3-12b-it", 6)])
+def test_rope_scaling_changes_only_small_temporaries(model, layers):
     """Llama 3.1's rope scaling (`_compute_llama3_parameters`) makes inv_freq through some forty tensors of a few
-    hundred bytes, which kvplan does not generate: they come and go in the small pool's first segment, so every figure
-    of the allocator is the same."""
-    events, ends = record_run(model, 2, 1024, 2, layers=2)
-    run = generated(model, 2, 1024, 2, 2)
+    hundred bytes, Gemma 3's linear scaling of its full layers' (`_compute_linear_scaling_rope_parameters`) through an
+    int64 arange and its cast; kvplan does not generate them: they come and go in the small pool's first segment, so
+    every figure of the allocator is the same."""
+    events, ends = record_run(model, 2, 1024, 2, layers=layers)
+    run = generated(model, 2, 1024, 2, layers)
     assert run.events != events
     assert ca.replay(run.events, run.ends) == ca.replay(events, ends)
 
@@ -81,6 +91,16 @@ def test_sliding_windows_take_the_masked_path_as_recorded(tmp_path, window, prom
     for expandable in (False, True):
         assert ca.replay(run.events, run.ends, expandable=expandable) == ca.replay(events, ends,
                                                                                    expandable=expandable)
+
+
+def test_deepseek_v2s_low_rank_query_as_recorded(tmp_path):
+    """DeepSeek-V2's q through q_lora_rank and its norm (`DeepseekV2Attention`), with the greedy router kvplan
+    generates (the published config's group-limited one it does not: it falls back)."""
+    data = json.loads((SPECS / "deepseek-ai__DeepSeek-V2.json").read_text(encoding="utf-8"))
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**data, "topk_method": "greedy", "n_group": 1, "topk_group": 1}), encoding="utf-8")
+    events, ends = record_run(str(path), 2, 24, 2, layers=2)
+    assert (generated(str(path), 2, 24, 2, 2).events, ends) == (events, ends)
 
 
 def test_the_recorded_and_generated_runs_reserve_alike_at_full_size():

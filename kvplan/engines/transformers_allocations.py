@@ -42,18 +42,58 @@ WORKSPACE = 4096 * 1024 * 2 + 16 * 1024 * 8  # ":4096:2:16:8"
 MI300_WORKSPACE = 128 * MiB  # gfx94x, gfx95x
 FP32, INT64 = 4, 8
 # Families whose decoder layers run as Llama's do (`modeling_llama.py`: RMSNorm, rotary q and k, SDPA, a gated MLP or
-# grouped_mm experts), checked event for event against the models themselves (tests/test_transformers_allocations.py).
-MODELLED = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral"})
+# grouped_mm experts), or differ by the rules named below (gpt-oss: EAGER_SINKS, Gemma 3: GEMMA, DeepSeek-V2:
+# LATENT), checked event for event against the models themselves (tests/test_transformers_allocations.py).
+MODELLED = frozenset({"llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "gpt_oss", "gemma3",
+                      "gemma3_text", "deepseek_v2"})
+# The deepest model whose run kvplan generates: deeper than any published, as a config may be (the run's events,
+# about a hundred a layer a forward, and their replay grow with the layers).
+MAX_LAYERS = 1024
 # Families whose attention norms q and k per head (q_norm, k_norm: `Qwen3Attention.forward`).
-HEAD_NORMS = frozenset({"qwen3", "qwen3_moe"})
-# Families whose q, k and v projections have biases (`Qwen2Attention`).
-ATTENTION_BIAS = frozenset({"qwen2"})
+HEAD_NORMS = frozenset({"qwen3", "qwen3_moe", "gemma3", "gemma3_text"})
+# Families whose q, k and v projections have biases (`Qwen2Attention`), and those whose o projection has one too
+# (`GptOssAttention`: attention_bias).
+ATTENTION_BIAS = frozenset({"qwen2", "gpt_oss"})
+OUTPUT_BIAS = frozenset({"gpt_oss"})
 # Families whose router softmaxes an fp32 copy of its logits and keeps the top-k weights in fp32, so the routed rows
 # are weighted, reordered and summed in fp32 (`MixtralTopKRouter`); their router is built before the experts.
 FP32_ROUTER = frozenset({"mixtral"})
-# Families whose model forward keeps its position ids in a dict of mask arguments (`mask_kwargs`), freed after the
-# embeddings when the forward returns (`Qwen3Model.forward`).
-MASK_KWARGS = frozenset({"qwen2", "qwen3"})
+# The order a model forward frees its embeddings, position ids and masks as it returns: the order of the locals
+# that last hold them, as its code first names them (`LlamaModel.forward`). A dict of mask arguments holds the
+# embeddings and, in Qwen2 and Qwen3, the position ids (`Qwen3Model.forward`); gpt-oss and Gemma 3 name their
+# masks first (`causal_mask_mapping := attention_mask`: `GptOssModel.forward`, `Gemma3TextModel.forward`), and
+# Gemma 3's copy of the mask arguments holds the position ids too.
+MODEL_LOCALS = {"qwen2": ("embeddings", "positions", "masks"), "qwen3": ("embeddings", "positions", "masks"),
+                "gpt_oss": ("positions", "masks", "embeddings"), "gemma3": ("masks", "embeddings", "positions"),
+                "gemma3_text": ("masks", "embeddings", "positions")}
+LLAMA_LOCALS = ("positions", "embeddings", "masks")
+# gpt-oss (modeling_gpt_oss.py). transformers has no SDPA path for it (`_supports_sdpa = False`), so the default
+# attention falls back to eager (`PreTrainedModel.get_correct_attn_implementation`): `eager_attention_forward`
+# with k and v repeated, scores in the model dtype, the heads' sinks concatenated as a last column, and the
+# probabilities kept by the decoder layer until its MLP returns; eager attention takes an additive mask for every
+# layer, full and sliding (`eager_mask`). Its rotary table is half the head wide (`GptOssRotaryEmbedding.forward`),
+# applied to each half (`_apply_rotary_emb`); its RMSNorm multiplies the weight in fp32, then casts
+# (`GptOssRMSNorm.forward`); its router and experts have biases, the router takes the top-k logits before their
+# softmax (`GptOssTopKRouter`) and the experts clamp their SwiGLU (`GptOssExperts._apply_gate`).
+EAGER_SINKS = frozenset({"gpt_oss"})
+# Families whose published configs scale rope by YaRN, whose inv_freq is built from some twenty tensors of a head's
+# width (`_compute_yarn_parameters`, modeling_rope_utils.py).
+YARN_ROPE = frozenset({"gpt_oss", "deepseek_v2"})
+# Gemma 3 (modeling_gemma3.py): embeddings scaled by sqrt(hidden) (`Gemma3TextScaledWordEmbedding`); RMSNorm as
+# x * (1 + weight) in fp32 (`Gemma3RMSNorm`), four a layer: before and after attention and the MLP
+# (`Gemma3DecoderLayer`); q, k and v all projected before q and k are normed (`Gemma3Attention.forward`); a rotary
+# table for each layer type, full and sliding (`Gemma3RotaryEmbedding`).
+GEMMA = frozenset({"gemma3", "gemma3_text"})
+# DeepSeek-V2 (modeling_deepseek_v2.py): multi-head latent attention (`DeepseekV2Attention`): q projected whole or
+# through a low rank and its norm, k and v from one compressed row (kv_a_proj_with_mqa) whose latent part is normed;
+# the cache holds that latent and the rotated rope part, one head each (`DynamicLayer` by way of
+# `past_key_values.update`); each forward expands the whole cached latent to every head's keys and values
+# (`expand_kv`: kv_b_proj, and the keys assembled in a new tensor), so SDPA gets q and k of qk_nope + qk_rope and v
+# of v_head_dim: the memory-efficient kernel. The rotary table is complex (`torch.polar`), applied to fp32 copies
+# of q's and k's rope parts (`apply_rotary_emb`). The router copies the hidden rows and its weight to fp32, takes
+# the softmax and the greedy top-k, scaled (`DeepseekV2TopkRouter`); the shared experts run as one MLP after the
+# routed ones (`DeepseekV2Moe`), and the first_k_dense_replace layers keep a dense MLP; YaRN rope.
+LATENT = frozenset({"deepseek_v2"})
 
 
 def workspace_bytes(vendor: str | None, compute_capability: tuple[int, int] | None) -> int:
@@ -76,6 +116,18 @@ class Attention:
 
 
 @dataclass(frozen=True)
+class Latent:
+    """Multi-head latent attention's widths: the cached latent (kv_lora_rank) and rope parts, the heads' unrotated
+    query and key part, their values, and the query's down-projection rank (0: q projected whole)."""
+
+    rank: int
+    rope: int
+    nope: int
+    value: int
+    query_rank: int
+
+
+@dataclass(frozen=True)
 class Shape:
     """What a model's run allocates by: widths, the attention of each layer, the parameters in module order."""
 
@@ -90,56 +142,97 @@ class Shape:
     head_norms: bool
     attention_bias: bool
     fp32_router: bool
-    mask_kwargs: bool
+    model_locals: tuple[str, ...]
     dtype_bytes: int
     layers: tuple[Attention, ...]
     rope_dim: int  # the rotary table's width: the first layer's head size
     extra: int = 0  # each layer's parameters beyond those above (biases, sinks, shared experts), as one tensor
+    eager_sinks: bool = False  # the rules of EAGER_SINKS
+    output_bias: bool = False
+    gemma: bool = False  # the rules of GEMMA
+    rotary_tables: int = 1
+    yarn: bool = False
+    latent: Latent | None = None  # the rules of LATENT, where the layers' attention is latent
+    shared_intermediate: int = 0  # the shared experts', as one MLP
+    dense_layers: frozenset[int] = frozenset()  # an MoE model's layers with a dense MLP
 
     def parameters(self) -> int:
         """Bytes of every parameter the build makes and keeps."""
         head = 0 if self.tied else self.vocab * self.hidden * self.dtype_bytes
         return (self.vocab + 1) * self.hidden * self.dtype_bytes + head + sum(
-            sum(self.layer_parameters(a)) for a in self.layers)
+            sum(self.layer_parameters(index, a)) for index, a in enumerate(self.layers))
 
-    def layer_parameters(self, a: Attention) -> list[int]:
+    def moe_layer(self, index: int) -> bool:
+        return bool(self.experts) and index not in self.dense_layers
+
+    def layer_parameters(self, index: int, a: Attention) -> list[int]:
         """A decoder layer's parameters in module order: q, k, v (each with its bias), o (q_norm, k_norm), the MLP
-        or the experts and their router, the two norms (`LlamaDecoderLayer.__init__`)."""
+        or the experts and their router (and shared experts), the two norms (`LlamaDecoderLayer.__init__`); MLA's
+        projections and norms (`DeepseekV2Attention.__init__`)."""
         b, h = self.dtype_bytes, self.hidden
         out = []
-        for rows in (a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim_v):
-            out += [rows * h * b, rows * b] if self.attention_bias else [rows * h * b]
-        out.append(h * a.heads * a.head_dim_v * b)
+        if self.latent is not None:
+            m = self.latent
+            query = a.heads * (m.nope + m.rope)
+            out += [m.query_rank * h * b, m.query_rank * b, query * m.query_rank * b] if m.query_rank else [
+                query * h * b]
+            out += [(m.rank + m.rope) * h * b, m.rank * b, a.heads * (m.nope + m.value) * m.rank * b,
+                    h * a.heads * m.value * b]
+        else:
+            for rows in (a.heads * a.head_dim, a.kv_heads * a.head_dim, a.kv_heads * a.head_dim_v):
+                out += [rows * h * b, rows * b] if self.attention_bias else [rows * h * b]
+            out.append(h * a.heads * a.head_dim_v * b)
+        if self.output_bias:
+            out.append(h * b)
+        if self.eager_sinks:
+            out.append(a.heads * b)  # sinks
         if self.head_norms:
             out += [a.head_dim * b, a.head_dim * b]
-        if self.experts:
-            gate_up = 2 if self.gated else 1
-            experts = [self.experts * gate_up * self.expert_intermediate * h * b,
-                       self.experts * h * self.expert_intermediate * b]
-            router = [self.experts * h * b]
-            out += router + experts if self.fp32_router else experts + router
+        if self.moe_layer(index):
+            gate_up = self.experts * (2 if self.gated else 1) * self.expert_intermediate * b
+            down = self.experts * h * self.expert_intermediate * b
+            if self.eager_sinks:  # each with its bias, the router first
+                out += [self.experts * h * b, self.experts * b, gate_up * h, gate_up, down, self.experts * h * b]
+            else:
+                experts, router = [gate_up * h, down], [self.experts * h * b]
+                out += router + experts if self.fp32_router else experts + router
+            out += [self.shared_intermediate * h * b] * (3 if self.gated else 2) if self.shared_intermediate else []
         else:
             out += [self.intermediate * h * b] * (3 if self.gated else 2)
-        return out + [h * b, h * b] + ([self.extra] if self.extra else [])
+        return out + [h * b] * (4 if self.gemma else 2) + ([self.extra] if self.extra else [])
 
 
 def shape_of(model: ModelSpec, dtype_bytes: int, weights: int, layers: int | None = None) -> Shape | None:
     """The run's shape for a decoder of full and sliding attention layers with the widths it states (its first
-    `layers` layers: a pipeline stage), parameters of `weights` bytes in all; None for any other model. Parameters
-    the layout does not name (biases, attention sinks, shared experts) are spread over the layers."""
+    `layers` layers: a pipeline stage), parameters of `weights` bytes in all; None for any other model, or one of
+    over MAX_LAYERS layers. Parameters the layout does not name (biases, attention sinks, shared experts) are spread
+    over the layers."""
     w = model.widths
-    attention = [c for c in model.caches if c.kind in ("full", "sliding")]
-    if (model.architecture not in MODELLED or w is None or not model.vocab_size
-            or len(attention) != len(model.caches) or len(attention) != model.num_layers):
+    latent = model.architecture in LATENT
+    attention = [c for c in model.caches if c.kind in (("mla",) if latent else ("full", "sliding"))]
+    if (model.architecture not in MODELLED or w is None or not model.vocab_size or w.expert_groups > 1
+            or len(attention) != len(model.caches) or not len(attention) == model.num_layers <= MAX_LAYERS):
         return None
-    stage = tuple(Attention(model.num_attention_heads, c.kv_heads, c.head_dim, c.head_dim_v,
-                            getattr(c, "window", None)) for c in attention[:layers])
+    if latent:  # the cache as DynamicLayer holds it: the latent as one head's keys, the rope part as its values
+        first = attention[0]
+        mla = Latent(first.latent_dim, first.rope_dim, w.query_head_dim - first.rope_dim, w.value_head_dim,
+                     w.query_rank)
+        stage = tuple(Attention(model.num_attention_heads, 1, c.latent_dim, c.rope_dim, None)
+                      for c in attention[:layers])
+    else:
+        mla = None
+        stage = tuple(Attention(model.num_attention_heads, c.kv_heads, c.head_dim, c.head_dim_v,
+                                getattr(c, "window", None)) for c in attention[:layers])
+    arch = model.architecture
     shape = Shape(hidden=w.hidden, intermediate=w.mlp_intermediate, gated=w.gated_mlp, top_k=w.experts_per_token,
                   experts=w.experts, expert_intermediate=w.expert_intermediate, vocab=model.vocab_size,
-                  tied=model.params.lm_head == 0, head_norms=model.architecture in HEAD_NORMS,
-                  attention_bias=model.architecture in ATTENTION_BIAS, fp32_router=model.architecture in FP32_ROUTER,
-                  mask_kwargs=model.architecture in MASK_KWARGS, dtype_bytes=dtype_bytes, layers=stage,
-                  rope_dim=stage[0].head_dim)
+                  tied=model.params.lm_head == 0, head_norms=arch in HEAD_NORMS, attention_bias=arch in ATTENTION_BIAS,
+                  fp32_router=arch in FP32_ROUTER, model_locals=MODEL_LOCALS.get(arch, LLAMA_LOCALS),
+                  dtype_bytes=dtype_bytes, layers=stage,
+                  rope_dim=stage[0].head_dim_v if latent else stage[0].head_dim,  # MLA: the cached rope part
+                  eager_sinks=arch in EAGER_SINKS, output_bias=arch in OUTPUT_BIAS, gemma=arch in GEMMA,
+                  yarn=arch in YARN_ROPE, rotary_tables=len({a.window is None for a in stage}) if arch in GEMMA else 1,
+                  latent=mla, shared_intermediate=w.shared_expert_intermediate, dense_layers=frozenset(w.dense_layers))
     named = shape.parameters()
     return replace(shape, extra=(weights - named) // len(stage)) if weights > named else shape
 
@@ -193,11 +286,21 @@ def _build(t: Trace, s: Shape) -> None:
     freed when tied to the embedding (`tie_weights`)."""
     b, half = s.dtype_bytes, s.rope_dim // 2 * FP32
     sizes = [s.vocab * s.hidden * b]
-    for a in s.layers:
-        sizes += s.layer_parameters(a)
+    for index, a in enumerate(s.layers):
+        sizes += s.layer_parameters(index, a)
     sizes.append(s.hidden * b)
     for size in sizes:
         t.new(size)
+    for _ in range(s.rotary_tables):
+        (_yarn_inv_freq if s.yarn else _default_inv_freq)(t, half)
+        t.new(half)  # original_inv_freq
+    head = t.new(s.vocab * s.hidden * b)
+    if s.tied:
+        t.free(head)
+
+
+def _default_inv_freq(t: Trace, half: int) -> None:
+    """`compute_default_rope_parameters`: 1 / base ** (arange(0, dim, 2) / dim)."""
     arange = t.new(half)
     scaled = t.new(half)
     t.free(arange)
@@ -206,10 +309,37 @@ def _build(t: Trace, s: Shape) -> None:
     reciprocal = t.new(half)
     t.new(half)  # inv_freq
     t.free(reciprocal, power)
-    t.new(half)  # original_inv_freq
-    head = t.new(s.vocab * s.hidden * b)
-    if s.tied:
-        t.free(head)
+
+
+def _yarn_inv_freq(t: Trace, half: int) -> None:
+    """`_compute_yarn_parameters`: the interpolated and extrapolated frequencies blended by a linear ramp."""
+    arange = t.new(2 * half)  # int64
+    floats = t.new(half)
+    t.free(arange)
+    scaled = t.new(half)
+    t.free(floats)
+    power = t.new(half)
+    t.free(scaled)
+    reciprocal = t.new(half)
+    extrapolation = t.new(half)
+    t.free(reciprocal)
+    factored = t.new(half)
+    reciprocal = t.new(half)
+    interpolation = t.new(half)
+    t.free(reciprocal, factored)
+    ramp = t.new(half)
+    for _ in range(3):  # - min, / (max - min), clamp
+        following = t.new(half)
+        t.free(ramp)
+        ramp = following
+    extrapolation_factor = t.new(half)
+    t.free(ramp)
+    complement = t.new(half)
+    interpolated = t.new(half)
+    t.free(complement)
+    extrapolated = t.new(half)
+    t.new(half)  # inv_freq
+    t.free(interpolated, extrapolated, power, extrapolation, interpolation, extrapolation_factor)
 
 
 class _Forward:
@@ -234,11 +364,17 @@ class _Forward:
         t, s, b = self.t, self.s, self.s.dtype_bytes
         rows = self.batch * tokens
         embeddings = t.new(rows * s.hidden * b)
+        if s.gemma:  # x embed_scale
+            unscaled, embeddings = embeddings, t.new(rows * s.hidden * b)
+            t.free(unscaled)
         arange = t.new(tokens * INT64)
         positions = t.new(tokens * INT64)
         t.free(arange)
-        masks = {window: self.mask(window, tokens) for window in self.windows if self.masked(window, tokens)}
-        cos, sin = self.rotary(tokens)
+        if s.eager_sinks:  # eager attention: every layer kind's mask, the full layers' first
+            masks = {window: self.mask(window, tokens) for window in (None, *self.windows)}
+        else:
+            masks = {window: self.mask(window, tokens) for window in self.windows if self.masked(window, tokens)}
+        tables = [self.rotary(tokens) for _ in range(s.rotary_tables)]
         hidden = embeddings
         for index, attention in enumerate(s.layers):
             out = self.layer(index, attention, tokens, masks.get(attention.window))
@@ -248,7 +384,10 @@ class _Forward:
         normed = self.rms_norm(rows, s.hidden)
         if hidden != embeddings:
             t.free(hidden)
-        t.free(*((embeddings, positions) if s.mask_kwargs else (positions, embeddings)), *masks.values(), sin, cos)
+        held = {"embeddings": (embeddings,), "positions": (positions,), "masks": tuple(masks.values())}
+        t.free(*(slot for name in s.model_locals for slot in held[name]))
+        for table in tables:
+            t.free(*reversed(table))  # a tuple frees its items last first
         logits = self.matmul(self.batch * s.vocab * b)
         t.free(normed)
         token = t.new(self.batch * INT64)
@@ -261,10 +400,11 @@ class _Forward:
         (`_ignore_causal_mask_sdpa`; the keys it attends to, `DynamicSlidingWindowLayer.get_mask_sizes`)."""
         return min(self.past, window - 1) + tokens >= window
 
-    def mask(self, window: int, tokens: int) -> int:
-        """`sdpa_mask` for a sliding window: a boolean queries x keys mask built from index tensors."""
+    def mask(self, window: int | None, tokens: int) -> int:
+        """`sdpa_mask` for a sliding window (or, for eager attention, the full layers: None): a boolean queries x
+        keys mask built from index tensors; eager attention's made additive for the batch (`eager_mask`)."""
         t = self.t
-        keys = min(self.past, window - 1) + tokens
+        keys = self.past + tokens if window is None else min(self.past, window - 1) + tokens
         batch, head = t.new(self.batch * INT64), t.new(INT64)
         arange = t.new(tokens * INT64)
         queries = t.new(tokens * INT64)
@@ -272,24 +412,45 @@ class _Forward:
         arange = t.new(keys * INT64)
         kv = t.new(keys * INT64)
         t.free(arange)
-        ones = t.new(1)
-        shifted = t.new(tokens * INT64)
-        after = t.new(tokens * keys)
-        t.free(shifted)
-        inside = t.new(tokens * keys)
-        t.free(after, ones)
-        causal = t.new(tokens * keys)
-        mask = t.new(tokens * keys)
-        t.free(causal, inside, batch, head, queries, kv)
-        return mask
+        if window is None:
+            mask = t.new(tokens * keys)
+        else:
+            ones = t.new(1)
+            shifted = t.new(tokens * INT64)
+            after = t.new(tokens * keys)
+            t.free(shifted)
+            inside = t.new(tokens * keys)
+            t.free(after, ones)
+            causal = t.new(tokens * keys)
+            mask = t.new(tokens * keys)
+            t.free(causal, inside)
+        t.free(batch, head, queries, kv)
+        if not self.s.eager_sinks:
+            return mask
+        zero = t.new(self.s.dtype_bytes)
+        additive = t.new(self.batch * tokens * keys * self.s.dtype_bytes)
+        t.free(zero, mask)
+        return additive
 
-    def rotary(self, tokens: int) -> tuple[int, int]:
-        """`LlamaRotaryEmbedding.forward`: cos and sin in the model dtype."""
+    def rotary(self, tokens: int) -> tuple[int, ...]:
+        """`LlamaRotaryEmbedding.forward`: cos and sin in the model dtype; DeepSeek-V2's
+        (`DeepseekV2RotaryEmbedding.forward`): the complex table polar(1, freqs) x attention_scaling."""
         t, d = self.t, self.s.rope_dim
         floats = t.new(tokens * FP32)
         freqs = t.new(tokens * d // 2 * FP32)
         t.free(floats)
-        table = t.new(tokens * d * FP32)
+        if self.s.latent is not None:
+            ones = t.new(tokens * d // 2 * FP32)
+            polar = t.new(tokens * d // 2 * 2 * FP32)
+            t.free(ones)
+            table = t.new(tokens * d // 2 * 2 * FP32)
+            t.free(polar, freqs)
+            return (table,)
+        if self.s.eager_sinks:  # the frequencies are the table, half the head wide
+            d //= 2
+            table = freqs
+        else:
+            table = t.new(tokens * d * FP32)
         raw = t.new(tokens * d * FP32)
         cos = t.new(tokens * d * FP32)
         t.free(raw)
@@ -298,13 +459,15 @@ class _Forward:
         t.free(raw)
         cos_b = t.new(tokens * d * self.s.dtype_bytes)
         sin_b = t.new(tokens * d * self.s.dtype_bytes)
-        t.free(freqs, table, cos, sin)
+        t.free(*dict.fromkeys((freqs, table)), cos, sin)
         return cos_b, sin_b
 
     def rms_norm(self, rows: int, width: int) -> int:
         """`LlamaRMSNorm.forward` over `rows` rows of `width` (the input is the caller's): the normed tensor's
         slot."""
         t, b = self.t, self.s.dtype_bytes
+        if self.s.gemma:
+            return self.gemma_norm(rows, width)
         upcast = t.new(rows * width * FP32)
         square = t.new(rows * width * FP32)
         variance = t.new(rows * FP32)
@@ -314,14 +477,46 @@ class _Forward:
         t.free(shifted)
         scaled = t.new(rows * width * FP32)
         t.free(root, upcast)
-        cast = t.new(rows * width * b)
+        cast = t.new(rows * width * (FP32 if self.s.eager_sinks else b))  # gpt-oss: weight x fp32, then cast
         out = t.new(rows * width * b)
         t.free(cast, scaled, variance)
         return out
 
-    def rope(self, size: int) -> int:
-        """`apply_rotary_pos_emb` on one of q, k (`size` bytes): x cos + rotate_half(x) sin."""
+    def gemma_norm(self, rows: int, width: int) -> int:
+        """`Gemma3RMSNorm.forward`: x in fp32 x rsqrt(mean(x^2) + eps) x (1 + weight in fp32), cast back."""
         t = self.t
+        upcast = t.new(rows * width * FP32)
+        square = t.new(rows * width * FP32)
+        variance = t.new(rows * FP32)
+        t.free(square)
+        shifted = t.new(rows * FP32)
+        t.free(variance)
+        root = t.new(rows * FP32)
+        t.free(shifted)
+        normed = t.new(rows * width * FP32)
+        t.free(root, upcast)
+        weight = t.new(width * FP32)
+        plus_one = t.new(width * FP32)
+        t.free(weight)
+        scaled = t.new(rows * width * FP32)
+        t.free(plus_one, normed)
+        out = t.new(rows * width * self.s.dtype_bytes)
+        t.free(scaled)
+        return out
+
+    def rope(self, size: int) -> int:
+        """`apply_rotary_pos_emb` on one of q, k (`size` bytes): x cos + rotate_half(x) sin; gpt-oss's
+        (`_apply_rotary_emb`): cat(x1 cos - x2 sin, x2 cos + x1 sin)."""
+        t = self.t
+        if self.s.eager_sinks:
+            halves = []
+            for _ in range(2):
+                first, second = t.new(size // 2), t.new(size // 2)
+                halves.append(t.new(size // 2))
+                t.free(first, second)
+            out = t.new(size)
+            t.free(*halves)
+            return out
         first = t.new(size)
         negated = t.new(size // 2)
         rotated = t.new(size)
@@ -337,33 +532,69 @@ class _Forward:
         t, s, b = self.t, self.s, self.s.dtype_bytes
         rows = self.batch * tokens
         normed = self.rms_norm(rows, s.hidden)
+        if s.latent is not None:
+            projected = self.latent_attention(index, a, tokens)
+            t.free(normed)
+            return self.feed_forward(index, rows, projected)
         q_size = rows * a.heads * a.head_dim * b
         k_size = rows * a.kv_heads * a.head_dim * b
         v_size = rows * a.kv_heads * a.head_dim_v * b
-        q = self.matmul(q_size)
-        if s.head_norms:
-            projected, q = q, self.rms_norm(rows * a.heads, a.head_dim)
-            t.free(projected)
-        k = self.matmul(k_size)
-        if s.head_norms:
-            projected, k = k, self.rms_norm(rows * a.kv_heads, a.head_dim)
-            t.free(projected)
-        v = self.matmul(v_size)
+        if s.gemma:  # q, k and v projected, then q and k normed
+            q, k, v = self.matmul(q_size), self.matmul(k_size), self.matmul(v_size)
+            q_normed = self.rms_norm(rows * a.heads, a.head_dim)
+            t.free(q)
+            k_normed = self.rms_norm(rows * a.kv_heads, a.head_dim)
+            t.free(k)
+            q, k = q_normed, k_normed
+        else:
+            q = self.matmul(q_size)
+            if s.head_norms:
+                projected, q = q, self.rms_norm(rows * a.heads, a.head_dim)
+                t.free(projected)
+            k = self.matmul(k_size)
+            if s.head_norms:
+                projected, k = k, self.rms_norm(rows * a.kv_heads, a.head_dim)
+                t.free(projected)
+            v = self.matmul(v_size)
         q_rotated = self.rope(q_size)
         k_rotated = self.rope(k_size)
         t.free(q, k)
         self.cache_update(index, a, tokens)
         t.free(k_rotated, v)
-        out = self.attention(a, tokens, mask)
+        if s.eager_sinks:
+            out, probabilities = self.eager_attention(a, tokens, mask)
+        else:
+            out, probabilities = self.attention(a, tokens, mask), None
         projected = self.matmul(rows * s.hidden * b)
         t.free(out, q_rotated, normed)
-        residual = t.new(rows * s.hidden * b)
-        t.free(projected)
+        return self.feed_forward(index, rows, projected, probabilities)
+
+    def feed_forward(self, index: int, rows: int, projected: int, probabilities: int | None = None) -> int:
+        """The rest of a decoder layer after attention's output projection (`projected`): the residual, the norm,
+        the MLP or the experts, the residual (`LlamaDecoderLayer.forward`); eager attention's `probabilities`, held
+        until the MLP returns. The layer's output slot."""
+        t, s = self.t, self.s
+        residual = self.residual_add(rows, projected)
         normed = self.rms_norm(rows, s.hidden)
-        mlp = self.experts(rows) if s.experts else self.mlp(rows)
+        mlp, router_scores = self.experts(rows) if s.moe_layer(index) else (self.mlp(rows, s.intermediate), None)
         t.free(normed)
-        out = t.new(rows * s.hidden * b)
-        t.free(mlp, residual)
+        if probabilities is not None:  # held by `hidden_states, _ = self.self_attn(...)` until the MLP's `_`
+            t.free(probabilities)
+        out = self.residual_add(rows, mlp, residual)
+        if router_scores is not None:  # the MLP's `_`, freed when the layer returns
+            t.free(router_scores)
+        return out
+
+    def residual_add(self, rows: int, added: int, *residual: int) -> int:
+        """The residual stream + `added` (attention's or the MLP's output, freed), normed first in Gemma 3
+        (`Gemma3DecoderLayer.forward`); `residual`: the stream's slot, freed, where the caller holds it no longer."""
+        t = self.t
+        if self.s.gemma:
+            normed = self.rms_norm(rows, self.s.hidden)
+            t.free(added)
+            added = normed
+        out = t.new(rows * self.s.hidden * self.s.dtype_bytes)
+        t.free(added, *residual)
         return out
 
     def cache_update(self, index: int, a: Attention, tokens: int) -> None:
@@ -400,7 +631,7 @@ class _Forward:
             t.free(offset, seed, logsumexp)
             return out
         keys = self.keys_attended(a, tokens)
-        grouped = a.heads > a.kv_heads
+        grouped = a.heads > a.kv_heads > 1  # one KV head repeats and packs as views: nothing is copied
         repeated = ()
         if grouped and tokens > 1:  # repeat_kv; a single query is packed by groups instead (`pack_gqa`)
             repeated = (t.new(self.batch * a.heads * keys * a.head_dim * b),
@@ -417,20 +648,84 @@ class _Forward:
                 converted = padded
             additive = (converted, zero)
         out = t.new(out_size)
-        if a.head_dim_v > 128 and b != FP32:
-            t.free(t.new(self.batch * tokens * a.heads * a.head_dim_v * FP32))
         seed = t.new(8)
         offset = t.new(8)
-        t.free(offset, seed, *additive, *repeated)
+        t.free(offset, seed)
+        if a.head_dim_v > 128 and b != FP32:  # CUTLASS's fp32 accumulator, while the kernel runs
+            t.free(t.new(self.batch * tokens * a.heads * a.head_dim_v * FP32))
+        t.free(*additive, *repeated)
         if grouped and tokens == 1:  # undoing pack_gqa: the reshape copies
             packed, out = out, t.new(out_size)
             t.free(packed)
         return out
 
-    def mlp(self, rows: int) -> int:
+    def latent_attention(self, index: int, a: Attention, tokens: int) -> int:
+        """`DeepseekV2Attention.forward` (see LATENT; its input is the caller's): the output projection's slot."""
+        t, s, m, b = self.t, self.s, self.s.latent, self.s.dtype_bytes
+        rows, query_width = self.batch * tokens, a.heads * (m.nope + m.rope)
+        if m.query_rank:  # q_b_proj(q_a_layernorm(q_a_proj(x)))
+            down = self.matmul(rows * m.query_rank * b)
+            normed = self.rms_norm(rows, m.query_rank)
+            t.free(down)
+            q = self.matmul(rows * query_width * b)
+            t.free(normed)
+        else:
+            q = self.matmul(rows * query_width * b)
+        compressed = self.matmul(rows * (m.rank + m.rope) * b)
+        latent = self.rms_norm(rows, m.rank)
+        q_float, k_float = t.new(rows * a.heads * m.rope * FP32), t.new(rows * m.rope * FP32)
+        rotated = []
+        for heads in (a.heads, 1):  # `apply_rotary_emb`: x as complex x the table, back to the model dtype
+            product = t.new(rows * heads * m.rope * FP32)
+            rotated.append(t.new(rows * heads * m.rope * b))
+            t.free(product)
+        t.free(q_float, k_float)
+        q_rotated, k_rotated = rotated
+        self.cache_update(index, a, tokens)
+        t.free(latent, k_rotated)
+        query = t.new(rows * query_width * b)
+        length = self.past + tokens
+        expanded = self.matmul(self.batch * length * a.heads * (m.nope + m.value) * b)  # `expand_kv`
+        keys = t.new(self.batch * length * query_width * b)
+        out = self.attention(Attention(a.heads, a.heads, m.nope + m.rope, m.value, None), tokens, None)
+        projected = self.matmul(rows * s.hidden * b)
+        t.free(out, q, q_rotated, compressed, query, keys, expanded)
+        return projected
+
+    def eager_attention(self, a: Attention, tokens: int, mask: int) -> tuple[int, int]:
+        """gpt-oss's `eager_attention_forward`: k and v repeated to every head, q k^T x scaling + mask, the sinks
+        concatenated as a last column, the row max subtracted, softmax, x v, transposed contiguous; (the output's
+        slot, the probabilities', which the caller frees)."""
+        t, b = self.t, self.s.dtype_bytes
+        keys = self.keys_attended(a, tokens)
+        queries = self.batch * a.heads * tokens
+        repeated = ()
+        if a.heads > a.kv_heads > 1:  # repeat_kv (one KV head repeats as a view)
+            repeated = (t.new(self.batch * a.heads * keys * a.head_dim * b),
+                        t.new(self.batch * a.heads * keys * a.head_dim_v * b))
+        scores = t.new(queries * keys * b)
+        scaled = t.new(queries * keys * b)
+        t.free(scores)
+        masked = t.new(queries * keys * b)
+        t.free(scaled)
+        combined = t.new(queries * (keys + 1) * b)
+        maximum, argmax = t.new(queries * b), t.new(queries * INT64)
+        t.free(argmax)
+        shifted = t.new(queries * (keys + 1) * b)
+        t.free(maximum, combined)
+        probabilities = t.new(queries * (keys + 1) * b)
+        t.free(masked)
+        out = t.new(queries * a.head_dim_v * b)
+        if tokens > 1:  # a single query's transpose is already contiguous
+            transposed, out = out, t.new(queries * a.head_dim_v * b)
+            t.free(transposed)
+        t.free(*repeated, shifted)
+        return out, probabilities
+
+    def mlp(self, rows: int, intermediate: int) -> int:
         """`LlamaMLP.forward`: down(act(gate(x)) x up(x)); plain: down(act(up(x)))."""
         t, s, b = self.t, self.s, self.s.dtype_bytes
-        wide = rows * s.intermediate * b
+        wide = rows * intermediate * b
         gate = self.matmul(wide)
         activated = t.new(wide)
         t.free(gate)
@@ -443,29 +738,13 @@ class _Forward:
         t.free(activated)
         return down
 
-    def experts(self, rows: int) -> int:
-        """A sparse MoE block: the router's logits, softmax in fp32, top-k renormalised (`Qwen3MoeTopKRouter`: cast
-        back to the model dtype; FP32_ROUTER: kept in fp32), then grouped_mm over the tokens sorted by expert, the
-        rows weighted, put back in order and summed (`grouped_mm_experts_forward`)."""
+    def experts(self, rows: int) -> tuple[int, int | None]:
+        """A sparse MoE block: the router, then grouped_mm over the tokens sorted by expert, the rows weighted, put
+        back in order and summed (`grouped_mm_experts_forward`); (the output's slot, and for gpt-oss the router's
+        scores, which its decoder layer keeps until it returns)."""
         t, s, b = self.t, self.s, self.s.dtype_bytes
         picks = rows * s.top_k
-        logits = self.matmul(rows * s.experts * b)
-        if s.fp32_router:
-            upcast = t.new(rows * s.experts * FP32)
-            probabilities = t.new(rows * s.experts * FP32)
-            t.free(upcast)
-        else:
-            probabilities = t.new(rows * s.experts * FP32)
-        top = t.new(picks * FP32)
-        indices = t.new(picks * INT64)
-        total = t.new(rows * FP32)
-        t.free(total)
-        if s.fp32_router:
-            weights, weight_bytes = top, FP32
-            t.free(probabilities)
-        else:
-            weights, weight_bytes = t.new(picks * b), b
-            t.free(top, probabilities)
+        logits, weights, weight_bytes, indices = self.router(rows)
         sorted_ids = t.new(picks * INT64)
         permutation = t.new(picks * INT64)
         quotient = t.new(picks * INT64)
@@ -475,13 +754,23 @@ class _Forward:
         counted = t.new(picks * 4)
         histogram = t.new(s.experts * FP32)
         offsets = t.new(s.experts * 4)
-        gate_up = t.new(picks * s.expert_intermediate * (2 if s.gated else 1) * b)
-        activated = t.new(picks * s.expert_intermediate * b)
-        if s.gated:
-            product = t.new(picks * s.expert_intermediate * b)
-            t.free(activated)
-            activated = product
-        t.free(gate_up)
+        wide = picks * s.expert_intermediate * b
+        if s.eager_sinks:  # each expert's biases gathered for the picks, added in place
+            biases = t.new(wide * (2 if s.gated else 1))
+            gate_up = t.new(wide * (2 if s.gated else 1))
+            activated = self.clamped_glu(wide)
+            t.free(gate_up)
+            down_biases = (t.new(picks * s.hidden * b),)
+            t.free(biases)
+        else:
+            gate_up = t.new(wide * (2 if s.gated else 1))
+            activated = t.new(wide)
+            if s.gated:
+                product = t.new(wide)
+                t.free(activated)
+                activated = product
+            t.free(gate_up)
+            down_biases = ()
         down = t.new(picks * s.hidden * b)
         t.free(activated)
         row_bytes = max(b, weight_bytes)  # bf16 rows x fp32 weights are fp32
@@ -493,6 +782,69 @@ class _Forward:
         t.free(weighted)
         summed = t.new(rows * s.hidden * row_bytes)
         out = summed if row_bytes == b else t.new(rows * s.hidden * b)
-        t.free(sorted_ids, permutation, gathered, sorted_weights, counted, histogram, offsets, down, restored,
-               inverse, *((summed,) if out != summed else ()), logits, weights, indices)
+        t.free(sorted_ids, permutation, gathered, sorted_weights, counted, histogram, offsets, *down_biases, down,
+               restored, inverse, *((summed,) if out != summed else ()))
+        if s.shared_intermediate:  # `DeepseekV2Moe`: + shared_experts(x)
+            shared = self.mlp(rows, s.shared_intermediate)
+            combined = t.new(rows * s.hidden * b)
+            t.free(shared, out)
+            out = combined
+        t.free(logits)
+        if s.eager_sinks:
+            t.free(indices)
+            return out, weights
+        t.free(weights, indices)
+        return out, None
+
+    def router(self, rows: int) -> tuple[int, int, int, int]:
+        """The router's logits, softmax in fp32, top-k renormalised (`Qwen3MoeTopKRouter`: the weights cast back to
+        the model dtype; FP32_ROUTER: kept in fp32); gpt-oss's, the softmax of the top-k logits
+        (`GptOssTopKRouter`); (logits, weights, the weights' bytes each, indices)."""
+        t, s, b = self.t, self.s, self.s.dtype_bytes
+        picks = rows * s.top_k
+        if s.latent is not None:  # `DeepseekV2TopkRouter`: fp32 copies, softmax, greedy top-k, scaled
+            upcast, weight = t.new(rows * s.hidden * FP32), t.new(s.experts * s.hidden * FP32)
+            logits = self.matmul(rows * s.experts * FP32)
+            t.free(upcast, weight)
+            probabilities = t.new(rows * s.experts * FP32)
+            top, indices = t.new(picks * FP32), t.new(picks * INT64)
+            weights = t.new(picks * FP32)
+            t.free(top, probabilities)
+            return logits, weights, FP32, indices
+        logits = self.matmul(rows * s.experts * b)
+        if s.eager_sinks:
+            top, indices = t.new(picks * b), t.new(picks * INT64)
+            weights = t.new(picks * b)
+            t.free(top)
+            return logits, weights, b, indices
+        if s.fp32_router:
+            upcast = t.new(rows * s.experts * FP32)
+            probabilities = t.new(rows * s.experts * FP32)
+            t.free(upcast)
+        else:
+            probabilities = t.new(rows * s.experts * FP32)
+        top = t.new(picks * FP32)
+        indices = t.new(picks * INT64)
+        total = t.new(rows * FP32)
+        t.free(total)
+        if s.fp32_router:
+            t.free(probabilities)
+            return logits, top, FP32, indices
+        weights = t.new(picks * b)
+        t.free(top, probabilities)
+        return logits, weights, b, indices
+
+    def clamped_glu(self, wide: int) -> int:
+        """`GptOssExperts._apply_gate` on the gate_up rows (`wide` bytes a half): (up.clamp + 1) x
+        gate.clamp x sigmoid(gate.clamp x alpha)."""
+        t = self.t
+        gate, up = t.new(wide), t.new(wide)
+        scaled = t.new(wide)
+        sigmoid = t.new(wide)
+        t.free(scaled)
+        glu = t.new(wide)
+        t.free(sigmoid)
+        shifted = t.new(wide)
+        out = t.new(wide)
+        t.free(shifted, gate, up, glu)
         return out

@@ -603,7 +603,12 @@ class Transformers(Engine):
         notes += activations.notes()
         if device is None:
             where = ("with a StaticCache" if static else "on Apple GPUs (MPS allocates on its own)"
-                     if vendor(self.gpu_name or "") == "apple" else f"for {model.architecture} models")
+                     if vendor(self.gpu_name or "") == "apple" else
+                     f"for models of over {transformers_allocations.MAX_LAYERS:,} layers"
+                     if model.num_layers > transformers_allocations.MAX_LAYERS else
+                     f"for {model.architecture} models with a group-limited router"
+                     if model.widths is not None and model.widths.expert_groups > 1 else
+                     f"for {model.architecture} models")
             notes.append(f"torch's caching allocator is not modelled {where}: the peak of live tensors is counted, not "
                          "what the allocator reserves")
         elif self.options.expandable_segments:

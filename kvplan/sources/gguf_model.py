@@ -98,6 +98,8 @@ class HParams:
     kv_lora_rank: int = 0  # MLA: the latent's width, when the file has the MLA head sizes
     mla_key: int = 0  # MLA: a decompressed query and key head's width (key_length_mla)
     mla_value: int = 0  # and a value head's (value_length_mla)
+    q_lora_rank: int = 0  # MLA: the query's down-projection rank (attention.q_lora_rank); 0: q projected whole
+    expert_groups: int = 1  # the groups the router picks a token's experts from (expert_group_count)
     kv_from_start: int | None = None  # Gemma 3n / 4: layers from this one on reuse an earlier layer's KV
     head_kda: int = 0  # Kimi Linear's KDA head size
     head_la: int = 0  # MiniMax-01's lightning-attention head size
@@ -218,7 +220,8 @@ def hparams(meta: Meta) -> HParams:
         n_head=n_head, n_head_kv=n_head_kv, n_ff=meta.per_layer("feed_forward_length", n, 0),
         head_k=head_k, head_v=head_v, head_k_swa=meta.uint("attention.key_length_swa", head_k),
         head_v_swa=meta.uint("attention.value_length_swa", head_v), n_expert=n_expert, n_expert_used=used,
-        swa=[False] * n, recurrent=[False] * n)
+        swa=[False] * n, recurrent=[False] * n, q_lora_rank=meta.uint("attention.q_lora_rank", 0),
+        expert_groups=meta.uint("expert_group_count", 0) or 1)
 
 
 # ------------------------------------------------------------------------------- per architecture (load_arch_hparams)
@@ -551,17 +554,22 @@ def forward_widths(hp: HParams, tensors: list[gguf.Tensor]) -> Widths:
     """The widths llama.cpp's graph works in, from the tensors it loads (src/llama-arch.cpp names, ggml order):
     n_embd; the widest dense MLP or shared expert, ffn_down(_shexp) [n_ff, n_embd] (its row: a fused gate_up,
     Phi-3's, is twice as wide); the routed experts, ffn_down_exps [n_ff_exp, n_embd, n_expert], of which
-    expert_used_count a token. Gated where a block has ffn_gate (or a fused gate_up). llama.cpp's GGUF keeps no
-    activation name: Gemma's graphs run GELU, Nemotron-H's ReLU squared, the other gated MLPs SiLU."""
-    dense = experts = 0
-    up_widths, gated = set(), False
+    expert_used_count a token; the shared experts' ffn_down_shexp; the layers of an MoE model without routed
+    experts, which keep a dense MLP; MLA's q_lora_rank and the router's expert groups from the header. Gated where
+    a block has ffn_gate (or a fused gate_up). llama.cpp's GGUF keeps no activation name: Gemma's graphs run
+    GELU, Nemotron-H's ReLU squared, the other gated MLPs SiLU."""
+    dense = experts = shared = 0
+    up_widths, gated, moe_layers = set(), False, set()
     for tensor in tensors:
         base = tensor.name.rpartition(".")[0] if tensor.name.startswith("blk.") else ""
-        kind = base.partition(".")[2].partition(".")[2]
+        layer, _, kind = base.partition(".")[2].partition(".")
         if kind in ("ffn_down", "ffn_down_shexp") and len(tensor.dims) == 2:
             dense = max(dense, tensor.dims[0])
+            if kind == "ffn_down_shexp":
+                shared = max(shared, tensor.dims[0])
         elif kind == "ffn_down_exps" and len(tensor.dims) == 3:
             experts = max(experts, tensor.dims[0])
+            moe_layers.add(int(layer))
         elif kind in ("ffn_up", "ffn_up_shexp") and len(tensor.dims) == 2:
             up_widths.add(tensor.dims[1])
         gated = gated or kind.startswith("ffn_gate") and not kind.startswith("ffn_gate_inp")
@@ -571,7 +579,10 @@ def forward_widths(hp: HParams, tensors: list[gguf.Tensor]) -> Widths:
     return Widths(hidden=hp.n_embd, mlp_intermediate=dense, gated_mlp=gated, mlp_activation=activation,
                   experts_per_token=max(hp.n_expert_used) if experts else 0, experts=hp.n_expert if experts else 0,
                   expert_intermediate=experts, query_head_dim=hp.mla_key if hp.kv_lora_rank else 0,
-                  value_head_dim=hp.mla_value if hp.kv_lora_rank else 0)
+                  value_head_dim=hp.mla_value if hp.kv_lora_rank else 0, shared_expert_intermediate=shared,
+                  dense_layers=tuple(il for il in range(hp.n_layer) if il not in moe_layers) if experts else (),
+                  query_rank=hp.q_lora_rank if hp.kv_lora_rank else 0,
+                  expert_groups=hp.expert_groups if experts else 1)
 
 
 def check_sizes(hp: HParams, layers: list, weights: int, where: str) -> None:

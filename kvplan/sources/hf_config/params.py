@@ -147,6 +147,11 @@ def block_params(cfg: Fields, model_type: str, family: Family, layout: Layout, h
     return ParamCounts(embedding=embedding, lm_head=lm_head, **totals)
 
 
+# DeepSeek's routers that pick a token's experts from its best n_group groups (`DeepseekV2TopkRouter`,
+# `DeepseekV3TopkRouter` in transformers).
+GROUPED_TOP_K = ("group_limited_greedy", "noaux_tc")
+
+
 def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layout: Layout) -> Widths | None:
     """The forward widths: dense MLP (or shared expert) and routed expert intermediates, widest over layers.
     NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them. Mamba and Mamba-2 have no
@@ -167,10 +172,15 @@ def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layou
     activation = cfg.get("hidden_act", "hidden_activation", "activation_function", "activation",
                          default="silu" if family.gated_mlp else "gelu")
     mla = cfg.has("kv_lora_rank")  # attention runs on decompressed heads: qk_nope + qk_rope and v_head_dim wide
+    grouped = cfg.get("topk_method", default="greedy") in GROUPED_TOP_K
     return Widths(hidden=hidden, mlp_intermediate=intermediate, gated_mlp=family.gated_mlp,
                   mlp_activation=str(activation), experts_per_token=moe.top_k if moe else 0,
                   experts=moe.experts if moe else 0, expert_intermediate=moe.intermediate if moe else 0,
-                  query_head_dim=layout.head_dim if mla else 0, value_head_dim=cfg.int("v_head_dim") if mla else 0)
+                  query_head_dim=layout.head_dim if mla else 0, value_head_dim=cfg.int("v_head_dim") if mla else 0,
+                  shared_expert_intermediate=moe.shared_intermediate if moe else 0,
+                  dense_layers=tuple(sorted(moe.dense_layers)) if moe else (),
+                  query_rank=cfg.int("q_lora_rank", default=0, minimum=0) if mla else 0,
+                  expert_groups=cfg.int("n_group", default=1) if moe and grouped else 1)
 
 
 def _nemotron_h_widths(cfg: Fields, hidden: int, layout: Layout) -> Widths:
