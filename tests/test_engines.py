@@ -332,6 +332,21 @@ def test_transformers_capacity_is_what_torchs_allocator_leaves_room_for():
                     ).engine_activation_bytes_for_users == 0
 
 
+def test_transformers_replay_of_a_quantised_checkpoint_says_it_is_built_in_the_run_dtype():
+    # gpt-oss-20b's experts are MXFP4 in its checkpoint (12.8 GiB of weights); the allocator replay builds the model
+    # as kvplan profile does, every parameter in bf16, so the process memory the users are counted from holds at
+    # least 2 B per parameter, and the output says so beside the checkpoint's weights.
+    model = load_model("openai/gpt-oss-20b")
+    cap = capacity(model, Workload(ctx=8192, users=1), engine_name="transformers",
+                   hardware=Hardware(name="H100", memory_bytes=81_559 * MiB))
+    assert cap.weights_bytes_per_gpu < model.params.total
+    assert cap.engine_gpu_bytes_for_users > 2 * model.params.total
+    assert any("replays openai/gpt-oss-20b built in bf16" in note for note in cap.notes)
+    llama = capacity(load_model("meta-llama/Llama-3-8B"), Workload(ctx=8192, users=1), engine_name="transformers",
+                     hardware=Hardware(name="H100", memory_bytes=81_559 * MiB))
+    assert not any("replays" in note for note in llama.notes)
+
+
 def test_transformers_prefill_activations_by_layer_kind():
     # DeepSeek-V2-Lite: hidden 2,048, top-6 of experts of 1,408, first layer dense (10,944): the dense MLP moment
     # 4 x 2,048 x 2 + 3 x 10,944 x 2 = 82,048 B; the experts' 4 x 2,048 x 2 + 6 x 2,048 x (2 x 2 + 8) = 163,840 B

@@ -611,6 +611,11 @@ class Transformers(Engine):
                      f"for {model.architecture} models")
             notes.append(f"torch's caching allocator is not modelled {where}: the peak of live tensors is counted, not "
                          "what the allocator reserves")
-        elif self.options.expandable_segments:
-            notes.append("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
+        else:
+            if model.quantization is not None:
+                notes.append(f"process GPU memory replays {model.name} built in {kv.name}, as kvplan profile builds "
+                             f"it, not as its {model.quantization.weights_dtype} checkpoint: an upper bound where "
+                             "transformers keeps the weights quantised")
+            if self.options.expandable_segments:
+                notes.append("PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True")
         return TransformersPool(table, static, activations, notes, prefill_states, kv, device)
