@@ -7,6 +7,14 @@ from __future__ import annotations
 
 from kvplan.errors import KvplanError
 from kvplan.model import ModelSpec
+from kvplan.text import brief
+
+# The keywords of estimate and plan that take text, as their flags do (checked so that a script's 3 for "vllm" is a
+# one-line error).
+TEXT_FLAGS = ("revision", "token", "gguf_file", "gpu", "engine", "engine_version", "kv_dtype", "weights_dtype",
+              "cache_implementation", "platform", "cache_type_k", "cache_type_v", "flash_attn", "frontend",
+              "kv_offloading_backend", "draft_model", "speculative_method", "gdn_prefill_backend",
+              "mamba_ssm_cache_dtype")
 
 
 def load_model(source: str, *, revision: str | None = None, token: str | None = None,
@@ -78,6 +86,7 @@ def estimate(model: str | ModelSpec, ctx: int | str | None = None, *, isl: int |
     from kvplan.results import EstimateResult
     from kvplan.units import parse_tokens
 
+    arguments.texts(**{name: flags[name] for name in TEXT_FLAGS if name in flags})
     tokens, isl, osl = arguments.request_lengths(ctx, isl, osl)
     targets = arguments.targets(max_tpot, max_ttft, min_tps, isl)
     arguments.counts(batch=batch, users=users, gpus=gpus, tp=tp, pp=pp, dp=dp, ep=ep, block_size=block_size,
@@ -134,10 +143,8 @@ def _speed(spec, cap, workload, targets: tuple[str, dict] | None, asked: int | N
 
     why = speed.problem(None, "") if cap is None else speed.problem(cap.gpu, cap.engine, cap.pipeline_parallel_size,
                                                                     cap.platform)
-    if why and targets:
-        raise KvplanError(f"{targets[0]}: {why}")
     if why:
-        return None, f"no speed estimate: {why}"
+        return None, _no_speed(why, targets)
     return speed.speed(spec, cap, workload, concurrency=asked, speculative=speculative,
                        targets=speed.Targets(**targets[1]) if targets else None), None
 
@@ -171,6 +178,7 @@ def plan(model: str | ModelSpec, ctx: int | str | None = None, users: int | None
 
     if users is None:
         raise KvplanError("give --users: the concurrent users to serve")
+    arguments.texts(**{name: flags[name] for name in TEXT_FLAGS if name in flags})
     tokens, isl, osl = arguments.request_lengths(ctx, isl, osl)
     targets = arguments.targets(max_tpot, max_ttft, min_tps, isl)
     arguments.counts(users=users, max_gpus=max_gpus)
@@ -193,12 +201,11 @@ def plan(model: str | ModelSpec, ctx: int | str | None = None, users: int | None
         from kvplan.speed import targets as speed
 
         why = speed.problem(hardware.name, engine_class(engine_name).name)
-        if why and targets:
-            raise KvplanError(f"{targets[0]}: {why}")
+        note = _no_speed(why, targets) if why else None
     if isl is None or why:
         result = capacity.plan(spec, workload, hardware, **settings)
         if why:
-            result = result.model_copy(update={"notes": [*result.notes, f"no speed estimate: {why}"]})
+            result = result.model_copy(update={"notes": [*result.notes, note]})
     else:
         result = speed.plan(spec, workload, hardware, speed.Targets(**targets[1]) if targets else None, **settings)
     if chosen:
@@ -206,9 +213,22 @@ def plan(model: str | ModelSpec, ctx: int | str | None = None, users: int | None
     return result
 
 
-def _comma_list(values) -> str | None:
-    """A comma list as the command takes it, from a list (or already one)."""
-    return values if values is None or isinstance(values, str) else ",".join(str(value) for value in values)
+def _no_speed(why: str, targets: tuple[str, dict] | None) -> str:
+    """Where the speed model cannot describe a deployment: an error if a target needs it, else the note saying so."""
+    if targets:
+        raise KvplanError(f"{targets[0]}: {why}")
+    return f"no speed estimate: {why}"
+
+
+def _comma_list(values, flag: str) -> str | None:
+    """A comma list as the command takes it, from a list (or already one, or one value: 8192, a size in bytes)."""
+    if values is None or isinstance(values, str):
+        return values
+    if isinstance(values, int | float):
+        return str(values)
+    if not isinstance(values, list | tuple):
+        raise KvplanError(f"{flag} is a comma list (from a script, a list), got {brief(values)}")
+    return ",".join(str(value) for value in values)
 
 
 def table(models=None, ctx=None, *, isl: int | str | None = None, osl: int | str | None = None,
@@ -228,9 +248,14 @@ def table(models=None, ctx=None, *, isl: int | str | None = None, osl: int | str
     from kvplan.sources import load_model as load
     from kvplan.table_results import TableResult
 
+    arguments.texts(filter=filter, revision=revision, token=token, engine=engine, engine_version=engine_version,
+                    kv_dtype=kv_dtype, weights_dtype=weights_dtype)
     arguments.counts(batch=batch, tp=tp, pp=pp, users=users)
-    ctxs, isl, osl = arguments.contexts(planning.parse_ctxs(_comma_list(ctx)) if ctx is not None else None, isl, osl)
-    gpus = planning.parse_gpus(_comma_list(gpu), _comma_list(vram))
+    if isinstance(models, ModelSpec):
+        models = [models]
+    listed = planning.parse_ctxs(_comma_list(ctx, "--ctx")) if ctx is not None else None
+    ctxs, isl, osl = arguments.contexts(listed, isl, osl)
+    gpus = planning.parse_gpus(_comma_list(gpu, "--gpu"), _comma_list(vram, "--vram"))
     if users is not None and isl is None:
         raise KvplanError("--users sets the concurrency of the speed figures: give --isl and --osl with it")
     loaded = {}

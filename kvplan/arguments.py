@@ -79,6 +79,13 @@ def given(name: str, value) -> bool:
     return value is not None and not (value is False and name in SWITCHES)
 
 
+def texts(**flags) -> None:
+    """Flags that take text (`--engine vllm` as engine="vllm") given something else, from a script."""
+    for name, value in flags.items():
+        if value is not None and not isinstance(value, str):
+            raise KvplanError(f"--{name.replace('_', '-')} must be text, got {brief(value)}")
+
+
 def number(flag: str, value) -> None:
     """A flag that takes a number (--gpu-memory-utilization 0.9) given something else, from a script."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
@@ -151,6 +158,8 @@ def lora_adapters(paths: list[str] | str | None):
         return None
     if isinstance(paths, str):
         paths = [paths]
+    if not isinstance(paths, list | tuple) or not all(isinstance(path, str) for path in paths):
+        raise KvplanError(f"--lora is a path to an adapter GGUF (from a script, a list of paths), got {brief(paths)}")
     from pathlib import Path
 
     from kvplan.sources.gguf_model import read_lora_adapter
@@ -175,6 +184,10 @@ def hardware(gpu: str | None, vram: str | None, gpus: int | None = None):
 
     if gpu and vram:
         raise KvplanError("--gpu and --vram both name the GPU's memory: give one")
+    texts(gpu=gpu)
+    if isinstance(vram, int):  # from a script, bytes
+        vram = str(vram)
+    texts(vram=vram)
     count, name = count_and_name(gpu or vram or "")
     if count is not None and gpus is not None and count != gpus:
         raise KvplanError(f"--gpu {gpu or vram} says {count} GPUs and --gpus {gpus}: give the count once")

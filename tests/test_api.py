@@ -254,7 +254,15 @@ def test_errors_are_the_command_s_line(call, args, monkeypatch, capsys):
     (lambda: kvplan.estimate("llama-3-8b", isl="1k", osl="1k", max_tpot="20"), "--max-tpot must be a number"),
     (lambda: kvplan.table(None, None, filter="llama"), "give --ctx"),
     (lambda: kvplan.profile(kvplan.load_model("llama-3-8b"), 8192), "give --model as a name or a path"),
-], ids=["batch", "tp", "fraction", "model", "ctx", "target", "table-ctx", "profile-spec"])
+    (lambda: kvplan.estimate("llama-3-8b", 8192, gpu=5), "--gpu must be text, got 5"),
+    (lambda: kvplan.plan("llama-3-8b", 8192, 10, gpu=["h100"]), "--gpu must be text, got ['h100']"),
+    (lambda: kvplan.estimate("llama-3-8b", 8192, engine=3), "--engine must be text, got 3"),
+    (lambda: kvplan.estimate("llama-3-8b", 8192, cache_type_k=5), "--cache-type-k must be text, got 5"),
+    (lambda: kvplan.estimate("llama-3-8b", 8192, lora=5), "--lora is a path to an adapter GGUF"),
+    (lambda: kvplan.table("llama-3-8b", {8192: 1}), "--ctx is a comma list (from a script, a list), got {8192: 1}"),
+    (lambda: kvplan.table("llama-3-8b", 8192, kv_dtype=8), "--kv-dtype must be text, got 8"),
+], ids=["batch", "tp", "fraction", "model", "ctx", "target", "table-ctx", "profile-spec", "gpu", "plan-gpu", "engine",
+        "cache-type", "lora", "table-ctx-type", "table-kv"])
 def test_a_script_s_wrong_types_are_one_clear_error(call, says):
     with pytest.raises(kvplan.KvplanError) as raised:
         call()
@@ -270,6 +278,11 @@ def test_script_values_as_python_takes_them():
     assert as_text.model_dump() == as_python.model_dump()
     assert kvplan.table("llama-3-8b", [4096, "8k"], gpu=["h100", "l40s"]).model_dump() == \
         kvplan.table("llama-3-8b", "4k,8k", gpu="h100,l40s").model_dump()
+    # one value where a list goes, a size in bytes as --vram, a loaded model as --models
+    assert kvplan.estimate("llama-3-8b", 8192, vram=24 * GiB).model_dump() == \
+        kvplan.estimate("llama-3-8b", 8192, vram="24GiB").model_dump()
+    assert kvplan.table(kvplan.load_model("llama-3-8b"), 8192, vram=24 * GiB).model_dump() == \
+        kvplan.table("llama-3-8b", "8k", vram="24GiB").model_dump()
 
 
 def test_notebooks_show_what_the_command_prints(monkeypatch, capsys):
