@@ -492,13 +492,12 @@ def print_plan(console: Console, plan) -> None:
                        f"with {plan.engine} {plan.engine_version}"))
     for warning in plan.warnings:
         console.print(styled(f"warning: {warning}", "yellow"))
+    within = f" within {plan.targets.label()}" if speed and plan.targets else ""
     if not plan.rows:
         for note in plan.notes:
             console.print(styled(f"note: {note}", "dim"))
-        within = f" within {plan.targets.label()}" if speed and plan.targets else ""
         console.print(styled(f"no configuration of up to the largest GPU count considered fits{within}", "red"))
         return
-    within = f" within {plan.targets.label()}" if speed and plan.targets else ""
     table = Table(title=f"configurations that fit{within}, fewest GPUs first", title_justify="left")
     last = ("TPOT ms", "TTFT ms") if speed else ("KV headroom/GPU",)
     for column in ("GPUs", "layout", "KV", "weights", "max users", *last):

@@ -423,8 +423,8 @@ def pivot_grid(table: Table, metric: str | None, mark: str = "*") -> tuple[list[
             **{name: label for name, (_, label, _) in SPEED_METRICS.items()}}[metric]
     if per_gpu(metric) and len(table.gpus) == 1:
         what += f", {table.gpus[0].short}"
-    unit = "" if metric == "users" else f" ({SPEED_METRICS[metric][2]})" if metric in SPEED_METRICS else " (GiB)"
-    unit = "" if unit == " ()" else unit
+    symbol = SPEED_METRICS[metric][2] if metric in SPEED_METRICS else "" if metric == "users" else "GiB"
+    unit = f" ({symbol})" if symbol else ""
     headers = [f"model ({what})"]
     numeric = [False]
     if per_gpu(metric) and len(table.gpus) > 1:
@@ -629,9 +629,11 @@ def records(table: Table) -> list[dict]:
                              "max_users": users.max_users, "max_users_bound": _bound(users),
                              "not_planned": users.not_planned}
             if row.speed:
+                from kvplan.speed.targets import SpeedFigures
+
                 speed = row.speed[i]
                 record |= {"isl": table.isl, "osl": table.osl, "speed_concurrency": speed.concurrency,
-                           **{name: getattr(speed, name) for name in SPEED_FIELDS[3:-1]},
+                           **SpeedFigures.of(speed),
                            "speed_not_estimated": speed.not_estimated}
             out.append(record)
     return out
