@@ -197,10 +197,9 @@ def plan(model: str | ModelSpec, ctx: int | str | None = None, users: int | None
     workload = capacity.Workload(ctx=tokens, users=users, isl=isl, osl=osl)
     why = None
     if isl is not None:
-        from kvplan.engines import engine_class
         from kvplan.speed import targets as speed
 
-        why = speed.problem(hardware.name, engine_class(engine_name).name)
+        why = speed.problem(hardware.name, engine_name)
         note = _no_speed(why, targets) if why else None
     if isl is None or why:
         result = capacity.plan(spec, workload, hardware, **settings)

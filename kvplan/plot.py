@@ -116,6 +116,10 @@ def draw(table: Table, kind: str, out: str, *, with_weights: bool = False, title
     if len(models) > MAX_MODELS:
         raise KvplanError(f"{len(models)} models in one chart cannot be told apart: plot at most {MAX_MODELS} at a "
                           "time (--models or a narrower --filter), or use `kvplan table` for all of them")
+    if kind in SPEED_METRICS:
+        reasons = {speed.not_estimated for row in table.rows for speed in row.speed}
+        if None not in reasons:
+            raise KvplanError(f"no speed estimate to draw: {'; '.join(sorted(reasons))}")
     data = series(table, kind, with_weights)
     if kind != "kv" and y_scale == "log" and not any(v for line in data["lines"] for v in line["values"]):
         raise KvplanError("no user fits on any GPU at any of these contexts: nothing to draw on a log scale "

@@ -349,8 +349,22 @@ def test_plot_draws_the_speed_metrics(monkeypatch, capsys, tmp_path):
     (["--gpu", "h100", "--kind", "tpot"], "--kind tpot needs --isl and --osl"),
     (["--isl", "1k", "--osl", "1k", "--kind", "ttft"], "--kind ttft needs a GPU"),
     (["--gpu", "h100", "--isl", "1k", "--osl", "1k", "--kind", "speed"], "choose kv, users, tpot"),
+    (["--gpu", "h100", "--isl", "1k", "--osl", "1k", "--kind", "tpot", "--engine", "llama.cpp"],
+     "no speed estimate to draw: the speed model is calibrated for sglang, tensorrt-llm, vllm, not llama.cpp"),
 ])
 def test_plot_bad_speed_flags_are_one_line(monkeypatch, capsys, tmp_path, args, fragment):
     code, _, err = run_main(monkeypatch, capsys, "plot", "-m", "llama-3.1-8b", *args, "--out",
                             str(tmp_path / "x.png"))
     assert_one_line_error(code, err, fragment)
+
+
+def test_an_engine_alias_is_the_engine_it_names():
+    """`--engine trtllm` is TensorRT-LLM (its own name for the alias), whose speed the model is calibrated for, in
+    plan and table as in estimate."""
+    import kvplan
+
+    for command in (kvplan.plan, kvplan.table):
+        by_alias, by_name = (command("meta-llama/Llama-3.1-8B", users=16, isl=1024, osl=1024, gpu="h100",
+                                     engine=name).model_dump() for name in ("trtllm", "tensorrt-llm"))
+        assert by_alias == by_name
+        assert "not trtllm" not in json.dumps(by_alias)

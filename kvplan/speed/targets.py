@@ -90,6 +90,7 @@ def problem(gpu_name: str | None, engine_name: str, pp: int = 1, platform: str =
     except KvplanError as err:
         return str(err)
     calibrated = table()["engines"]
+    engine_name = engines.engine_class(engine_name).name  # an alias (trtllm) as the engine's own name
     if engine_name not in calibrated:
         return f"the speed model is calibrated for {', '.join(calibrated)}, not {engine_name}"
     if pp > 1:
@@ -162,6 +163,7 @@ class Instance:
         why = problem(gpu_name, engine_name, parallel.pp)
         if why:
             raise KvplanError(why)
+        engine_name = engines.engine_class(engine_name).name
         self.model, self.engine, self.isl, self.osl, self.speculative = model, engine_name, isl, osl, speculative
         self.gpu = gpus.find(gpu_name)
         self.layout = dict(tp=parallel.tp, dp=parallel.dp, ep=parallel.ep)
@@ -294,7 +296,7 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, targets: Targ
          max_gpus: int = 64, draft: ModelSpec | None = None) -> SpeedPlan:
     """`kvplan.capacity.plan` for the workload's requests (isl, osl): with targets a layout serves the users only
     where its speed fit reaches them too, as well as its memory fit; each row with its speed at the users."""
-    why = problem(hardware.name, engines.engine_class(engine_name).name)
+    why = problem(hardware.name, engine_name)
     if why:
         raise KvplanError(why)
     speculative = draft is not None or bool(options and options.speculative_method)
