@@ -5,8 +5,7 @@
 
 In-sample: the efficiencies fitted on every row (what kvplan ships), judged on every row. Leave-one-model-out: for
 each of the 7 models, the efficiencies refitted without its rows, judged on its rows; likewise leave-one-GPU-out
-for each of the 4 GPUs (a GPU family left with no rows for an engine takes that engine's other family's
-efficiencies, as kvplan does for a GPU it has no rows on). Printed: the median and 90th percentile of
+for each of the 4 GPUs. Printed: the median and 90th percentile of
 |predicted / measured - 1| for TPOT and TTFT, in-sample by the regimes the estimate flags, each held-out group and
 all of them pooled (the pooled figures are those benchmarks/speed_fit.py writes into the shipped table's provenance,
 which the command line states). docs/accuracy.md records these figures.
@@ -46,7 +45,7 @@ REGIMES = {"TP ": "TP >= 4, little work per GPU", "MoE at a small batch": "MoE a
            "requests a rank against": "requests queue", "kvplan's memory model finds no room": "no room found"}
 
 
-def by_regime(points: Points, parameters, values: dict, tpot: np.ndarray, ttft: np.ndarray) -> None:
+def by_regime(points: Points, values: dict, tpot: np.ndarray, ttft: np.ndarray) -> None:
     """In-sample error of the rows each flag is on, and of the rows with none."""
     flagged = {label: [] for label in REGIMES.values()}
     clean = []
@@ -69,7 +68,7 @@ def main() -> None:
     parameters, values = fit(points, np.ones(len(points.rows), bool))
     tpot, ttft = errors(points, parameters, values)
     print(f"in-sample\n  {'every row':32s} {summary(tpot, ttft)}", flush=True)
-    by_regime(points, parameters, values, tpot, ttft)
+    by_regime(points, values, tpot, ttft)
     print("leave one model out")
     print_held_out(points, points.model, "held-out models")
     print("leave one GPU out")

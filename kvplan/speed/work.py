@@ -83,10 +83,6 @@ class StepWork(BaseModel):
     def hbm_bytes(self) -> int:
         return self.weights_bytes + self.expert_bytes + self.kv_bytes
 
-    @property
-    def linear_flops(self) -> int:
-        return self.dense_flops + self.expert_flops
-
 
 class ServingShape:
     """What the work of any step derives from, computed once for a model, layout, engine and dtypes: each parameter
@@ -103,7 +99,6 @@ class ServingShape:
         self.weights_dtype = weights_dtype or self.engine.default_weights_dtype(model)
         group_bytes, self.weights_label = weights_by_group(model, self.weights_dtype)
         shares = self.engine.weight_shares(model)
-        self.shares = shares
         self.bytes_on_gpu = {group: size * shares[group] for group, size in group_bytes.items()}
         counts = model.params.__dict__
         self.params_on_gpu = {group: counts[group] * shares[group] for group in group_bytes}
