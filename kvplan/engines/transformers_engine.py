@@ -18,6 +18,7 @@ from kvplan.engines.base import (
     Overhead,
     Row,
     ServingExtras,
+    cdiv,
     is_windowed,
     rows,
     version_tuple,
@@ -200,7 +201,7 @@ class DeviceRun:
         """(the build's reserve, what `users` users reserve beyond it, users): the reserve grows with the batch in
         proportion (every large tensor is batch-sized), so one run, of REFERENCE_TOKENS prompt tokens in all, gives
         every batch's (a batch of one under-counts where prompts are short: its tensors share 20 MiB segments)."""
-        users = max(1, -(-REFERENCE_TOKENS // prompt))
+        users = max(1, cdiv(REFERENCE_TOKENS, prompt))
         built, *_, end = self.phases(users, prompt, steps)
         return built.reserved, end.reserved - built.reserved, users
 
@@ -212,7 +213,7 @@ class DeviceRun:
     def beyond_weights(self, users: int, prompt: int, steps: int) -> int:
         """What `users` users' runs reserve beyond the weights' own bytes, as `users` counts it."""
         built, reserve, reference = self.reserve(prompt, steps)
-        return built - self.weights + -(-users * reserve // reference)
+        return built - self.weights + cdiv(users * reserve, reference)
 
 
 # Prompt tokens of the run one user's reserve is measured on (`DeviceRun.users`): Llama-3-8B's per-user reserve at

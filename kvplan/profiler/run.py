@@ -105,16 +105,9 @@ class Spread(BaseModel):
 
     @classmethod
     def of(cls, seconds: list[float]) -> "Spread":
-        ordered = sorted(seconds)
-        return cls(median=statistics.median(ordered), p10=_percentile(ordered, 0.1), p90=_percentile(ordered, 0.9))
-
-
-def _percentile(ordered: list[float], q: float) -> float:
-    """The q-quantile of sorted values, linear between the nearest two (numpy's default)."""
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+        """From two or more timings; the deciles linear between the nearest two (numpy's default)."""
+        deciles = statistics.quantiles(seconds, n=10, method="inclusive")
+        return cls(median=statistics.median(seconds), p10=deciles[0], p90=deciles[-1])
 
 
 class RecomputeRow(BaseModel):
@@ -278,7 +271,7 @@ def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engi
     for kind, count in Counter(kinds).items():
         layers, size = by_kind.get(kind.label, (0, 0))
         by_kind[kind.label] = (layers + count, size + count * kind.pool.bytes_held(batch, ctx))
-    activations = engines.PrefillActivations(spec, kv, device)
+    activations = pool.activations if device.startswith("cuda") else engines.PrefillActivations(spec, kv, device)
     kv_held, kv_after_prefill = pool.bytes_held(batch, ctx), pool.bytes_after_prefill(batch, prompt, ctx)
     workspace = engine.blas_workspace() if device.startswith("cuda") else 0
     run = pool.device if device.startswith("cuda") else None
@@ -292,6 +285,7 @@ def predict(spec: ModelSpec, ctx: int, batch: int, prompt: int, dtype: str, engi
                       activations=prefill, decode_above_cache=decode, workspace=workspace,
                       reserved=None if run is None else run.reserved(batch, prompt, ctx - prompt),
                       cuda_context=cuda_context(runtime_major(cuda)), by_kind=by_kind, notes=activations.notes())
+
 
 def runtime_major(cuda: str | None) -> int:
     """The major version of a CUDA runtime ("13.0" -> 13); the one kvplan plans for where unknown."""
@@ -924,10 +918,7 @@ def _find_max_batch(session: Session, probe, spec: ModelSpec, source, ctx: int, 
     with progress.phase("searching the largest batch that fits"):
         low = search_max_batch(fits)
     memory = probe.gpu_total
-    options = engines.EngineOptions(version=engine.options.version,
-                                    cache_implementation=engine.options.cache_implementation,
-                                    expandable_segments=engine.options.expandable_segments)
-    cap = capacity(spec, Workload(ctx=ctx), engine_name="transformers", options=options,
+    cap = capacity(spec, Workload(ctx=ctx), engine_name="transformers", options=engine.options,
                    hardware=Hardware(name=session.torch.cuda.get_device_name(device), memory_bytes=memory),
                    kv_dtype_name=dtype, weights_dtype_name=dtype, suggest=False)
     predicted = cap.max_concurrent_users
