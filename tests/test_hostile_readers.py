@@ -336,8 +336,9 @@ class MisbehavingGgufHub(FakeHub):
         return self.send(req, head, 200, json.dumps(info).encode(), {"Content-Type": "application/json"})
 
 
-def tiny_gguf(tmp_path) -> bytes:
-    """A real GGUF (gguf-py's writer) of a 2-layer Llama, about 1 MB: its header is read by range requests."""
+def tiny_gguf(tmp_path, extra: list = ()) -> bytes:
+    """A real GGUF (gguf-py's writer) of a 2-layer Llama, about 1 MB: its header is read by range requests; `extra`
+    tensors beside its own."""
     from ggufkit import Q, write_gguf
 
     meta = {".block_count": 2, ".context_length": 4096, ".embedding_length": 256, ".feed_forward_length": 512,
@@ -349,8 +350,8 @@ def tiny_gguf(tmp_path) -> bytes:
                      ("attn_output", [256, 256]), ("ffn_gate", [256, 512]), ("ffn_up", [256, 512]),
                      ("ffn_down", [512, 256])]]
         tensors += [(f"blk.{i}.attn_norm.weight", [256], Q.F32), (f"blk.{i}.ffn_norm.weight", [256], Q.F32)]
-    return write_gguf(tmp_path / "tiny.gguf", "llama", meta, [*tensors, ("output_norm.weight", [256], Q.F32)]) \
-        .read_bytes()
+    return write_gguf(tmp_path / "tiny.gguf", "llama", meta,
+                      [*tensors, ("output_norm.weight", [256], Q.F32), *extra]).read_bytes()
 
 
 @pytest.mark.parametrize(("mode", "fragment"), [
@@ -491,3 +492,23 @@ def test_a_refused_token_says_so_without_suggesting_models(monkeypatch, capsys, 
                             "hf_NotATokenTheHubKnows")
     assert_one_line_error(code, err, "the Hub refused the token")
     assert "did you mean" not in err and "bundled library" not in err
+
+
+
+def test_a_gguf_tensor_named_outside_any_layer_is_an_estimate(monkeypatch, capsys, tmp_path):
+    """A 3-D `blk.x.ffn_down_exps.bias` (no layer number; llama.cpp's loader never asks for it) is counted among the
+    parameters as any other tensor: an estimate with the plain file's KV cache, not a crash."""
+    from ggufkit import Q
+
+    plain, odd = tmp_path / "plain", tmp_path / "odd"
+    plain.mkdir(), odd.mkdir()
+    (plain / "tiny.gguf").write_bytes(tiny_gguf(plain))
+    (odd / "tiny.gguf").write_bytes(tiny_gguf(odd, [("blk.x.ffn_down_exps.bias", [4, 4, 4], Q.F32)]))
+    outputs = []
+    for folder in (plain, odd):
+        code, out, err = run_main(monkeypatch, capsys, "estimate", "-m", str(folder / "tiny.gguf"), "--ctx", "4k",
+                                  "--json")
+        assert code == 0, err
+        outputs.append(json.loads(out))
+    assert outputs[1]["kv_bytes_per_sequence"] == outputs[0]["kv_bytes_per_sequence"]
+    assert outputs[1]["params_total"] == outputs[0]["params_total"] + 64

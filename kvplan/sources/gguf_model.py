@@ -569,7 +569,8 @@ def forward_widths(hp: HParams, tensors: list[gguf.Tensor]) -> Widths:
                 shared = max(shared, tensor.dims[0])
         elif kind == "ffn_down_exps" and len(tensor.dims) == 3:
             experts = max(experts, tensor.dims[0])
-            moe_layers.add(int(layer))
+            if layer.isdigit():
+                moe_layers.add(int(layer))
         elif kind in ("ffn_up", "ffn_up_shexp") and len(tensor.dims) == 2:
             up_widths.add(tensor.dims[1])
         gated = gated or kind.startswith("ffn_gate") and not kind.startswith("ffn_gate_inp")
@@ -687,11 +688,11 @@ def model_from_headers(headers: list[gguf.Header], name: str, source: str, read:
     hp = hparams(meta)
     rule(meta, hp)
     layers = caches(hp, where)
-    check_sizes(hp, layers, sum(t.elements for t in tensors), where)
-    label = file_type(headers[0], meta)
     elements: Counter[str] = Counter()
     for tensor in tensors:
         elements[tensor.dtype.name] += tensor.elements
+    check_sizes(hp, layers, sum(elements.values()), where)
+    label = file_type(headers[0], meta)
     files = len(headers)
     checkpoint = CheckpointTensors(
         elements=dict(sorted(elements.items(), key=lambda kv: -kv[1])), tensors=len(tensors), files=files,
