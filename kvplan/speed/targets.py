@@ -22,7 +22,7 @@ from kvplan.errors import KvplanError
 from kvplan.model import Hardware, ModelSpec, Parallelism, Workload
 from kvplan.speed.bound import tensor_tflops
 from kvplan.speed.calibrated import efficiencies, table
-from kvplan.speed.serving import Deployment, SpeedEstimate, max_concurrency
+from kvplan.speed.serving import Deployment, SpeedEstimate, concurrency_fit
 from kvplan.speed.work import Layout
 
 
@@ -163,14 +163,11 @@ class Instance:
         why = problem(gpu_name, engine_name, parallel.pp)
         if why:
             raise KvplanError(why)
-        engine_name = engines.engine_class(engine_name).name
-        self.model, self.engine, self.isl, self.osl, self.speculative = model, engine_name, isl, osl, speculative
-        self.gpu = gpus.find(gpu_name)
-        self.layout = dict(tp=parallel.tp, dp=parallel.dp, ep=parallel.ep)
-        self.dtypes = dict(weights_dtype=weights_dtype, kv_dtype=kv_dtype)
-        self.deployment = Deployment(model, self.gpu, engine_name, Layout(**self.layout), isl, osl, **self.dtypes)
-        self.efficiencies = efficiencies(self.deployment.engine, self.gpu)
-        self.replicas = parallel.replicas
+        gpu = gpus.find(gpu_name)
+        layout = Layout(tp=parallel.tp, dp=parallel.dp, ep=parallel.ep)
+        self.deployment = Deployment(model, gpu, engine_name, layout, isl, osl, weights_dtype, kv_dtype)
+        self.efficiencies = efficiencies(self.deployment.engine, gpu)
+        self.replicas, self.speculative = parallel.replicas, speculative
 
     @classmethod
     def of(cls, model: ModelSpec, cap: Capacity, isl: int, osl: int, speculative: bool = False) -> "Instance":
@@ -185,8 +182,8 @@ class Instance:
 
     def fit(self, targets: Targets) -> tuple[int, str]:
         """(requests served within the targets over all replicas, what stops one instance there)."""
-        found = max_concurrency(self.model, self.gpu, engine=self.engine, **self.layout, isl=self.isl,
-                                osl=self.osl, **targets.model_dump(), **self.dtypes, speculative=self.speculative)
+        found = concurrency_fit(self.deployment, *self.efficiencies, **targets.model_dump(),
+                                speculative=self.speculative)
         return found.users * self.replicas, found.limited_by
 
 
