@@ -934,8 +934,14 @@ class Vllm(Engine):
         """The block size, with its note: --block-size, else 16 (64 for MLA: FlashMLA; ROCm's MLA backends 16);
         on the CPU platform 128, and 16 for MLA whatever is given, whose prefill vLLM-CPU then runs unchunked,
         max_num_batched_tokens raised to max(L, 2,048), which sizes a window's reservation (kvplan refuses MLA
-        models with windows there)."""
+        models with windowed layers there). vLLM-CPU itself refuses a windowed MLA latent: both its MLA backends
+        (CPU_MLA; AMX_MLA on AMX hosts) raise NotImplementedError for a sliding window (`CPUMLAImpl`,
+        v1/attention/backends/mla/cpu_mla.py; `AMXMLAImpl`, amx_mla.py; 0.32.0)."""
         given = self.options.block_size
+        if self.on_cpu() and any(cache.kind == "mla" and cache.window is not None for cache in model.caches):
+            raise KvplanError(f"vLLM's CPU platform cannot run {model.name}: its MLA backends (CPU_MLA, AMX_MLA) "
+                              "do not support an MLA latent with a sliding window "
+                              "(v1/attention/backends/mla/cpu_mla.py, amx_mla.py)")
         if self.on_cpu() and mla:
             if given not in (None, self.CPU_MLA_BLOCK) or windowed:
                 raise KvplanError(f"vLLM's CPU platform runs MLA ({model.name}) on its reference kernel (hosts "
