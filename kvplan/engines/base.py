@@ -313,6 +313,12 @@ class Engine(ABC):
             sizes[-i] += 1
         return sizes
 
+    def stage_keeps_nothing(self, table: list[Row], model: ModelSpec) -> bool:
+        """Whether this pipeline stage's layers (`table`, its rows) keep no cache of their own though the model's
+        other layers do (no-op attention or KV-shared layers in one stage): vLLM refuses such a stage, and kvplan
+        does not model SGLang's."""
+        return not table and self.pp > 1 and any(c.kind not in EMPTY_KINDS for c in model.caches)
+
     @classmethod
     def ep_size_problem(cls, ep: int, stage: int) -> str | None:
         """What is wrong with expert-parallel size `ep` over a pipeline stage of `stage` GPUs (DP x attention TP),

@@ -29,7 +29,6 @@ from kvplan.engines.base import (
 from kvplan.engines.speculative import eagle1_fields, eagle_reads, eagle_shape
 from kvplan.errors import KvplanError
 from kvplan.model import (
-    EMPTY_KINDS,
     CompressedKV,
     EagleHead,
     FullAttention,
@@ -832,7 +831,7 @@ class Vllm(Engine):
         # Recurrent states are kept in the dtype the model runs in (mamba_cache_dtype "auto"): bf16 for an fp32
         # checkpoint vLLM loads in bf16.
         table = rows(layers, kv, kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype))
-        if not table and self.pp > 1 and any(c.kind not in EMPTY_KINDS for c in model.caches):
+        if self.stage_keeps_nothing(table, model):
             raise KvplanError(f"vLLM cannot start {model.name} at --pp {self.pp}: a pipeline stage's layers keep no "
                               "KV cache of their own (no-op attention or KV-shared layers), and vLLM's KV cache "
                               "planning asserts that every stage's block holds some bytes "
