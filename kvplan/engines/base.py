@@ -313,6 +313,15 @@ class Engine(ABC):
             sizes[-i] += 1
         return sizes
 
+    def gpu_vendor(self) -> str | None:
+        """The GPU's vendor (nvidia, amd, apple), which picks the engine's platform: None without a GPU or for one
+        not in the catalogue (--vram)."""
+        if not self.gpu_name:
+            return None
+        from kvplan.gpus import vendor
+
+        return vendor(self.gpu_name)
+
     def stage_keeps_nothing(self, table: list[Row], model: ModelSpec) -> bool:
         """Whether this pipeline stage's layers (`table`, its rows) keep no cache of their own though the model's
         other layers do (no-op attention or KV-shared layers in one stage): vLLM refuses such a stage, and kvplan

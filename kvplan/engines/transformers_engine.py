@@ -24,7 +24,7 @@ from kvplan.engines.base import (
     version_tuple,
 )
 from kvplan.errors import KvplanError
-from kvplan.gpus import compute_capability, vendor
+from kvplan.gpus import compute_capability
 from kvplan.memory import kind_label, weights_bytes
 from kvplan.model import (
     TRANSFORMERS_ONLY_KINDS,
@@ -539,7 +539,7 @@ class Transformers(Engine):
     def serving_extras(self, model: ModelSpec, tower_bytes: int, max_len: int) -> ServingExtras:
         """On an NVIDIA GPU, the device memory the driver keeps for itself (DRIVER_RESERVED), which torch cannot
         reserve."""
-        if vendor(self.gpu_name or "") not in (None, "nvidia"):
+        if self.gpu_vendor() not in (None, "nvidia"):
             return ServingExtras()
         return ServingExtras(overhead={"driver_reserved": DRIVER_RESERVED})
 
@@ -552,7 +552,7 @@ class Transformers(Engine):
         """The model's allocations as torch's caching allocator sees them on this GPU (`DeviceRun`), for a model
         whose transformers forward kvplan replays (`transformers_allocations.MODELLED`) on an NVIDIA or AMD GPU
         (Apple's MPS has its own allocator) with a DynamicCache; None otherwise."""
-        if self.options.cache_implementation == "static" or vendor(self.gpu_name or "") == "apple":
+        if self.options.cache_implementation == "static" or self.gpu_vendor() == "apple":
             return None
         weights = weights_bytes(model, kv.name)[0]
         shape = transformers_allocations.shape_of(model, kv.block_bytes // kv.block_elements, weights, layers)
@@ -564,7 +564,7 @@ class Transformers(Engine):
     def blas_workspace(self) -> int:
         """The BLAS workspace torch allocates at this GPU's first matmul and keeps
         (`transformers_allocations.workspace_bytes`)."""
-        return transformers_allocations.workspace_bytes(vendor(self.gpu_name or ""),
+        return transformers_allocations.workspace_bytes(self.gpu_vendor(),
                                                         compute_capability(self.gpu_name or ""))
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> TransformersPool:
@@ -604,7 +604,7 @@ class Transformers(Engine):
         notes += activations.notes()
         if device is None:
             where = ("with a StaticCache" if static else "on Apple GPUs (MPS allocates on its own)"
-                     if vendor(self.gpu_name or "") == "apple" else
+                     if self.gpu_vendor() == "apple" else
                      f"for models of over {transformers_allocations.MAX_LAYERS:,} layers"
                      if model.num_layers > transformers_allocations.MAX_LAYERS else
                      f"for {model.architecture} models with a group-limited router"

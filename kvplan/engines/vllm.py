@@ -996,11 +996,7 @@ class Vllm(Engine):
 
     def on_rocm(self) -> bool:
         """Whether the GPU is an AMD Instinct (vLLM's ROCm platform, `platforms/rocm.py`)."""
-        if not self.gpu_name:
-            return False
-        from kvplan.gpus import vendor
-
-        return vendor(self.gpu_name) == "amd"
+        return self.gpu_vendor() == "amd"
 
     def mm_limits(self, model: ModelSpec) -> dict[str, int]:
         """Items allowed per prompt for each of the model's modalities (`MultiModalConfig.get_limit_per_prompt`): 0
