@@ -2,6 +2,8 @@
 (its share of every layer's cache, `gpu_layers`, and of the weights, `weights_on_gpu`)."""
 
 import math
+from fractions import Fraction
+from typing import NamedTuple
 
 from kvplan import engines
 from kvplan.engines import Engine, cdiv
@@ -168,9 +170,21 @@ def data_parallelism(engine: type[Engine], gpus: int | None, tp: int | None, pp:
     return Parallelism(tp=attention_tp, pp=pp, dp=dp, ep=ep)
 
 
+class GpuWeights(NamedTuple):
+    """The weights on the fullest GPU of a layout (`weights_on_gpu`): their dtype label, their bytes and the routed
+    experts' among them; and what those were summed from, the bytes of each of the model's parameter groups
+    (`weights_by_group`) and the share of each that the GPU holds (`Engine.weight_shares`)."""
+
+    label: str
+    per_gpu: int
+    experts: int
+    groups: dict[str, int]
+    shares: dict[str, Fraction]
+
+
 def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None,
-                   tower_not_loaded: int = 0) -> tuple[str, int, int]:
-    """(dtype label, weights on the fullest GPU, of which routed experts), in bytes:
+                   tower_not_loaded: int = 0) -> GpuWeights:
+    """The weights on the fullest GPU, of which routed experts, in bytes:
         ceil(scale x sum over groups of bytes x the engine's share for the group)
     scale = the checkpoint's exact bytes / the config's where its safetensors headers were read (its tensors are not
     grouped), else 1. With every share 1 / (tp x pp) this is ceil(weights / (tp x pp)). `tower_not_loaded`: the
@@ -187,8 +201,8 @@ def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None,
     held = sum(size * shares[group].numerator * (common // shares[group].denominator)
                for group, size in groups.items())
     experts = shares["experts"]
-    return (label, cdiv(total * held, config * common),
-            cdiv(total * groups["experts"] * experts.numerator, config * experts.denominator))
+    return GpuWeights(label, cdiv(total * held, config * common),
+                      cdiv(total * groups["experts"] * experts.numerator, config * experts.denominator), groups, shares)
 
 
 def describe_layout(tp: int, pp: int, dp: int = 1, ep: int = 1, replicas: int = 1) -> str:

@@ -439,9 +439,11 @@ class Engine(ABC):
         """What the engine keeps for a multimodal model's inputs and in host memory: nothing by default."""
         return ServingExtras()
 
-    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None) -> int:
-        """Bytes of each GPU's `weights_per_gpu` (of `model` in `dtype_name`) the engine keeps in host memory
-        instead (0: none)."""
+    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None,
+                          groups: dict[str, int], shares: dict[str, Fraction]) -> int:
+        """Bytes of each GPU's `weights_per_gpu` (of `model` in `dtype_name`; the bytes of each parameter group and
+        the share of it the GPU holds, which they were summed from) the engine keeps in host memory instead (0:
+        none)."""
         return 0
 
     def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,

@@ -1080,7 +1080,8 @@ class Vllm(Engine):
                      "activations are not modelled; --language-model-only drops it")
         return size
 
-    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None) -> int:
+    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None,
+                          groups: dict[str, int], shares: dict[str, Fraction]) -> int:
         """--cpu-offload-gb (UVA offloading, `model_executor/offloader/uva.py`): parameters move to pinned host
         memory, whole ones, until that many GiB per GPU are offloaded (the last may overshoot by less than one
         parameter). The offloader wraps only the modules `make_layers` builds (`model_executor/models/utils.py`:
@@ -1089,10 +1090,6 @@ class Vllm(Engine):
         given = self.options.cpu_offload_bytes or 0
         if not given:
             return 0
-        from kvplan.memory import weights_by_group
-
-        groups, _ = weights_by_group(model, dtype_name)
-        shares = self.weight_shares(model)
         norm_dtype = weight_dtype(dtype_name if dtype_name in FLOAT_DTYPES else model.dtype)
         hidden = model.widths.hidden if model.widths else 0  # (a source that gives no widths: the norm uncounted)
         final_norm = norm_dtype.bytes_for(hidden) * shares["other_replicated"]
