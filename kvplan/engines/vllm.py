@@ -40,6 +40,7 @@ from kvplan.model import (
     RecurrentState,
     SlidingKV,
     SlidingWindow,
+    layer_groups,
 )
 
 
@@ -428,6 +429,8 @@ class Vllm(Engine):
             return cache
 
         touched = (IndexerKeys, RecurrentState, SlidingWindow) if plus_one else (IndexerKeys, RecurrentState)
+        if not any(isinstance(cache, touched) for cache, _ in layer_groups(model.caches)):
+            return model.caches  # stored as they are: the tuple itself, which a search groups once (`layer_groups`)
         return tuple(self.speculative_conv(as_stored(c)) if isinstance(c, touched) else c for c in model.caches)
 
     def cpu_ssm_dtype(self, model: ModelSpec, state: RecurrentState) -> RecurrentState:
