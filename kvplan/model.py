@@ -9,7 +9,7 @@ What a model is planned for is here too: the GPU (`Hardware`), the parallel layo
 and their context (`Workload`).
 """
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, PositiveInt, model_validator
 from pydantic_core import core_schema
@@ -340,6 +340,39 @@ LayerCache = Annotated[_Cache, AS_BUILT]
 KV_KINDS = ("full", "sliding", "chunked", "mla", "indexer", "sliding_kv", "compressed", "cross",
             *TRANSFORMERS_ONLY_KINDS)
 EMPTY_KINDS = ("shared", "none")  # layers that store nothing of their own
+
+
+class LayerGroup(NamedTuple):
+    """Layers that cache alike (equal `alike_key`s): the first one's cache and every one's index, ascending."""
+
+    cache: LayerCache
+    layers: tuple[int, ...]
+
+
+_GROUPED: dict[int, tuple[tuple, tuple[LayerGroup, ...]]] = {}  # id(caches) -> (caches, their groups)
+_GROUPED_KEPT = 8  # the tuples most recently grouped, each kept alive by its entry so its id is not reused
+
+
+def layer_groups(caches: tuple[LayerCache, ...]) -> tuple[LayerGroup, ...]:
+    """A model's caches (`ModelSpec.caches`, or an engine's stored form of them) as groups of alike layers, in order
+    of each group's first layer. A search asks this of the same caches for every layout it counts, so a tuple is
+    grouped once: remembered by its identity, not on the ModelSpec, whose copies (`model_copy`) would carry it to
+    caches it was not grouped from."""
+    kept = _GROUPED.get(id(caches))
+    if kept is not None and kept[0] is caches:
+        return kept[1]
+    by_key: dict[tuple, tuple[LayerCache, list[int]]] = {}
+    for cache in caches:
+        key = cache.alike_key()
+        if key in by_key:
+            by_key[key][1].append(cache.layer)
+        else:
+            by_key[key] = (cache, [cache.layer])
+    groups = tuple(LayerGroup(cache, tuple(sorted(layers))) for cache, layers in by_key.values())
+    if len(_GROUPED) >= _GROUPED_KEPT:
+        del _GROUPED[next(iter(_GROUPED))]
+    _GROUPED[id(caches)] = (caches, groups)
+    return groups
 
 
 class ParamCounts(BaseModel):

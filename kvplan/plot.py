@@ -23,7 +23,7 @@ from pathlib import Path
 
 from kvplan.errors import KvplanError
 from kvplan.output import write_output
-from kvplan.tables import SPEED_METRICS, GiB, Table, ctx_label
+from kvplan.tables import SPEED_METRICS, GiB, Table, check_inputs, ctx_label
 from kvplan.text import plain
 
 KINDS = ("kv", "users", *SPEED_METRICS)
@@ -50,10 +50,7 @@ def check_kind(kind: str, table_has_gpus: bool, requests: bool = False) -> str:
     key = kind.strip().lower()
     if key not in KINDS:
         raise KvplanError(f"unknown --kind {kind!r}: choose {', '.join(KINDS[:-1])} or {KINDS[-1]}")
-    if key != "kv" and not table_has_gpus:
-        raise KvplanError(f"--kind {key} needs a GPU: give --gpu or --vram")
-    if key in SPEED_METRICS and not requests:
-        raise KvplanError(f"--kind {key} needs --isl and --osl: the requests the speed model times")
+    check_inputs("--kind", key, table_has_gpus, requests)
     return key
 
 

@@ -393,10 +393,16 @@ def check_metric(metric: str | None, gpus: bool, requests: bool) -> None:
         return
     if metric not in METRICS:
         raise KvplanError(f"unknown --metric {metric!r}: choose {', '.join(METRICS[:-1])} or {METRICS[-1]}")
+    check_inputs("--metric", metric, gpus, requests)
+
+
+def check_inputs(flag: str, metric: str, gpus: bool, requests: bool) -> None:
+    """What a metric (a table's --metric, a chart's --kind) is computed from: users and the speed metrics need a
+    GPU, the speed metrics the requests too."""
     if per_gpu(metric) and not gpus:
-        raise KvplanError(f"--metric {metric} needs a GPU: give --gpu or --vram")
+        raise KvplanError(f"{flag} {metric} needs a GPU: give --gpu or --vram")
     if metric in SPEED_METRICS and not requests:
-        raise KvplanError(f"--metric {metric} needs --isl and --osl: the requests the speed model times")
+        raise KvplanError(f"{flag} {metric} needs --isl and --osl: the requests the speed model times")
 
 
 def speed_cell(speed: SpeedAt, field: str) -> str:

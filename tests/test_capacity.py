@@ -17,7 +17,7 @@ from kvplan.capacity import (
     parallelism,
     plan,
 )
-from kvplan.capacity.layout import stage_bounds
+from kvplan.capacity.layout import gpu_layers, stage_bounds
 from kvplan.engines import EngineOptions, KVPool
 from kvplan.errors import KvplanError
 from kvplan.model import FullAttention, ModelSpec, ParamCounts, SlidingWindow
@@ -163,6 +163,21 @@ def test_pipeline_parallel_splits_layers_and_weights():
     cap = capacity(model, Workload(ctx=1), engine_name="ideal", kv_budget=GiB, parallel=Parallelism(pp=2))
     assert cap.engine_kv_bytes_per_sequence == 131_072 // 2
     assert cap.weights_bytes_per_gpu == -(-2 * model.params.total // 2)
+
+
+def test_stage_layers_of_a_copy_with_other_caches():
+    """Llama-3-8B (32 layers of 8 KV heads) in two stages of 16 layers, then a copy whose last 12 layers have 4 KV
+    heads: the second stage holds 4 layers of 8 heads and 12 of 4. Layers are grouped once per caches tuple
+    (`layer_groups`), so the copy, which a cache kept on the ModelSpec would follow, is grouped as its own."""
+    model = load_model(LLAMA8B)
+    caches = model.caches
+    copy = model.model_copy(update={"caches": tuple(
+        c.model_copy(update={"kv_heads": 4}) if c.layer >= 20 else c for c in caches)})
+    heads = [[(cache.kv_heads, count) for cache, count in stage] for stage in gpu_layers(caches, [16, 16], 1)]
+    assert heads == [[(8, 16)], [(8, 16)]]
+    heads = [[(cache.kv_heads, count) for cache, count in stage] for stage in gpu_layers(copy.caches, [16, 16], 1)]
+    assert heads == [[(8, 16)], [(8, 4), (4, 12)]]
+    assert [count for _, count in gpu_layers(caches, [20, 12], 1)[1]] == [12]
 
 
 def test_replicas_multiply_users():

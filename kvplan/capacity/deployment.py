@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 from kvplan import engines
 from kvplan.capacity.draft import DraftAndAdapters, draft_and_adapters, speculation_options
-from kvplan.capacity.layout import check_parallel, gpu_layers, weights_on_gpu
+from kvplan.capacity.layout import GpuWeights, check_parallel, gpu_layers, weights_on_gpu
 from kvplan.dtypes import DType, kv_dtype
 from kvplan.engines import Engine, EngineOptions, KVPool, ServingExtras
 from kvplan.errors import KvplanError
@@ -48,7 +48,7 @@ class LayoutSplit(NamedTuple):
     `users_sweep` builds it once per layout and hands it to the deployments of every GPU set of that layout."""
 
     stages: list
-    weights: tuple[str, int, int]
+    weights: GpuWeights
 
 
 @dataclass
@@ -107,8 +107,8 @@ def deploy(model: ModelSpec, workloads: Sequence[Workload], engine_name: str, op
     if split is None:
         split = LayoutSplit(gpu_layers(engine.cached_layers(model), engine.stage_sizes(model.num_layers), parallel.tp),
                             weights_on_gpu(model, engine, weights_dtype_name, extras.tower_not_loaded))
-    weights_label, weights_per_gpu, experts_per_gpu = split.weights
-    offloaded = engine.weights_offloaded(model, weights_per_gpu, weights_dtype_name)
+    weights_label, weights_per_gpu, experts_per_gpu, groups, shares = split.weights
+    offloaded = engine.weights_offloaded(model, weights_per_gpu, weights_dtype_name, groups, shares)
     weights_per_gpu -= offloaded
     added = draft_and_adapters(model, draft, engine, parallel, weights_dtype_name)
     fraction = overhead_bytes = breakdown = None

@@ -2,12 +2,15 @@
 (its share of every layer's cache, `gpu_layers`, and of the weights, `weights_on_gpu`)."""
 
 import math
+from bisect import bisect_left
+from fractions import Fraction
+from typing import NamedTuple
 
 from kvplan import engines
 from kvplan.engines import Engine, cdiv
 from kvplan.errors import KvplanError
 from kvplan.memory import checkpoint_bytes, weights_by_group, weights_from_checkpoint
-from kvplan.model import LayerCache, ModelSpec, Parallelism, RecurrentState
+from kvplan.model import LayerCache, ModelSpec, Parallelism, RecurrentState, layer_groups
 
 ATTENTION_KINDS = ("full", "sliding", "chunked", "cross", "prefixed")
 
@@ -34,12 +37,13 @@ def _tp_problem(model: ModelSpec, tp: int) -> str | None:
     heads = model.num_attention_heads
     if heads % tp:
         return f"does not divide {model.name}'s {heads} attention heads: each GPU must hold whole heads"
-    split = {c.kv_heads for c in model.caches if c.kind in ATTENTION_KINDS and c.split_by_tensor_parallel}
+    kinds = [cache for cache, _ in layer_groups(model.caches)]  # one of each kind of layer
+    split = {c.kv_heads for c in kinds if c.kind in ATTENTION_KINDS and c.split_by_tensor_parallel}
     for kv in sorted(split):
         if (kv >= tp and kv % tp) or (tp > kv and tp % kv):
             return (f"cannot share {model.name}'s {kv} KV heads: TP must divide them, or be a multiple of "
                     "them to replicate them")
-    for state in {c for c in model.caches if c.kind == "recurrent"}:
+    for state in (c for c in kinds if c.kind == "recurrent"):
         problem = _recurrent_tp_problem(state, tp)
         if problem:
             return f"{problem} of {model.name}'s {state.mixer} layers"
@@ -91,20 +95,19 @@ def stage_bounds(sizes: list[int]) -> list[tuple[int, int]]:
 
 
 def gpu_layers(caches: tuple[LayerCache, ...], stage_sizes: list[int], tp: int) -> list[engines.Layers]:
-    """Per pipeline stage (of `stage_sizes` layers each), the caches one GPU holds, identical ones counted once."""
+    """Per pipeline stage (of `stage_sizes` layers each), the caches one GPU holds, identical ones counted once:
+    each group of alike layers (`layer_groups`) counts the layers of its own within the stage's bounds."""
+    groups = layer_groups(caches)
     stages = []
     for start, end in stage_bounds(stage_sizes):
-        # Group on `alike_key`, then copy one cache per group.
-        groups: dict[tuple, list] = {}
-        for cache in caches:
-            if start <= cache.layer < end:
-                key = cache.alike_key()
-                if key in groups:
-                    groups[key][1] += 1
-                else:
-                    groups[key] = [cache, 1]
+        within = []  # (the group's first layer in the stage, its cache, its layers there), in the stage's order
+        for cache, layers in groups:
+            first = bisect_left(layers, start)
+            count = bisect_left(layers, end) - first
+            if count:
+                within.append((layers[first], cache, count))
         counts: dict[LayerCache, int] = {}
-        for cache, count in groups.values():
+        for _, cache, count in sorted(within, key=lambda group: group[0]):
             key = split_for_tp(cache.model_copy(update={"layer": 0}), tp)
             counts[key] = counts.get(key, 0) + count
         stages.append(list(counts.items()))
@@ -168,9 +171,21 @@ def data_parallelism(engine: type[Engine], gpus: int | None, tp: int | None, pp:
     return Parallelism(tp=attention_tp, pp=pp, dp=dp, ep=ep)
 
 
+class GpuWeights(NamedTuple):
+    """The weights on the fullest GPU of a layout (`weights_on_gpu`): their dtype label, their bytes and the routed
+    experts' among them; and what those were summed from, the bytes of each of the model's parameter groups
+    (`weights_by_group`) and the share of each that the GPU holds (`Engine.weight_shares`)."""
+
+    label: str
+    per_gpu: int
+    experts: int
+    groups: dict[str, int]
+    shares: dict[str, Fraction]
+
+
 def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None,
-                   tower_not_loaded: int = 0) -> tuple[str, int, int]:
-    """(dtype label, weights on the fullest GPU, of which routed experts), in bytes:
+                   tower_not_loaded: int = 0) -> GpuWeights:
+    """The weights on the fullest GPU, of which routed experts, in bytes:
         ceil(scale x sum over groups of bytes x the engine's share for the group)
     scale = the checkpoint's exact bytes / the config's where its safetensors headers were read (its tensors are not
     grouped), else 1. With every share 1 / (tp x pp) this is ceil(weights / (tp x pp)). `tower_not_loaded`: the
@@ -187,8 +202,8 @@ def weights_on_gpu(model: ModelSpec, engine: Engine, dtype_name: str | None,
     held = sum(size * shares[group].numerator * (common // shares[group].denominator)
                for group, size in groups.items())
     experts = shares["experts"]
-    return (label, cdiv(total * held, config * common),
-            cdiv(total * groups["experts"] * experts.numerator, config * experts.denominator))
+    return GpuWeights(label, cdiv(total * held, config * common),
+                      cdiv(total * groups["experts"] * experts.numerator, config * experts.denominator), groups, shares)
 
 
 def describe_layout(tp: int, pp: int, dp: int = 1, ep: int = 1, replicas: int = 1) -> str:

@@ -74,10 +74,10 @@ def best_layout(model: ModelSpec, workload: Workload, gpus: int, engine: type[En
                         **settings)
         except KvplanError:
             continue
-        if cap.fits and (accept is None or accept(cap)):
+        if cap.fits:
             fitting.append(cap)
-    return min(fitting, key=lambda cap: (cap.pipeline_parallel_size, -cap.max_concurrent_users,
-                                         cap.data_parallel_size), default=None)
+    fitting.sort(key=lambda cap: (cap.pipeline_parallel_size, -cap.max_concurrent_users, cap.data_parallel_size))
+    return next((cap for cap in fitting if accept is None or accept(cap)), None)  # best first: accept may be slow
 
 
 def minimum_gpus(model: ModelSpec, workload: Workload, engine: type[Engine], kv_name: str | None,

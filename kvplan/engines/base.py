@@ -23,6 +23,7 @@ from kvplan.model import (
     LayerCache,
     LoraAdapter,
     ModelSpec,
+    layer_groups,
 )
 from kvplan.text import brief
 
@@ -313,6 +314,21 @@ class Engine(ABC):
             sizes[-i] += 1
         return sizes
 
+    def gpu_vendor(self) -> str | None:
+        """The GPU's vendor (nvidia, amd, apple), which picks the engine's platform: None without a GPU or for one
+        not in the catalogue (--vram)."""
+        if not self.gpu_name:
+            return None
+        from kvplan.gpus import vendor
+
+        return vendor(self.gpu_name)
+
+    def stage_keeps_nothing(self, table: list[Row], model: ModelSpec) -> bool:
+        """Whether this pipeline stage's layers (`table`, its rows) keep no cache of their own though the model's
+        other layers do (no-op attention or KV-shared layers in one stage): vLLM refuses such a stage, and kvplan
+        does not model SGLang's."""
+        return not table and self.pp > 1 and any(c.kind not in EMPTY_KINDS for c in model.caches)
+
     @classmethod
     def ep_size_problem(cls, ep: int, stage: int) -> str | None:
         """What is wrong with expert-parallel size `ep` over a pipeline stage of `stage` GPUs (DP x attention TP),
@@ -392,7 +408,7 @@ class Engine(ABC):
         TensorRT-LLM has a model class for these (vLLM's `model_executor/models/registry.py`; its Transformers
         backend needs models that run transformers' attention interface, `_supports_attention_backend`, which these
         do not), so only transformers, and kvplan's exact `ideal` arithmetic, size them."""
-        kept = next((c for c in model.caches if c.kind in TRANSFORMERS_ONLY_KINDS), None)
+        kept = next((c for c, _ in layer_groups(model.caches) if c.kind in TRANSFORMERS_ONLY_KINDS), None)
         if kept is not None and not self.holds_transformers_only_caches:
             raise KvplanError(f"{self.label} does not run {model.architecture} models ({model.name}): no "
                               f"{self.label} release has a model class that keeps their cache ({kind_label(kept)}); "
@@ -424,9 +440,11 @@ class Engine(ABC):
         """What the engine keeps for a multimodal model's inputs and in host memory: nothing by default."""
         return ServingExtras()
 
-    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None) -> int:
-        """Bytes of each GPU's `weights_per_gpu` (of `model` in `dtype_name`) the engine keeps in host memory
-        instead (0: none)."""
+    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None,
+                          groups: dict[str, int], shares: dict[str, Fraction]) -> int:
+        """Bytes of each GPU's `weights_per_gpu` (of `model` in `dtype_name`; the bytes of each parameter group and
+        the share of it the GPU holds, which they were summed from) the engine keeps in host memory instead (0:
+        none)."""
         return 0
 
     def speculative_pool(self, layers: Layers, draft_layers: Layers, draft: ModelSpec | None, model: ModelSpec,

@@ -355,11 +355,7 @@ class LlamaCpp(Engine):
 
     def on_metal(self) -> bool:
         """Whether the GPU is Apple silicon, which llama.cpp runs on through its Metal backend."""
-        if not self.gpu_name:
-            return False
-        from kvplan.gpus import vendor
-
-        return vendor(self.gpu_name) == "apple"
+        return self.gpu_vendor() == "apple"
 
     def overhead(self) -> Overhead:
         """CUDA context 0.5 GiB; the compute buffer grows with the context and is the pool's (`LlamaCppGraph`). On

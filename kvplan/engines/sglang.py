@@ -450,7 +450,7 @@ class Sglang(Engine):
                          "tokens")
         elif any(is_windowed(cache) for cache, _ in layers):
             notes.append(f"{model.architecture} is not on SGLang's hybrid-SWA list: every layer sized full")
-        if not table and self.pp > 1 and any(c.kind not in EMPTY_KINDS for c in model.caches):
+        if self.stage_keeps_nothing(table, model):
             raise KvplanError(f"kvplan does not model SGLang with a pipeline stage whose layers keep no KV cache "
                               f"({model.name} at --pp {self.pp}): SGLang sizes that stage's token pool by the "
                               "context length, not its memory (DefaultPoolConfigurator); choose another --pp")

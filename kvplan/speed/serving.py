@@ -91,10 +91,21 @@ def max_concurrency(model: ModelSpec, gpu: Gpu, *, engine: str = "vllm", tp: int
     request cap: beyond them requests queue, however fast the steps) nor `limit`. The estimate grows with the
     concurrency, so the search doubles, then bisects. The users a deployment serves are the fewer of this and what
     its memory holds at the planned context."""
+    deployment = Deployment(model, gpu, engine, Layout(tp=tp, dp=dp, ep=ep), isl, osl, weights_dtype, kv_dtype)
+    return concurrency_fit(deployment, *efficiencies(deployment.engine, gpu, overrides), max_tpot_ms=max_tpot_ms,
+                           max_ttft_ms=max_ttft_ms, min_tokens_per_s_per_user=min_tokens_per_s_per_user,
+                           speculative=speculative, limit=limit)
+
+
+def concurrency_fit(deployment: "Deployment", eff: Efficiencies, flags: list[str], *,
+                    max_tpot_ms: float | None = None, max_ttft_ms: float | None = None,
+                    min_tokens_per_s_per_user: float | None = None, speculative: bool = False,
+                    limit: int = 1 << 16) -> SpeedFit:
+    """`max_concurrency` on a deployment already built, under its efficiencies (and their flags): what a planner
+    that also estimates the deployment at a concurrency asks, without building it twice."""
     if max_tpot_ms is None and max_ttft_ms is None and min_tokens_per_s_per_user is None:
         raise KvplanError("give a target: a maximum TPOT or TTFT, or a minimum of tokens/s per user")
-    deployment = Deployment(model, gpu, engine, Layout(tp=tp, dp=dp, ep=ep), isl, osl, weights_dtype, kv_dtype)
-    eff, flags = efficiencies(deployment.engine, gpu, overrides)
+    dp = deployment.layout.dp
     ceiling, ceiling_reason = limit, "the search limit"
     if deployment.limit and deployment.limit * dp <= limit:
         ceiling, ceiling_reason = deployment.limit * dp, "the requests it runs at once (memory)"

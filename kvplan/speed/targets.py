@@ -11,6 +11,7 @@ GPU's peak rates (a catalogue GPU with tensor throughput) and an engine its effi
 describes no pipeline stages (`problem` says which is missing).
 """
 
+from functools import cache
 from math import ceil
 
 from pydantic import BaseModel, ConfigDict
@@ -22,7 +23,7 @@ from kvplan.errors import KvplanError
 from kvplan.model import Hardware, ModelSpec, Parallelism, Workload
 from kvplan.speed.bound import tensor_tflops
 from kvplan.speed.calibrated import efficiencies, table
-from kvplan.speed.serving import Deployment, SpeedEstimate, max_concurrency
+from kvplan.speed.serving import Deployment, SpeedEstimate, concurrency_fit
 from kvplan.speed.work import Layout
 
 
@@ -163,14 +164,11 @@ class Instance:
         why = problem(gpu_name, engine_name, parallel.pp)
         if why:
             raise KvplanError(why)
-        engine_name = engines.engine_class(engine_name).name
-        self.model, self.engine, self.isl, self.osl, self.speculative = model, engine_name, isl, osl, speculative
-        self.gpu = gpus.find(gpu_name)
-        self.layout = dict(tp=parallel.tp, dp=parallel.dp, ep=parallel.ep)
-        self.dtypes = dict(weights_dtype=weights_dtype, kv_dtype=kv_dtype)
-        self.deployment = Deployment(model, self.gpu, engine_name, Layout(**self.layout), isl, osl, **self.dtypes)
-        self.efficiencies = efficiencies(self.deployment.engine, self.gpu)
-        self.replicas = parallel.replicas
+        gpu = gpus.find(gpu_name)
+        layout = Layout(tp=parallel.tp, dp=parallel.dp, ep=parallel.ep)
+        self.deployment = Deployment(model, gpu, engine_name, layout, isl, osl, weights_dtype, kv_dtype)
+        self.efficiencies = efficiencies(self.deployment.engine, gpu)
+        self.replicas, self.speculative = parallel.replicas, speculative
 
     @classmethod
     def of(cls, model: ModelSpec, cap: Capacity, isl: int, osl: int, speculative: bool = False) -> "Instance":
@@ -185,8 +183,8 @@ class Instance:
 
     def fit(self, targets: Targets) -> tuple[int, str]:
         """(requests served within the targets over all replicas, what stops one instance there)."""
-        found = max_concurrency(self.model, self.gpu, engine=self.engine, **self.layout, isl=self.isl,
-                                osl=self.osl, **targets.model_dump(), **self.dtypes, speculative=self.speculative)
+        found = concurrency_fit(self.deployment, *self.efficiencies, **targets.model_dump(),
+                                speculative=self.speculative)
         return found.users * self.replicas, found.limited_by
 
 
@@ -302,16 +300,24 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, targets: Targ
     speculative = draft is not None or bool(options and options.speculative_method)
     targets = targets if targets is not None and targets.given else None
 
-    def instance(gpu: str | None, parallel: Parallelism, kv: str, weights: str | None) -> Instance:
-        return Instance(model, gpu, engine_name, parallel, workload.isl, workload.osl, kv, weights, speculative)
+    @cache  # the search's accept hook and the rows ask for the same layouts: each is built and searched once
+    def instance(layout: Parallelism, kv: str, weights: str | None) -> Instance:
+        return Instance(model, hardware.name, engine_name, layout, workload.isl, workload.osl, kv, weights,
+                        speculative)
+
+    @cache
+    def fit(layout: Parallelism, kv: str, weights: str | None) -> tuple[int, str]:
+        return instance(layout, kv, weights).fit(targets)
+
+    def layout_of(cap: Capacity | PlanRow) -> Parallelism:
+        return Parallelism(tp=cap.tensor_parallel_size, dp=cap.data_parallel_size, ep=cap.expert_parallel_size,
+                           replicas=cap.data_parallel_replicas)
 
     def meets(cap: Capacity) -> bool:
         """Whether the targets hold at the users asked: a layout's speed fit reaches them."""
         if cap.pipeline_parallel_size > 1:
             return False
-        layout = Parallelism(tp=cap.tensor_parallel_size, dp=cap.data_parallel_size, ep=cap.expert_parallel_size,
-                             replicas=cap.data_parallel_replicas)
-        return instance(cap.gpu, layout, cap.kv_dtype, cap.weights_dtype_override).fit(targets)[0] >= workload.target
+        return fit(layout_of(cap), cap.kv_dtype, cap.weights_dtype_override)[0] >= workload.target
 
     planned = capacity.plan(model, workload, hardware, engine_name=engine_name, options=options, overhead=overhead,
                             max_gpus=max_gpus, draft=draft, accept=meets if targets else None)
@@ -319,16 +325,14 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, targets: Targ
     for row in planned.rows:
         fields = row.model_dump() | {"weights_dtype_override": row.weights_dtype_override}
         if row.pipeline_parallel_size == 1:
-            layout = Parallelism(tp=row.tensor_parallel_size, dp=row.data_parallel_size,
-                                 ep=row.expert_parallel_size, replicas=row.data_parallel_replicas)
-            one = instance(planned.gpu, layout, row.kv_dtype, row.weights_dtype_override)
-            e = one.at(workload.target)
+            dtypes = (row.kv_dtype, row.weights_dtype_override)
+            e = instance(layout_of(row), *dtypes).at(workload.target)
             fields |= SpeedFigures.of(e) | {"speed_flags": e.flags}
             if targets:
-                fit, limited_by = one.fit(targets)
-                fields |= {"speed_fit_users": fit, "speed_fit_limited_by": limited_by,
+                users, limited_by = fit(layout_of(row), *dtypes)
+                fields |= {"speed_fit_users": users, "speed_fit_limited_by": limited_by,
                            "max_concurrent_users_memory": row.max_concurrent_users,
-                           "max_concurrent_users": min(fit, row.max_concurrent_users)}
+                           "max_concurrent_users": min(users, row.max_concurrent_users)}
         rows.append(SpeedPlanRow(**fields))
     notes = [*planned.notes, *([PIPELINE_LEFT_OUT] if targets else [])]
     return SpeedPlan(**planned.model_dump(exclude={"rows", "notes"}), rows=rows, notes=notes, isl=workload.isl,
