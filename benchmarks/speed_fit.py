@@ -12,11 +12,13 @@ minima; the lowest wins). The estimate's formulas are `kvplan.speed.calibrated`'
 arrays. What is fitted by what:
     per engine    kv_bandwidth, compute, moe_compute, per_layer_us, per_moe_layer_us, per_sequence_us, request_ms,
                   burst (its kernels and its scheduler: SGLang's rounds of requests start together, vLLM's and
-                  TensorRT-LLM's stagger)
-    for all       weights_bandwidth, prefill_compute, per_collective_us (what the GPU and its kernel libraries set:
-                  a GEMV's share of HBM bandwidth, a large GEMM's of the tensor rate, an NVLink collective's latency;
-                  fitted per engine they carried worse to a model left out: Llama-3.1-70B's TTFT median |error| 74%
-                  against 35% with prefill_compute per engine)
+                  TensorRT-LLM's stagger), dequant_us (its W4A16 MoE kernels; only for an engine with runs that
+                  dequantise 4-bit experts, else 0: not charged)
+    for all       weights_bandwidth, prefill_compute, per_collective_us, link_bandwidth (what the GPU and its kernel
+                  libraries set: a GEMV's share of HBM bandwidth, a large GEMM's of the tensor rate, an NVLink
+                  collective's latency and share of NVLink's bandwidth; fitted per engine they carried worse to a
+                  model left out: Llama-3.1-70B's TTFT median |error| 74% against 35% with prefill_compute per
+                  engine), balance_steps (TensorRT-LLM's attention-DP balance cap: only its runs wait)
     fixed         steps_to_first_token 3 (kvplan.speed.calibrated), scale_out 1 (no run spans more than one NVLink
                   domain, so the links beyond one are taken at InfiniBand's 400 Gb/s per GPU, not fitted)
 The GPUs differ by their peak rates alone: utilisations fitted per engine and GPU family (Hopper, Blackwell)
@@ -49,10 +51,12 @@ from kvplan.speed import Deployment, Efficiencies, Layout  # noqa: E402
 from kvplan.speed.calibrated import TABLE, Terms, tpot_ms, ttft_ms  # noqa: E402
 
 BY_ENGINE = ("kv_bandwidth", "compute", "moe_compute", "per_layer_us", "per_moe_layer_us", "per_sequence_us",
-             "request_ms", "burst")
-FOR_ALL = ("weights_bandwidth", "prefill_compute", "per_collective_us")
+             "request_ms", "burst", "dequant_us")
+FOR_ALL = ("weights_bandwidth", "prefill_compute", "per_collective_us", "link_bandwidth", "balance_steps")
+# an engine's efficiency that only some runs exercise: fitted where its runs do, else 0 (not charged)
+EXERCISED_BY = {"dequant_us": "w4a16_moe_layers"}
 FIXED = {"steps_to_first_token": 3.0, "scale_out": 1.0}
-UTILISATIONS = ("weights_bandwidth", "kv_bandwidth", "compute", "prefill_compute", "moe_compute")
+UTILISATIONS = ("weights_bandwidth", "kv_bandwidth", "compute", "prefill_compute", "moe_compute", "link_bandwidth")
 TTFT_WEIGHT = 0.5
 # starting points (-log utilisation, log of the fixed times and shares): utilisations 0.90, 0.37, 0.61 with times
 # and shares 1, 7.4 and 0.14 (us, ms, steps)
@@ -89,8 +93,13 @@ class Parameters:
     def __init__(self, points: Points, mask: np.ndarray):
         self.points = points
         self.engines = sorted(set(points.engine[mask]))
-        self.names = [(e, n) for e in self.engines for n in BY_ENGINE] + list(FOR_ALL)
+        self.names = [(e, n) for e in self.engines for n in BY_ENGINE if self._exercised(e, n, mask)] + list(FOR_ALL)
         self.lower = np.array([0.0 if _name(n) in UTILISATIONS else -np.inf for n in self.names])
+
+    def _exercised(self, engine: str, name: str, mask: np.ndarray) -> bool:
+        """Whether any of the engine's runs in `mask` has the term `name` multiplies (`EXERCISED_BY`)."""
+        term = EXERCISED_BY.get(name)
+        return term is None or bool(getattr(self.points.terms, term)[mask & (self.points.engine == engine)].any())
 
     def values(self, theta: np.ndarray) -> dict:
         """Utilisations exp(-theta) in (0, 1], everything else exp(theta) > 0."""
@@ -103,7 +112,7 @@ class Parameters:
         out = {n: np.zeros(len(p.rows)) for n in Efficiencies.model_fields}
         for engine in self.engines:
             for n in BY_ENGINE:
-                out[n][p.engine == engine] = values[(engine, n)]
+                out[n][p.engine == engine] = values.get((engine, n), 0.0)
         for n in FOR_ALL:
             out[n][:] = values[n]
         for n, value in FIXED.items():
@@ -117,7 +126,8 @@ def _name(name) -> str:
 
 def engine_efficiencies(values: dict, engine: str) -> Efficiencies:
     """One engine's fitted efficiencies as the package takes them."""
-    return Efficiencies(**{n: values[(engine, n)] for n in BY_ENGINE}, **{n: values[n] for n in FOR_ALL}, **FIXED)
+    return Efficiencies(**{n: values.get((engine, n), 0.0) for n in BY_ENGINE}, **{n: values[n] for n in FOR_ALL},
+                        **FIXED)
 
 
 def predict(points: Points, efficiencies: SimpleNamespace) -> tuple[np.ndarray, np.ndarray]:
@@ -178,7 +188,7 @@ def table(points: Points, parameters: Parameters, values: dict, held: dict[str, 
     """The shipped table: the fitted values (4 significant figures) with their provenance, the error in-sample and
     `held` out (`pooled` figures by what was left out: models, gpus)."""
     engines = {engine: {"rows": int((points.engine == engine).sum()),
-                        "efficiencies": {n: _rounded(values[(engine, n)]) for n in BY_ENGINE}}
+                        "efficiencies": {n: _rounded(values.get((engine, n), 0.0)) for n in BY_ENGINE}}
                for engine in parameters.engines}
     tpot, ttft = errors(points, parameters, values)
     return {

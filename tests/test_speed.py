@@ -14,8 +14,8 @@ from kvplan.capacity import Hardware, Workload, capacity
 from kvplan.errors import KvplanError
 from kvplan.sources import load_model
 from kvplan.speed import Deployment, Layout, max_concurrency, serving
-from kvplan.speed.bound import scale_out_slowdown, step_times, tensor_tflops
-from kvplan.speed.calibrated import TABLE, efficiencies, prefill_ms, tpot_ms
+from kvplan.speed.bound import dequantised_in_kernel, scale_out_slowdown, step_times, tensor_tflops
+from kvplan.speed.calibrated import TABLE, efficiencies, prefill_ms, tpot_ms, ttft_ms
 from kvplan.speed.targets import stated_error
 
 rows_module = load_script("benchmarks/speed_rows.py", "speed_rows")
@@ -241,6 +241,62 @@ def test_every_attention_dp_ranks_prompts_reach_the_experts():
     assert prefill_ms(terms, eff, terms.ranks) - prefill_ms(alone, eff) == pytest.approx(others, rel=1e-3)
 
 
+def test_a_decode_all_reduce_is_one_shot_under_tensor_parallelism():
+    """A decode step's all-reduces are small, and the engines run them one-shot (TensorRT-LLM's
+    customAllReduceUtils.h, vLLM's custom_all_reduce.cuh): each of 8 GPUs reads its 7 peers' whole messages, 7 x the
+    message, where a ring sends 2 x 7 / 8 of it: 4 times the ring's bytes at TP 8, twice at TP 4, the ring's own
+    with attention DP (its exchanges are all-to-alls and gathers). The prompts mixed into a step pass their
+    all-reduces too, at the ring's bytes."""
+    model, h200 = load_model("meta-llama/Llama-3.1-70B"), gpus.find("h200")
+    for tp, dp, oneshot in ((8, 1, 4.0), (4, 1, 2.0), (1, 1, 1.0), (1, 8, 1.0)):
+        deployment = Deployment(model, h200, "vllm", Layout(tp=tp, dp=dp), 1024, 1024, "fp8")
+        terms = deployment.point(64 * dp).terms
+        assert terms.oneshot == oneshot
+        eff, _ = efficiencies("vllm", h200)
+        half = eff.model_copy(update={"link_bandwidth": eff.link_bandwidth / 2})
+        link_ms = oneshot * terms.link_ms + terms.running / 1023 * terms.prefill_link_ms
+        assert tpot_ms(terms, half) - tpot_ms(terms, eff) == pytest.approx(link_ms / eff.link_bandwidth)
+
+
+def test_four_bit_experts_without_fp4_tensor_cores_are_dequantised():
+    """gpt-oss-120b's MXFP4 experts: Hopper has no FP4 tensor rate, so its MoE kernels dequantise them to BF16
+    (W4A16: TensorRT-LLM's gpt_oss README, vLLM's select_mxfp4_moe_backend) and each of its 36 MoE layers pays
+    `dequant_us` a step; Blackwell multiplies them in FP4 and does not. 4-bit integers are dequantised on any
+    GPU."""
+    model = load_model("openai/gpt-oss-120b")
+    assert dequantised_in_kernel(gpus.find("h200"), "mxfp4") and not dequantised_in_kernel(gpus.find("b200"), "mxfp4")
+    assert dequantised_in_kernel(gpus.find("b200"), "int4") and not dequantised_in_kernel(gpus.find("h200"), "fp8")
+    for gpu_name, layers in (("h200", 36), ("b200", 0)):
+        gpu = gpus.find(gpu_name)
+        terms = Deployment(model, gpu, "tensorrt-llm", Layout(tp=2), 1024, 1024).point(8).terms
+        assert terms.w4a16_moe_layers == layers
+        eff, _ = efficiencies("tensorrt-llm", gpu)
+        slower = eff.model_copy(update={"dequant_us": eff.dequant_us + 100})
+        assert tpot_ms(terms, slower) - tpot_ms(terms, eff) == pytest.approx(layers * 0.1)
+    # the fit charges it where a run measured it: TensorRT-LLM's gpt-oss on H200, not SGLang's (no such run)
+    assert efficiencies("tensorrt-llm", gpus.find("h200"))[0].dequant_us > 0
+    assert efficiencies("sglang", gpus.find("h200"))[0].dequant_us == 0
+
+
+def test_tensorrt_llm_holds_a_prompt_until_every_attention_dp_rank_has_one():
+    """TensorRT-LLM's attention-DP balance (py_executor.py _balance_adp_requests): a new prompt waits until every
+    one of the 8 ranks has one, or `timeout_iters` steps. 64 requests a rank of 1,024 output tokens: a rank gets
+    64 / 1,023 new requests a step, the last of 8 ranks one after H(8) x 1,023 / 64 = 43.5 steps on average; the wait
+    is the smaller of that and the fitted cap, taken smoothly. vLLM and SGLang do not wait."""
+    model, b200 = load_model("deepseek-ai/DeepSeek-R1"), gpus.find("b200")
+    need = sum(1 / rank for rank in range(1, 9)) * 1023 / 64
+    for engine, waits in (("tensorrt-llm", True), ("vllm", False), ("sglang", False)):
+        terms = Deployment(model, b200, engine, Layout(tp=1, dp=8, ep=8), 1024, 1024).point(8 * 64).terms
+        assert terms.balance_need == (pytest.approx(need) if waits else 0)
+        eff, _ = efficiencies(engine, b200)
+        tpot = tpot_ms(terms, eff)
+        no_wait = eff.model_copy(update={"balance_steps": 0})
+        wait = need * eff.balance_steps / (need + eff.balance_steps) * tpot if waits else 0
+        assert ttft_ms(terms, eff, tpot) - ttft_ms(terms, no_wait, tpot) == pytest.approx(wait)
+    one_rank = Deployment(model, b200, "tensorrt-llm", Layout(tp=8, ep=8), 1024, 1024).point(64).terms
+    assert one_rank.balance_need == 0
+
+
 def test_max_concurrency_targets_ttft_and_tokens_per_user():
     model, h200 = load_model("meta-llama/Llama-3.1-70B"), gpus.find("h200")
     fit = max_concurrency(model, h200, tp=4, isl=1024, osl=1024, max_ttft_ms=500, min_tokens_per_s_per_user=60,
@@ -278,8 +334,10 @@ def test_links_beyond_one_nvlink_domain_are_taken_at_infiniband():
     args = dict(engine="tensorrt-llm", tp=1, dp=16, ep=16, isl=1024, osl=1024, concurrency=256,
                 weights_dtype="nvfp4")
     beyond, at_nvlink = serving(r1, b200, **args), serving(r1, b200, overrides={"scale_out": 0}, **args)
-    latency = beyond.efficiencies["per_collective_us"] / 1000
-    links = beyond.decode_peak.link_ms + beyond.decode_step.collectives * latency
+    eff = beyond.efficiencies
+    share = beyond.running / (1024 - 1)  # the prompts mixed into a step pass their all-reduces too
+    links = ((beyond.decode_peak.link_ms + share * beyond.prefill_peak.link_ms) / eff["link_bandwidth"]
+             + beyond.decode_step.collectives * eff["per_collective_us"] / 1000)
     assert beyond.decode_step_ms - at_nvlink.decode_step_ms == pytest.approx(17 * links)
     assert beyond.decode_step_ms_bound == at_nvlink.decode_step_ms_bound  # the bound keeps NVLink's rate
 

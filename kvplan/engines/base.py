@@ -261,6 +261,8 @@ class Engine(ABC):
     # admits a request only with KV room for all its tokens, prompt and output (TensorRT-LLM); False: holds the
     # tokens it has, so a running request holds its prompt and half its output on average (the speed model)
     reserves_whole_request: ClassVar[bool] = False
+    # holds a new prompt back until every attention-DP rank has one, at most a number of steps (the speed model)
+    balances_attention_dp: ClassVar[bool] = False
     reads: ClassVar[frozenset[str]] = frozenset({"memory_fraction"})  # EngineOptions fields it understands
     kv_dtypes: ClassVar[tuple[str, ...] | None] = None  # cache dtypes it offers (None: any)
     fraction_flag: ClassVar[str] = "--gpu-memory-utilization"

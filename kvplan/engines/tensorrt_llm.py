@@ -20,6 +20,9 @@ class TensorRtLlm(Engine):
     # SchedulerConfig capacity_scheduler_policy GUARANTEED_NO_EVICT (llmapi/llm_args.py): a request is scheduled
     # only with blocks for its prompt and all its output tokens
     reserves_whole_request = True
+    # attention_dp_config enable_balance (tensorrt_llm/_torch/pyexecutor/py_executor.py _balance_adp_requests): a
+    # context request waits until every DP rank has one, or timeout_iters steps
+    balances_attention_dp = True
 
     def default_fraction(self) -> float:
         return 0.9

@@ -73,6 +73,14 @@ def tensor_tflops(gpu: Gpu, dtype: str) -> float:
                       "give (`kvplan gpus`)")
 
 
+def dequantised_in_kernel(gpu: Gpu, dtype: str) -> bool:
+    """Whether GEMMs on weights stored in `dtype` dequantise them to BF16 inside the kernel (W4A16): 4-bit integers
+    always (no tensor core since Ampere multiplies them), NVFP4 and MXFP4 on a GPU with no FP4 tensor rate (Hopper:
+    TensorRT-LLM's examples/models/core/gpt_oss/README.md, vLLM's select_mxfp4_moe_backend). The bound still takes
+    the faster rate such a GPU has (`tensor_tflops`): a W4A8 kernel could reach it."""
+    return dtype in ("int4", "nf4") or (dtype in FP4 and not gpu.fp4_tflops)
+
+
 def step_times(work: StepWork, gpu: Gpu, weights_dtype: str, kv_dtype: str) -> StepTimes:
     """The work at peak: HBM bytes over bandwidth, FLOPs over the dtype's tensor rate, link bytes over NVLink."""
     linear = tensor_tflops(gpu, weights_dtype) * 1e9  # FLOPs per millisecond

@@ -7,17 +7,35 @@ request holds, `kvplan.speed.serving`):
 
     running b         = min(C, N) requests decoding each step
     TPOT              = GEMMs(u_compute) + max(KV at peak / u_kv, attention FLOPs at peak / u_compute)
-                      + s x (link bytes at NVLink peak + collectives x t_collective)          the all-reduces
+                      + s x ((a x link time + b / (O - 1) x a prompt's link time) / u_link
+                             + collectives x t_collective)                                    the all-reduces
                       + layers x t_layer + MoE layers x t_moe_layer + b x t_sequence          fixed costs
+                      + W4A16 MoE layers x t_dequant
                       + b / (O - 1) x prompt(dp)                                              the prompts mixed in
     GEMMs(u, r)       = max(dense weights / u_weights, dense FLOPs / u)                        each at the slower of
                       + max(experts touched / u_weights, r x expert FLOPs / (u x u_moe))      its reads and FLOPs
     prompt(r)         = GEMMs(u_prefill, r) of a prompt + its attention FLOPs / u_prefill
-    prefill(r)        = prompt(r) + its link time + the fixed costs
-    TTFT              = t_request + prefill(dp) + k x TPOT + w x C x prefill(dp) + queue
+    prefill(r)        = prompt(r) + its link time / u_link + collectives x t_collective + the fixed costs
+    TTFT              = t_request + prefill(dp) + k x TPOT + w x C x prefill(dp) + balance + queue
+    balance           = min~(n, m) x TPOT, n = H(dp) x (O - 1) / C    TensorRT-LLM with attention DP only
     queue             = (C - N) / N x (prefill(dp) + (O - 1) x TPOT) where C exceeds N (Little's law: the requests
                         beyond the running ones wait a whole request's time for a slot)
-with s = 1 within one NVLink domain and 1 + scale_out x (NVLink's one-way bandwidth / InfiniBand's - 1) beyond it.
+Link times at peak count ring all-reduces (2 (tp - 1) / tp of the message each GPU sends, `kvplan.speed.work`);
+a decode step's all-reduces are small, and the engines run them one-shot, each GPU reading every peer's whole
+message, (tp - 1) of it: a = tp / 2 for a layout of TP alone, 1 otherwise (TensorRT-LLM's customAllReduceUtils.h
+picks ONESHOT up to 128 tokens at hidden 8,192 and TP 8 on Blackwell; vLLM's csrc/custom_all_reduce.cuh runs one
+shot below 256 KB at TP 8, and SGLang's sgl-kernel copies it). The prompts mixed into a step pass their all-reduces
+too, at the ring's bytes (large messages). u_link is the share of NVLink's one-way bandwidth the collectives reach.
+W4A16 MoE layers: a model's MoE layers where its experts are stored in a 4-bit format on a GPU with no FP4 tensor
+cores, which dequantises them to BF16 inside the MoE kernels (TensorRT-LLM's examples/models/core/gpt_oss/README.md:
+BF16 activations x MXFP4 weights on Hopper's TRITON and CUTLASS backends, MXFP8 x MXFP4 on Blackwell; vLLM's
+select_mxfp4_moe_backend runs W4A16 kernels only on SM90); t_dequant is fitted per engine, 0 for an engine no
+calibration run measured so. balance: TensorRT-LLM's attention-DP balance holds a new prompt back until every rank
+has one or `timeout_iters` steps pass (tensorrt_llm/_torch/pyexecutor/py_executor.py `_balance_adp_requests`,
+docs/source/blogs/tech_blog/blog10_ADP_Balance_Strategy.md): each rank receives C / (O - 1) new requests a step, so
+the last of dp ranks has one after n = H(dp) x (O - 1) / C steps on average (H the harmonic number), and the wait is
+the smaller of n and a fitted m steps, taken smoothly (n x m / (n + m)).
+With s = 1 within one NVLink domain and 1 + scale_out x (NVLink's one-way bandwidth / InfiniBand's - 1) beyond it.
 Each step's own prompts: every decoding request was a prompt once, so b / (O - 1) prompts enter per step in steady
 state, on every one of the dp attention-DP ranks at once; a rank's attention and dense layers take its own, but the
 routed experts, spread over all the instance's GPUs, take every rank's tokens (r = dp: the expert FLOPs of one
@@ -67,12 +85,17 @@ class Efficiencies(BaseModel):
     per_moe_layer_us: float = Field(ge=0, description="further fixed time per MoE layer and step (routing)")
     per_sequence_us: float = Field(ge=0, description="time per running request and step (sampling, scheduling)")
     per_collective_us: float = Field(ge=0, description="latency of one all-reduce or all-to-all")
+    link_bandwidth: float = Field(gt=0, le=1, description="share of NVLink's one-way bandwidth collectives reach")
+    dequant_us: float = Field(ge=0, description="further fixed time per MoE layer and step where 4-bit experts are "
+                                                "dequantised to BF16 in the kernel (no FP4 tensor cores)")
     scale_out: float = Field(ge=0, description="the share of InfiniBand's slowdown against NVLink the links beyond "
                                                "one NVLink domain pay (1: at 400 Gb/s per GPU)")
     request_ms: float = Field(ge=0, description="fixed time to first token (request handling)")
     steps_to_first_token: float = Field(ge=0, description="decode steps a new request waits through")
     burst: float = Field(ge=0, description="share of the other requests' prefills a new one waits for (the rounds "
                                            "of a benchmark that starts them together)")
+    balance_steps: float = Field(ge=0, description="the most decode steps an engine that balances attention-DP "
+                                                   "ranks holds a new prompt back (TensorRT-LLM's timeout_iters)")
 
 
 class Terms(NamedTuple):
@@ -87,8 +110,10 @@ class Terms(NamedTuple):
     attention_ms: float
     link_ms: float
     collectives: float
+    oneshot: float  # a decode all-reduce's bytes over the ring's: tp / 2 for a layout of TP alone, else 1
     layers: float
     moe_layers: float
+    w4a16_moe_layers: float  # MoE layers whose 4-bit experts the GPU dequantises to BF16 (no FP4 tensor cores)
     running: float
     prefill_weights_ms: float
     prefill_expert_weights_ms: float
@@ -101,6 +126,7 @@ class Terms(NamedTuple):
     running_limit: float
     osl: float
     ranks: float  # DP ranks whose prompts share the routed experts' GEMMs (1 without attention DP)
+    balance_need: float  # steps until every DP rank has a new request, where the engine waits for it; else 0
     scale_out: float  # NVLink's one-way bandwidth over InfiniBand's, less one, beyond one NVLink domain; else 0
 
 
@@ -110,7 +136,12 @@ def _max(a, b):
 
 
 def _fixed_ms(t: Terms, e: Efficiencies) -> float:
-    return (t.layers * e.per_layer_us + t.moe_layers * e.per_moe_layer_us) / 1000
+    return (t.layers * e.per_layer_us + t.moe_layers * e.per_moe_layer_us + t.w4a16_moe_layers * e.dequant_us) / 1000
+
+
+def _links_ms(t: Terms, e: Efficiencies, link_ms, collectives) -> float:
+    """Link time at the collectives' share of NVLink, their latencies, slowed beyond one NVLink domain."""
+    return (1 + t.scale_out * e.scale_out) * (link_ms / e.link_bandwidth + collectives * e.per_collective_us / 1000)
 
 
 def _gemms_ms(weights_ms, expert_weights_ms, dense_ms, expert_ms, e: Efficiencies, compute: float) -> float:
@@ -131,15 +162,15 @@ def tpot_ms(t: Terms, e: Efficiencies) -> float:
     """The time per output token: one decode step of the running requests, with the prompts mixed in."""
     gemms = _gemms_ms(t.weights_ms, t.expert_weights_ms, t.dense_ms, t.expert_ms, e, e.compute)
     attention = _max(t.kv_ms / e.kv_bandwidth, t.attention_ms / e.compute)
-    links = (1 + t.scale_out * e.scale_out) * (t.link_ms + t.collectives * e.per_collective_us / 1000)
-    prompts = t.running / (t.osl - 1) * prompt_ms(t, e, t.ranks)
+    share = t.running / (t.osl - 1)  # prompts entering per step
+    links = _links_ms(t, e, t.oneshot * t.link_ms + share * t.prefill_link_ms, t.collectives)
+    prompts = share * prompt_ms(t, e, t.ranks)
     return gemms + attention + links + _fixed_ms(t, e) + t.running * e.per_sequence_us / 1000 + prompts
 
 
 def prefill_ms(t: Terms, e: Efficiencies, ranks=1) -> float:
     """One prompt's prefill: its GEMMs and attention, links and fixed costs, beside `ranks` - 1 other ranks'."""
-    links = (1 + t.scale_out * e.scale_out) * (t.prefill_link_ms + t.prefill_collectives * e.per_collective_us / 1000)
-    return prompt_ms(t, e, ranks) + links + _fixed_ms(t, e)
+    return prompt_ms(t, e, ranks) + _links_ms(t, e, t.prefill_link_ms, t.prefill_collectives) + _fixed_ms(t, e)
 
 
 def ttft_ms(t: Terms, e: Efficiencies, tpot: float) -> float:
@@ -147,7 +178,8 @@ def ttft_ms(t: Terms, e: Efficiencies, tpot: float) -> float:
     prefill = prefill_ms(t, e, t.ranks)
     waiting = _max(t.concurrency - t.running_limit, 0) / t.running * (prefill + (t.osl - 1) * tpot)
     burst = e.burst * t.concurrency * prefill
-    return e.request_ms + prefill + e.steps_to_first_token * tpot + burst + waiting
+    balance = t.balance_need * e.balance_steps / _max(t.balance_need + e.balance_steps, 1e-9)  # min~(n, m)
+    return e.request_ms + prefill + e.steps_to_first_token * tpot + burst + balance * tpot + waiting
 
 
 # ---------------------------------------------------------------------------------------------- the fitted table

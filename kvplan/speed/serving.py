@@ -11,7 +11,7 @@ from kvplan.capacity import Hardware, Parallelism, Workload, capacity
 from kvplan.errors import KvplanError
 from kvplan.gpus import Gpu
 from kvplan.model import ModelSpec
-from kvplan.speed.bound import StepTimes, scale_out_slowdown, step_times
+from kvplan.speed.bound import StepTimes, dequantised_in_kernel, scale_out_slowdown, step_times
 from kvplan.speed.calibrated import Efficiencies, Terms, efficiencies, prompt_ms, tpot_ms, ttft_ms
 from kvplan.speed.work import Layout, ServingShape, StepWork
 
@@ -174,6 +174,11 @@ class Deployment:
         self.scale_out = layout.gpus > (gpu.nvlink_gpus or 1)
         # how many times NVLink's time the links beyond one NVLink domain add (0 within one)
         self.scale_out_slowdown = scale_out_slowdown(gpu) if self.scale_out else 0.0
+        # a decode all-reduce run one-shot (each GPU reads every peer's message) over the ring's bytes
+        self.oneshot = layout.tp / 2 if layout.dp == 1 and layout.tp > 1 else 1.0
+        dequantised = dequantised_in_kernel(gpu, self.shape.weights_dtype_name)
+        self.w4a16_moe_layers = self.shape.moe_layers if dequantised else 0
+        self.balances = layout.dp > 1 and engines.engine_class(self.engine).balances_attention_dp
 
     def point(self, concurrency: int) -> Point:
         if concurrency < 1:
@@ -183,16 +188,22 @@ class Deployment:
         work = self.shape.decode_step(running, self.isl + self.osl // 2)
         peak = step_times(work, self.gpu, self.shape.weights_dtype_name, self.shape.kv.name)
         prefill = self.prefill_peak
+        # steps until each of the dp ranks has a new request: C / (O - 1) arrive a rank and step, the last of dp
+        # ranks after H(dp) times the gap between them (H the harmonic number)
+        harmonic = sum(1 / rank for rank in range(1, self.layout.dp + 1))
+        balance_need = harmonic * (self.osl - 1) / per_rank if self.balances else 0.0
         terms = Terms(
             weights_ms=peak.weights_ms, expert_weights_ms=peak.expert_weights_ms, kv_ms=peak.kv_ms,
             dense_ms=peak.dense_ms, expert_ms=peak.expert_ms,
             attention_ms=peak.attention_ms, link_ms=peak.link_ms, collectives=work.collectives,
-            layers=self.model.num_layers, moe_layers=self.shape.moe_layers, running=running,
+            oneshot=self.oneshot, layers=self.model.num_layers, moe_layers=self.shape.moe_layers,
+            w4a16_moe_layers=self.w4a16_moe_layers, running=running,
             prefill_weights_ms=prefill.weights_ms, prefill_expert_weights_ms=prefill.expert_weights_ms,
             prefill_dense_ms=prefill.dense_ms,
             prefill_expert_ms=prefill.expert_ms, prefill_attention_ms=prefill.attention_ms,
             prefill_link_ms=prefill.link_ms, prefill_collectives=self.prefill.collectives, concurrency=per_rank,
-            running_limit=self.limit or per_rank, osl=self.osl, ranks=self.layout.dp, scale_out=self.scale_out_slowdown)
+            running_limit=self.limit or per_rank, osl=self.osl, ranks=self.layout.dp, balance_need=balance_need,
+            scale_out=self.scale_out_slowdown)
         return Point(running, work, peak, terms)
 
     def estimate(self, concurrency: int, eff: Efficiencies, flags: list[str], speculative: bool = False
