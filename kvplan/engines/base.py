@@ -6,7 +6,7 @@ imported here."""
 import functools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import ClassVar, Literal, NamedTuple
 
@@ -24,6 +24,7 @@ from kvplan.model import (
     LoraAdapter,
     ModelSpec,
     layer_groups,
+    remembered,
 )
 from kvplan.text import brief
 
@@ -251,6 +252,9 @@ class KVPool(ABC):
         return self.bytes_per_sequence(ctx)
 
 
+_STORED: dict = {}  # `remembered` engines' stored forms of caches (`Engine.stored_once`)
+
+
 class Engine(ABC):
     """An engine's rules for one deployment: its flags, the GPU it runs on, TP and PP degrees."""
 
@@ -390,8 +394,17 @@ class Engine(ABC):
             raise KvplanError(f"{self.label} has no {dtype.name} KV cache: it offers {offered}")
 
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
-        """The caches as this engine stores them (before tensor and pipeline parallelism)."""
+        """The caches as this engine stores them (before tensor and pipeline parallelism): the same for every layout,
+        read from nothing but the model's caches and family and the engine's release and flags."""
         return model.caches
+
+    def stored_once(self, model: ModelSpec, store: Callable[[], tuple[LayerCache, ...]]) -> tuple[LayerCache, ...]:
+        """`store()`, this engine's `cached_layers` of `model`, built once for a search that asks it of every layout
+        (a new tuple of a 100,000-layer model's caches, each layout, took most of a minute): remembered by the caches
+        tuple and all else it may read (`cached_layers`), the engine's class, release and flags and the model's
+        family, not the layout's TP, PP and GPU."""
+        inputs = (type(self), self.version, self.options, model.architecture)
+        return remembered(_STORED, model.caches, inputs, store)
 
     # Where this engine lays out DeepSeek V4's compressed attention (cache kinds COMPRESSED_KINDS) in a way kvplan
     # does not model: such a model is refused, naming it. None: the engine's rules size it.
