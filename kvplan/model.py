@@ -351,23 +351,23 @@ class LayerGroup(NamedTuple):
 
 
 T = TypeVar("T")
-REMEMBERED_KEPT = 8  # entries a `remembered` memo keeps: the tuples most recently asked of
+REMEMBERED_KEPT = 8  # entries a `remembered` memo keeps: the sources most recently asked of
 
 
-def remembered(memo: dict, caches: tuple, inputs: Hashable, compute: Callable[[], T]) -> T:
-    """`compute()`, a function of `caches` and of `inputs` alone, computed once while it is among the last
-    REMEMBERED_KEPT asked of `memo`. A search asks the same of one caches tuple for every layout it counts; the tuple
-    is known by its identity (each entry keeps its tuple alive, so the id is not reused), not by its contents, which
-    would cost as much to compare as to compute again, nor on the ModelSpec, whose copies (`model_copy`) would carry
-    the result to caches it was not computed from. `inputs` must hold everything else the result is read from."""
-    key = (id(caches), inputs)
+def remembered(memo: dict, source: object, inputs: Hashable, compute: Callable[[], T]) -> T:
+    """`compute()`, a function of `source` (immutable: a caches tuple, a frozen ModelSpec) and of `inputs` alone,
+    computed once while it is among the last REMEMBERED_KEPT asked of `memo`. A search asks the same of one source for
+    every layout it counts; the source is known by its identity (each entry keeps its source alive, so the id is not
+    reused), not by its contents, which would cost as much to compare as to compute again. `inputs` must hold
+    everything else the result is read from."""
+    key = (id(source), inputs)
     kept = memo.get(key)
-    if kept is not None and kept[0] is caches:
+    if kept is not None and kept[0] is source:
         return kept[1]
     result = compute()
     if len(memo) >= REMEMBERED_KEPT:
         del memo[next(iter(memo))]
-    memo[key] = (caches, result)
+    memo[key] = (source, result)
     return result
 
 
@@ -376,7 +376,8 @@ _GROUPED: dict = {}  # `remembered` groups of layers
 
 def layer_groups(caches: tuple[LayerCache, ...]) -> tuple[LayerGroup, ...]:
     """A model's caches (`ModelSpec.caches`, or an engine's stored form of them) as groups of alike layers, in order
-    of each group's first layer; each tuple grouped once (`remembered`)."""
+    of each group's first layer; each tuple grouped once (`remembered` by the tuple itself: a ModelSpec's caches and
+    an engine's stored form of them are different tuples)."""
     def grouped() -> tuple[LayerGroup, ...]:
         by_key: dict[tuple, tuple[LayerCache, list[int]]] = {}
         for cache in caches:
@@ -388,6 +389,12 @@ def layer_groups(caches: tuple[LayerCache, ...]) -> tuple[LayerGroup, ...]:
         return tuple(LayerGroup(cache, tuple(sorted(layers))) for cache, layers in by_key.values())
 
     return remembered(_GROUPED, caches, None, grouped)
+
+
+def distinct_caches(caches: tuple[LayerCache, ...]) -> list[LayerCache]:
+    """The first cache of each group of alike layers (`layer_groups`), in order: what a question whose answer is
+    the same for alike layers (any, all, the largest, the first that fails) need ask of a deep model's caches."""
+    return [cache for cache, _ in layer_groups(caches)]
 
 
 class ParamCounts(BaseModel):

@@ -1,7 +1,7 @@
 """An engine's stored form of a model's caches is built once per search (`Engine.stored_once`), remembered by the
-caches tuple and the engine's class, release and flags and the model's family. A memo keyed on less would hand one
-engine's, flag's or model's caches to the next: each result here is checked against the same asked of a fresh tuple
-of the same caches, which no memo has seen."""
+model and the engine's class, release and flags. A memo keyed on less would hand one engine's, flag's or model's
+caches to the next: each result here is checked against the same asked of a fresh copy of the model, which no memo
+has seen, and copies that share the very tuple of caches are stored as their own."""
 
 import json
 
@@ -32,13 +32,14 @@ def states(caches) -> set[tuple]:
 def test_each_engine_and_flag_stores_the_caches_as_it_alone_does():
     model = load(NEMOTRON_H)
     seen = []
-    sglang = [("sglang", EngineOptions(), 1), ("sglang", EngineOptions(mamba_ssm_cache_dtype="float16"), 2)]
-    for name, options, tp in [*(("vllm", o, tp) for o in VLLM_OPTIONS for tp in (1, 2)), *sglang,
+    others = [("sglang", EngineOptions(), 1), ("sglang", EngineOptions(mamba_ssm_cache_dtype="float16"), 2),
+              ("transformers", EngineOptions(), 1)]
+    for name, options, tp in [*(("vllm", o, tp) for o in VLLM_OPTIONS for tp in (1, 2)), *others,
                               ("vllm", EngineOptions(), 4)]:
         stored = engines.engine(name, options, tp=tp).cached_layers(model)
         assert stored == engines.engine(name, options, tp=tp).cached_layers(fresh(model)), (name, options)
         seen.append(states(stored))
-    assert len({frozenset(s) for s in seen}) >= 6  # the flags above store the states in as many ways
+    assert len({frozenset(s) for s in seen}) >= 7  # the engines and flags above store the states in as many ways
 
 
 def test_a_copy_of_another_family_sharing_the_caches_is_stored_as_its_own():
@@ -51,6 +52,17 @@ def test_a_copy_of_another_family_sharing_the_caches_is_stored_as_its_own():
     assert states(vllm.cached_layers(model)) == {("fp32", None, conv)}
     assert states(vllm.cached_layers(jamba)) == {(None, None, conv)}  # None: the model's dtype
     assert vllm.cached_layers(jamba) == vllm.cached_layers(fresh(jamba))
+
+
+def test_a_copy_with_other_heads_sharing_the_caches_is_stored_as_its_own():
+    """transformers' Falcon with new_decoder_architecture caches K/V broadcast to every query head: Falcon-40B's 8
+    KV heads as its 128, a copy's as its 64."""
+    model = load("tiiuae__falcon-40b.json")
+    copy = model.model_copy(update={"num_attention_heads": 64})
+    transformers = engines.engine("transformers", EngineOptions())
+    assert {c.kv_heads for c in model.caches} == {8}
+    assert {c.kv_heads for c in transformers.cached_layers(model)} == {128}
+    assert {c.kv_heads for c in transformers.cached_layers(copy)} == {64}
 
 
 def test_two_plans_one_after_another_give_what_each_gives_alone(monkeypatch, capsys):

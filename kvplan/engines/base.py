@@ -400,11 +400,10 @@ class Engine(ABC):
 
     def stored_once(self, model: ModelSpec, store: Callable[[], tuple[LayerCache, ...]]) -> tuple[LayerCache, ...]:
         """`store()`, this engine's `cached_layers` of `model`, built once for a search that asks it of every layout
-        (a new tuple of a 100,000-layer model's caches, each layout, took most of a minute): remembered by the caches
-        tuple and all else it may read (`cached_layers`), the engine's class, release and flags and the model's
-        family, not the layout's TP, PP and GPU."""
-        inputs = (type(self), self.version, self.options, model.architecture)
-        return remembered(_STORED, model.caches, inputs, store)
+        (a new tuple of a 100,000-layer model's caches, each layout, took most of a minute): remembered by the model
+        (a frozen ModelSpec: the same object, the same caches, family and sizes) and the engine's class, release and
+        flags, which are all `cached_layers` may read: not the layout's TP, PP and GPU."""
+        return remembered(_STORED, model, (type(self), self.version, self.options), store)
 
     # Where this engine lays out DeepSeek V4's compressed attention (cache kinds COMPRESSED_KINDS) in a way kvplan
     # does not model: such a model is refused, naming it. None: the engine's rules size it.

@@ -504,29 +504,33 @@ class Transformers(Engine):
         as keys and as values; its compressed layers' caches store it once (`DeepseekV4HCACache.update`). XLNet's
         memories of mem_len tokens are a view into the mem_len + 1 its last step concatenated
         (`XLNetModel.cache_mem`), which they keep whole."""
-        if model.architecture in self.RECOMPUTES:
-            return tuple(NoCache(layer=c.layer, reason=self.RECOMPUTES[model.architecture]) for c in model.caches)
-        if any(c.kind == "mla" for c in model.caches) and version_tuple(self.version) < (5, 15):
-            raise KvplanError(f"transformers {self.version} caches DeepSeek-style models' decompressed K/V, "
-                              "which kvplan does not model: use --engine-version 5.15 or later")
-        heads = model.num_attention_heads
-        broadcast = model.architecture == "falcon"
-        compressed = {c.layer for c in model.caches if c.kind == "compressed"}
-        out = []
-        for c in model.caches:
-            if c.kind == "sliding_kv" and c.layer not in compressed:
-                c = SlidingWindow(layer=c.layer, kv_heads=1, head_dim=c.head_dim, head_dim_v=c.head_dim,
-                                  window=c.window, split_by_tensor_parallel=False)
-            elif broadcast and c.kind in ("full", *WINDOWED) and 1 < c.kv_heads < heads:
-                c = c.model_copy(update={"kv_heads": heads})
-            elif c.kind == "sliding" and model.architecture in self.WINDOWS_KEPT_WHOLE:
-                c = FullAttention(**c.model_dump(exclude={"kind", "window"}))
-            elif c.kind == "recurrent":
-                c = transformers_state(c)
-            elif c.kind == "states" and c.memory:
-                c = c.model_copy(update={"memory": c.memory + 1})
-            out.append(c)
-        return tuple(out)
+
+        def stored() -> tuple[LayerCache, ...]:
+            if model.architecture in self.RECOMPUTES:
+                return tuple(NoCache(layer=c.layer, reason=self.RECOMPUTES[model.architecture]) for c in model.caches)
+            if any(c.kind == "mla" for c in model.caches) and version_tuple(self.version) < (5, 15):
+                raise KvplanError(f"transformers {self.version} caches DeepSeek-style models' decompressed K/V, "
+                                  "which kvplan does not model: use --engine-version 5.15 or later")
+            heads = model.num_attention_heads
+            broadcast = model.architecture == "falcon"
+            compressed = {c.layer for c in model.caches if c.kind == "compressed"}
+            out = []
+            for c in model.caches:
+                if c.kind == "sliding_kv" and c.layer not in compressed:
+                    c = SlidingWindow(layer=c.layer, kv_heads=1, head_dim=c.head_dim, head_dim_v=c.head_dim,
+                                      window=c.window, split_by_tensor_parallel=False)
+                elif broadcast and c.kind in ("full", *WINDOWED) and 1 < c.kv_heads < heads:
+                    c = c.model_copy(update={"kv_heads": heads})
+                elif c.kind == "sliding" and model.architecture in self.WINDOWS_KEPT_WHOLE:
+                    c = FullAttention(**c.model_dump(exclude={"kind", "window"}))
+                elif c.kind == "recurrent":
+                    c = transformers_state(c)
+                elif c.kind == "states" and c.memory:
+                    c = c.model_copy(update={"memory": c.memory + 1})
+                out.append(c)
+            return tuple(out)
+
+        return self.stored_once(model, stored)
 
     def default_fraction(self) -> float:
         return 1.0
