@@ -23,6 +23,7 @@ from kvplan.model import (
     LayerCache,
     LoraAdapter,
     ModelSpec,
+    distinct_caches,
     layer_groups,
     remembered,
 )
@@ -410,7 +411,7 @@ class Engine(ABC):
     compressed_attention: ClassVar[str | None] = None
 
     def refuse_compressed_attention(self, model: ModelSpec) -> None:
-        if self.compressed_attention and any(c.kind in COMPRESSED_KINDS for c in model.caches):
+        if self.compressed_attention and any(c.kind in COMPRESSED_KINDS for c in distinct_caches(model.caches)):
             raise KvplanError(f"kvplan does not model {self.label}'s cache for DeepSeek V4's compressed attention "
                               f"({self.compressed_attention}), so it cannot size {model.name} there: use --engine "
                               "transformers or ideal")
