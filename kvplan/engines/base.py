@@ -396,7 +396,7 @@ class Engine(ABC):
 
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
         """The caches as this engine stores them (before tensor and pipeline parallelism): the same for every layout,
-        read from nothing but the model's caches and family and the engine's release and flags."""
+        read from nothing but the model and the engine's class, release and flags (`stored_once` relies on it)."""
         return model.caches
 
     def stored_once(self, model: ModelSpec, store: Callable[[], tuple[LayerCache, ...]]) -> tuple[LayerCache, ...]:
