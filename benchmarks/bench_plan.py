@@ -35,7 +35,7 @@ CASES = {
 }
 
 DEEP_LAYERS = 100_000  # a config far deeper than any published model: the search's per-layer scans dominate
-DEEP_ROUNDS = 3  # rounds of the deep case at most (each took 37 s before the layers were grouped once)
+DEEP_ROUNDS = 3  # rounds of a deep case at most (each took 37 s to 83 s before their layers were grouped once)
 
 COUNTED = {"Deployment.__init__": ("speed/serving.py", "__init__"), "capacity count": ("capacity/users.py", "count")}
 
@@ -56,13 +56,32 @@ def calls(case: dict) -> dict[str, int]:
             for name, (path, wanted) in COUNTED.items()}
 
 
-def deep_case(folder: Path) -> dict:
-    """Llama-3-8B's config with DEEP_LAYERS layers, planned on H100s for 16 users at 8k: nothing up to 64 GPUs
-    holds its weights, so every layout of every GPU count is counted."""
-    config = json.loads((ROOT / "model_specs" / "meta-llama__Meta-Llama-3-8B.json").read_text(encoding="utf-8"))
-    path = folder / "config.json"
-    path.write_text(json.dumps({**config, "num_hidden_layers": DEEP_LAYERS}), encoding="utf-8")
-    return dict(model=str(path), ctx=8192, users=16, gpu="h100")
+def deep_config(folder: Path, spec: str) -> Path:
+    """model_specs/`spec` with DEEP_LAYERS layers, written to `folder`: a hybrid's per-layer pattern (Nemotron-H's
+    hybrid_override_pattern) repeated to that length; Jamba's attention and expert periods need nothing more."""
+    config = json.loads((ROOT / "model_specs" / spec).read_text(encoding="utf-8"))
+    config["num_hidden_layers"] = DEEP_LAYERS
+    if "hybrid_override_pattern" in config:
+        pattern = config["hybrid_override_pattern"]
+        config["hybrid_override_pattern"] = (pattern * -(-DEEP_LAYERS // len(pattern)))[:DEEP_LAYERS]
+    path = folder / spec
+    path.write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+def deep_cases(folder: Path) -> dict[str, dict]:
+    """Configs of DEEP_LAYERS layers planned on H100s for 16 users at 8k: nothing up to 64 GPUs holds their weights,
+    so every layout of every GPU count is counted. Llama-3-8B's layers are all alike; Jamba's (attention every 8th,
+    Mamba beside it) and Nemotron-H's (Mamba-2 and attention) are stored by vLLM and SGLang in forms of their own."""
+    workload = dict(ctx=8192, users=16, gpu="h100")
+    return {
+        f"Llama-3-8B of {DEEP_LAYERS:,} layers, H100, 16 users at 8k": dict(
+            model=str(deep_config(folder, "meta-llama__Meta-Llama-3-8B.json")), **workload),
+        f"Jamba of {DEEP_LAYERS:,} layers, H100, 16 users at 8k": dict(
+            model=str(deep_config(folder, "ai21labs__Jamba-v0.1.json")), **workload),
+        f"Nemotron-H of {DEEP_LAYERS:,} layers, SGLang, H100, 16 users at 8k": dict(
+            model=str(deep_config(folder, "nvidia__Nemotron-H-56B-Base-8K.json")), engine="sglang", **workload),
+    }
 
 
 def main() -> None:
@@ -70,7 +89,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10, help="timed rounds of each case (default 10)")
     rounds = parser.parse_args().rounds
     with tempfile.TemporaryDirectory() as folder:
-        cases = {**CASES, f"Llama-3-8B of {DEEP_LAYERS:,} layers, H100, 16 users at 8k": deep_case(Path(folder))}
+        cases = {**CASES, **deep_cases(Path(folder))}
         api.plan(**next(iter(CASES.values())))  # the library read, the modules imported
         for name, case in cases.items():
             runs = rounds if name in CASES else min(rounds, DEEP_ROUNDS)

@@ -9,7 +9,8 @@ What a model is planned for is here too: the GPU (`Hardware`), the parallel layo
 and their context (`Workload`).
 """
 
-from typing import Annotated, Literal, NamedTuple
+from collections.abc import Callable, Hashable
+from typing import Annotated, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler, PositiveInt, model_validator
 from pydantic_core import core_schema
@@ -349,30 +350,51 @@ class LayerGroup(NamedTuple):
     layers: tuple[int, ...]
 
 
-_GROUPED: dict[int, tuple[tuple, tuple[LayerGroup, ...]]] = {}  # id(caches) -> (caches, their groups)
-_GROUPED_KEPT = 8  # the tuples most recently grouped, each kept alive by its entry so its id is not reused
+T = TypeVar("T")
+REMEMBERED_KEPT = 8  # entries a `remembered` memo keeps: the sources most recently asked of
+
+
+def remembered(memo: dict, source: object, inputs: Hashable, compute: Callable[[], T]) -> T:
+    """`compute()`, a function of `source` (immutable: a caches tuple, a frozen ModelSpec) and of `inputs` alone,
+    computed once while it is among the last REMEMBERED_KEPT asked of `memo`. A search asks the same of one source for
+    every layout it counts; the source is known by its identity (each entry keeps its source alive, so the id is not
+    reused), not by its contents, which would cost as much to compare as to compute again. `inputs` must hold
+    everything else the result is read from."""
+    key = (id(source), inputs)
+    kept = memo.get(key)
+    if kept is not None and kept[0] is source:
+        return kept[1]
+    result = compute()
+    if len(memo) >= REMEMBERED_KEPT:
+        del memo[next(iter(memo))]
+    memo[key] = (source, result)
+    return result
+
+
+_GROUPED: dict = {}  # `remembered` groups of layers
 
 
 def layer_groups(caches: tuple[LayerCache, ...]) -> tuple[LayerGroup, ...]:
     """A model's caches (`ModelSpec.caches`, or an engine's stored form of them) as groups of alike layers, in order
-    of each group's first layer. A search asks this of the same caches for every layout it counts, so a tuple is
-    grouped once: remembered by its identity, not on the ModelSpec, whose copies (`model_copy`) would carry it to
-    caches it was not grouped from."""
-    kept = _GROUPED.get(id(caches))
-    if kept is not None and kept[0] is caches:
-        return kept[1]
-    by_key: dict[tuple, tuple[LayerCache, list[int]]] = {}
-    for cache in caches:
-        key = cache.alike_key()
-        if key in by_key:
-            by_key[key][1].append(cache.layer)
-        else:
-            by_key[key] = (cache, [cache.layer])
-    groups = tuple(LayerGroup(cache, tuple(sorted(layers))) for cache, layers in by_key.values())
-    if len(_GROUPED) >= _GROUPED_KEPT:
-        del _GROUPED[next(iter(_GROUPED))]
-    _GROUPED[id(caches)] = (caches, groups)
-    return groups
+    of each group's first layer; each tuple grouped once (`remembered` by the tuple itself: a ModelSpec's caches and
+    an engine's stored form of them are different tuples)."""
+    def grouped() -> tuple[LayerGroup, ...]:
+        by_key: dict[tuple, tuple[LayerCache, list[int]]] = {}
+        for cache in caches:
+            key = cache.alike_key()
+            if key in by_key:
+                by_key[key][1].append(cache.layer)
+            else:
+                by_key[key] = (cache, [cache.layer])
+        return tuple(LayerGroup(cache, tuple(sorted(layers))) for cache, layers in by_key.values())
+
+    return remembered(_GROUPED, caches, None, grouped)
+
+
+def distinct_caches(caches: tuple[LayerCache, ...]) -> list[LayerCache]:
+    """The first cache of each group of alike layers (`layer_groups`), in order: what a question whose answer is
+    the same for alike layers (any, all, the largest, the first that fails) need ask of a deep model's caches."""
+    return [cache for cache, _ in layer_groups(caches)]
 
 
 class ParamCounts(BaseModel):

@@ -6,7 +6,7 @@ imported here."""
 import functools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 from typing import ClassVar, Literal, NamedTuple
 
@@ -23,7 +23,9 @@ from kvplan.model import (
     LayerCache,
     LoraAdapter,
     ModelSpec,
+    distinct_caches,
     layer_groups,
+    remembered,
 )
 from kvplan.text import brief
 
@@ -251,6 +253,9 @@ class KVPool(ABC):
         return self.bytes_per_sequence(ctx)
 
 
+_STORED: dict = {}  # `remembered` engines' stored forms of caches (`Engine.stored_once`)
+
+
 class Engine(ABC):
     """An engine's rules for one deployment: its flags, the GPU it runs on, TP and PP degrees."""
 
@@ -392,15 +397,23 @@ class Engine(ABC):
             raise KvplanError(f"{self.label} has no {dtype.name} KV cache: it offers {offered}")
 
     def cached_layers(self, model: ModelSpec) -> tuple[LayerCache, ...]:
-        """The caches as this engine stores them (before tensor and pipeline parallelism)."""
+        """The caches as this engine stores them (before tensor and pipeline parallelism): the same for every layout,
+        read from nothing but the model and the engine's class, release and flags (`stored_once` relies on it)."""
         return model.caches
+
+    def stored_once(self, model: ModelSpec, store: Callable[[], tuple[LayerCache, ...]]) -> tuple[LayerCache, ...]:
+        """`store()`, this engine's `cached_layers` of `model`, built once for a search that asks it of every layout
+        (a new tuple of a 100,000-layer model's caches, each layout, took most of a minute): remembered by the model
+        (a frozen ModelSpec: the same object, the same caches, family and sizes) and the engine's class, release and
+        flags, which are all `cached_layers` may read: not the layout's TP, PP and GPU."""
+        return remembered(_STORED, model, (type(self), self.version, self.options), store)
 
     # Where this engine lays out DeepSeek V4's compressed attention (cache kinds COMPRESSED_KINDS) in a way kvplan
     # does not model: such a model is refused, naming it. None: the engine's rules size it.
     compressed_attention: ClassVar[str | None] = None
 
     def refuse_compressed_attention(self, model: ModelSpec) -> None:
-        if self.compressed_attention and any(c.kind in COMPRESSED_KINDS for c in model.caches):
+        if self.compressed_attention and any(c.kind in COMPRESSED_KINDS for c in distinct_caches(model.caches)):
             raise KvplanError(f"kvplan does not model {self.label}'s cache for DeepSeek V4's compressed attention "
                               f"({self.compressed_attention}), so it cannot size {model.name} there: use --engine "
                               "transformers or ideal")

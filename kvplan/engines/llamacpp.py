@@ -23,7 +23,7 @@ from kvplan.engines.base import (
     rows,
 )
 from kvplan.errors import KvplanError
-from kvplan.model import LayerCache, ModelSpec
+from kvplan.model import LayerCache, ModelSpec, distinct_caches
 
 LLAMA_CPP_DRAFT_MAX = 3  # tokens a draft model drafts a step, --spec-draft-n-max (common/common.h: n_max = 3)
 LLAMA_CPP_VOCAB_DIFFERENCE = 128  # the most a draft's vocabulary may differ in size (common/speculative.cpp)
@@ -141,7 +141,8 @@ class LlamaCppGraph:
         self.layers = model.num_layers
         self.gemma3n = model.architecture in self.GEMMA3N
         # the attention's output, heads x V head (MLA: its v_head_dim), before the output projection
-        values = [w.value_head_dim] if w.value_head_dim else [head_sizes(c)[1] for c in model.caches if head_sizes(c)]
+        values = [w.value_head_dim] if w.value_head_dim else [
+            head_sizes(c)[1] for c in distinct_caches(model.caches) if head_sizes(c)]
         self.layer = max(3 * w.hidden + 3 * w.mlp_intermediate,
                          self.routed_experts_width(w, self.heads * max(values, default=0)))
         self.lightning = 0  # a lightning-attention layer's state, d x d x h (MiniMax-01)
@@ -384,8 +385,8 @@ class LlamaCpp(Engine):
         if self.on_metal():
             return k == v and k.name in METAL_FLASH_ATTN_TYPES and all(
                 heads[0] in METAL_FLASH_ATTN_HEADS and heads[1] <= heads[0] and (heads[0] != 72 or heads[1] == 72)
-                for heads in map(head_sizes, model.caches) if heads is not None)
-        for c in model.caches:
+                for heads in map(head_sizes, distinct_caches(model.caches)) if heads is not None)
+        for c in distinct_caches(model.caches):
             heads = head_sizes(c)
             if heads is None or (heads[0] == heads[1] and heads[0] in CUDA_FLASH_ATTN_HEADS):
                 continue
@@ -402,7 +403,7 @@ class LlamaCpp(Engine):
         """llama_init_from_model's refusals (src/llama-context.cpp), in its words, for K cache `k` and V cache
         `v`."""
         flash_attn = self.resolve_flash_attn(model, k, v)
-        mla = any(c.kind == "mla" for c in model.caches)
+        mla = any(c.kind == "mla" for c in distinct_caches(model.caches))
         if mla and k != v:
             raise KvplanError(f"llama.cpp: model does not support different K ({ggml_name(k)}) and V "
                               f"({ggml_name(v)}) cache types: {model.name} caches an MLA latent, K only")
@@ -413,7 +414,7 @@ class LlamaCpp(Engine):
             self.check_k_rows(model, k)
             return
         for i, (name, dtype) in enumerate((("K", k), ("V", v))):
-            for head in sorted({head_sizes(c)[i] for c in model.caches if head_sizes(c)}):
+            for head in sorted({head_sizes(c)[i] for c in distinct_caches(model.caches) if head_sizes(c)}):
                 if head % dtype.block_elements:
                     raise KvplanError(f"llama.cpp: {name} cache type {ggml_name(dtype)} with block size "
                                       f"{dtype.block_elements} does not divide n_embd_head_{name.lower()}={head} "
@@ -428,7 +429,7 @@ class LlamaCpp(Engine):
         ggml_nbytes(view_src)) in ggml_new_tensor_impl, ggml/src/ggml.c). 8 KV heads of 80 (640 elements, 20
         blocks of 32) are made; one of 80 is not. V needs no check: a quantised V cache needs flash attention,
         whose head-size check is stricter."""
-        for c in model.caches:
+        for c in distinct_caches(model.caches):  # the first layer of each kind: the first that fails
             heads = head_sizes(c)
             if heads is None:
                 continue
@@ -486,7 +487,8 @@ class LlamaCpp(Engine):
         # transposed, each layer's row as wide as the widest layer's (n_embd_v_gqa_max, [TAG_V_CACHE_VARIABLE] in
         # src/llama-kv-cache.cpp).
         v_width = None if self.flash_attn != "off" else max(
-            (c.kv_heads * c.head_dim_v for c in model.caches if c.kind in ("full", *WINDOWED)), default=None)
+            (c.kv_heads * c.head_dim_v for c in distinct_caches(model.caches) if c.kind in ("full", *WINDOWED)),
+            default=None)
         table = llama_cpp_rows(layers, k, v, v_width, ignores_swa)
         rollback = model.architecture in LLAMA_CPP_RS_ROLLBACK
         n_rs_seq = rollback_rows if rollback else 0

@@ -391,17 +391,21 @@ class Sglang(Engine):
         which mamba2_state_dtype reads last, the default cache params' dtype included."""
         reads = model.architecture in SGLANG_READS_SSM_DTYPE
         flag = DTYPE_ALIASES.get(self.options.mamba_ssm_cache_dtype)  # "auto": none
-        slot_of = self.kv_slots(model)
 
-        def as_stored(cache: LayerCache) -> LayerCache:
-            if cache.kind in EMPTY_KINDS:
-                return slot_of(cache)
-            if not isinstance(cache, RecurrentState):
-                return cache
-            ssm = flag or (cache.ssm_dtype if reads and cache.ssm_dtype_stated and cache.ssm_dtype else "fp32")
-            return cache.model_copy(update={"conv_dtype": "bf16", "ssm_dtype": ssm})
+        def stored() -> tuple[LayerCache, ...]:
+            slot_of = self.kv_slots(model)
 
-        return tuple(as_stored(c) for c in model.caches)
+            def as_stored(cache: LayerCache) -> LayerCache:
+                if cache.kind in EMPTY_KINDS:
+                    return slot_of(cache)
+                if not isinstance(cache, RecurrentState):
+                    return cache
+                ssm = flag or (cache.ssm_dtype if reads and cache.ssm_dtype_stated and cache.ssm_dtype else "fp32")
+                return cache.model_copy(update={"conv_dtype": "bf16", "ssm_dtype": ssm})
+
+            return tuple(as_stored(c) for c in model.caches)
+
+        return self.stored_once(model, stored)
 
     @staticmethod
     def kv_slots(model: ModelSpec):

@@ -34,6 +34,8 @@ from kvplan.model import (
     ModelSpec,
     NoCache,
     SlidingWindow,
+    distinct_caches,
+    layer_groups,
 )
 
 
@@ -341,7 +343,9 @@ class PrefillActivations:
         self.heads = model.num_attention_heads
         self.gate_tensors = self.GATE_TENSORS.get(model.architecture, 4)
         self.residuals = 4 if model.num_layers > 1 else 3  # the first layer's input is the embedding output
-        attention = [c for c in model.caches if c.kind in self.ATTENTION_KINDS]
+        # one of each kind of attention layer, with its layers: every figure below is the same for alike layers
+        attention_groups = [g for g in layer_groups(model.caches) if g.cache.kind in self.ATTENTION_KINDS]
+        attention = [g.cache for g in attention_groups]
         windows = [c.window if c.kind != "chunked" else c.chunk for c in attention if is_windowed(c)]
         self.smallest_window = min(windows, default=None)
         self.mask_always = model.architecture in self.MASK_ALWAYS
@@ -353,16 +357,18 @@ class PrefillActivations:
             self.kv = (self.heads, self.widths.query_head_dim, self.widths.value_head_dim)
         # the last attention layer's cache per token: not yet made while that layer rotates its query and key, the
         # moment's figure above the whole cache is that much less
-        last = max(attention, key=lambda c: c.layer, default=None)
+        last = max(attention_groups, key=lambda g: g.layers[-1], default=(None, ()))[0]
         self.last_layer_kv = last.bytes_per_token(dtype) if last is not None and last.kind != "mla" else 0
         self.rotary_kinds = 0 if self.kv is None or model.architecture in self.LEARNED_POSITIONS else \
             len({is_windowed(c) for c in attention}) if model.architecture in self.ROPE_PER_LAYER_TYPE else 1
         self.learned_positions = model.architecture in self.LEARNED_POSITIONS
         self.vocab = model.vocab_size or 0
-        mamba = [c for c in model.caches if c.kind == "recurrent" and c.mixer == "mamba" and c.conv_kernel]
+        mamba = [c for c in distinct_caches(model.caches) if c.kind == "recurrent" and c.mixer == "mamba"
+                 and c.conv_kernel]
         # (SSM elements, d_inner) of the widest Mamba mixer: d_inner channels, each conv_kernel - 1 conv inputs
         self.scan = max(((c.ssm_elements, c.conv_elements // (c.conv_kernel - 1)) for c in mamba), default=None)
-        self.unmodelled = sorted({c.mixer for c in model.caches if c.kind == "recurrent"} - self.MODELLED_MIXERS)
+        self.unmodelled = sorted({c.mixer for c in distinct_caches(model.caches) if c.kind == "recurrent"}
+                                 - self.MODELLED_MIXERS)
 
     def masked(self, prompt: int) -> bool:
         """`sdpa_mask` skips the mask (SDPA's is_causal instead) unless a window or chunk is no longer than the
@@ -504,29 +510,33 @@ class Transformers(Engine):
         as keys and as values; its compressed layers' caches store it once (`DeepseekV4HCACache.update`). XLNet's
         memories of mem_len tokens are a view into the mem_len + 1 its last step concatenated
         (`XLNetModel.cache_mem`), which they keep whole."""
-        if model.architecture in self.RECOMPUTES:
-            return tuple(NoCache(layer=c.layer, reason=self.RECOMPUTES[model.architecture]) for c in model.caches)
-        if any(c.kind == "mla" for c in model.caches) and version_tuple(self.version) < (5, 15):
-            raise KvplanError(f"transformers {self.version} caches DeepSeek-style models' decompressed K/V, "
-                              "which kvplan does not model: use --engine-version 5.15 or later")
-        heads = model.num_attention_heads
-        broadcast = model.architecture == "falcon"
-        compressed = {c.layer for c in model.caches if c.kind == "compressed"}
-        out = []
-        for c in model.caches:
-            if c.kind == "sliding_kv" and c.layer not in compressed:
-                c = SlidingWindow(layer=c.layer, kv_heads=1, head_dim=c.head_dim, head_dim_v=c.head_dim,
-                                  window=c.window, split_by_tensor_parallel=False)
-            elif broadcast and c.kind in ("full", *WINDOWED) and 1 < c.kv_heads < heads:
-                c = c.model_copy(update={"kv_heads": heads})
-            elif c.kind == "sliding" and model.architecture in self.WINDOWS_KEPT_WHOLE:
-                c = FullAttention(**c.model_dump(exclude={"kind", "window"}))
-            elif c.kind == "recurrent":
-                c = transformers_state(c)
-            elif c.kind == "states" and c.memory:
-                c = c.model_copy(update={"memory": c.memory + 1})
-            out.append(c)
-        return tuple(out)
+
+        def stored() -> tuple[LayerCache, ...]:
+            if model.architecture in self.RECOMPUTES:
+                return tuple(NoCache(layer=c.layer, reason=self.RECOMPUTES[model.architecture]) for c in model.caches)
+            if any(c.kind == "mla" for c in model.caches) and version_tuple(self.version) < (5, 15):
+                raise KvplanError(f"transformers {self.version} caches DeepSeek-style models' decompressed K/V, "
+                                  "which kvplan does not model: use --engine-version 5.15 or later")
+            heads = model.num_attention_heads
+            broadcast = model.architecture == "falcon"
+            compressed = {c.layer for c in model.caches if c.kind == "compressed"}
+            out = []
+            for c in model.caches:
+                if c.kind == "sliding_kv" and c.layer not in compressed:
+                    c = SlidingWindow(layer=c.layer, kv_heads=1, head_dim=c.head_dim, head_dim_v=c.head_dim,
+                                      window=c.window, split_by_tensor_parallel=False)
+                elif broadcast and c.kind in ("full", *WINDOWED) and 1 < c.kv_heads < heads:
+                    c = c.model_copy(update={"kv_heads": heads})
+                elif c.kind == "sliding" and model.architecture in self.WINDOWS_KEPT_WHOLE:
+                    c = FullAttention(**c.model_dump(exclude={"kind", "window"}))
+                elif c.kind == "recurrent":
+                    c = transformers_state(c)
+                elif c.kind == "states" and c.memory:
+                    c = c.model_copy(update={"memory": c.memory + 1})
+                out.append(c)
+            return tuple(out)
+
+        return self.stored_once(model, stored)
 
     def default_fraction(self) -> float:
         return 1.0
@@ -575,7 +585,7 @@ class Transformers(Engine):
             raise KvplanError(f"transformers' StaticCache cannot hold {model.name}'s compressor state (DeepSeek V4 "
                               "runs on its own dynamic cache layers, modeling_deepseek_v4.py): use "
                               "--cache-implementation dynamic")
-        kept = next((c for c in model.caches if c.kind in TRANSFORMERS_ONLY_KINDS), None)
+        kept = next((c for c in distinct_caches(model.caches) if c.kind in TRANSFORMERS_ONLY_KINDS), None)
         if static and kept is not None:  # XLNet and Reformer make caches of their own; CPM-Ant's prompt overflows
             raise KvplanError(f"--cache-implementation static: a StaticCache of ctx tokens cannot hold "
                               f"{model.architecture}'s cache ({kind_label(kept)}); leave the default (dynamic)")

@@ -431,7 +431,8 @@ class Vllm(Engine):
         touched = (IndexerKeys, RecurrentState, SlidingWindow) if plus_one else (IndexerKeys, RecurrentState)
         if not any(isinstance(cache, touched) for cache, _ in layer_groups(model.caches)):
             return model.caches  # stored as they are: the tuple itself, which a search groups once (`layer_groups`)
-        return tuple(self.speculative_conv(as_stored(c)) if isinstance(c, touched) else c for c in model.caches)
+        return self.stored_once(model, lambda: tuple(self.speculative_conv(as_stored(c)) if isinstance(c, touched)
+                                                     else c for c in model.caches))
 
     def cpu_ssm_dtype(self, model: ModelSpec, state: RecurrentState) -> RecurrentState:
         """The CPU platform on an AVX512-BF16 host resets mamba_ssm_cache_dtype to float32 ("Reset SSM cache type
@@ -899,7 +900,7 @@ class Vllm(Engine):
             notes.append(f"{sum(g.groups for g in groups)} KV-cache groups packed block by block (a block-outermost "
                          f"layout): a block holds a page of every layer of the widest group, {block_bytes:,} B")
             return VllmPool(groups, block_bytes, **pool)
-        mla = any(c.kind == "mla" for c in model.caches)
+        mla = any(c.kind == "mla" for c, _ in layer_groups(model.caches))
         max_page = max(s.page for s in specs)
         buckets = []
         for spec, count in specs.items():
