@@ -102,9 +102,11 @@ class Parameters:
         return term is None or bool(getattr(self.points.terms, term)[mask & (self.points.engine == engine)].any())
 
     def values(self, theta: np.ndarray) -> dict:
-        """Utilisations exp(-theta) in (0, 1], everything else exp(theta) > 0."""
-        return {n: float(np.exp(-t) if _name(n) in UTILISATIONS else np.exp(t))
-                for n, t in zip(self.names, theta, strict=True)}
+        """Utilisations exp(-theta) in (0, 1], everything else exp(theta) > 0; an engine's efficiency its runs do not
+        exercise 0."""
+        unexercised = {(e, n): 0.0 for e in self.engines for n in BY_ENGINE}
+        return unexercised | {n: float(np.exp(-t) if _name(n) in UTILISATIONS else np.exp(t))
+                              for n, t in zip(self.names, theta, strict=True)}
 
     def per_row(self, values: dict) -> SimpleNamespace:
         """Each row's efficiencies as arrays: its engine's, and those fitted for all."""
@@ -112,7 +114,7 @@ class Parameters:
         out = {n: np.zeros(len(p.rows)) for n in Efficiencies.model_fields}
         for engine in self.engines:
             for n in BY_ENGINE:
-                out[n][p.engine == engine] = values.get((engine, n), 0.0)
+                out[n][p.engine == engine] = values[(engine, n)]
         for n in FOR_ALL:
             out[n][:] = values[n]
         for n, value in FIXED.items():
@@ -126,7 +128,7 @@ def _name(name) -> str:
 
 def engine_efficiencies(values: dict, engine: str) -> Efficiencies:
     """One engine's fitted efficiencies as the package takes them."""
-    return Efficiencies(**{n: values.get((engine, n), 0.0) for n in BY_ENGINE}, **{n: values[n] for n in FOR_ALL},
+    return Efficiencies(**{n: values[(engine, n)] for n in BY_ENGINE}, **{n: values[n] for n in FOR_ALL},
                         **FIXED)
 
 
@@ -188,7 +190,7 @@ def table(points: Points, parameters: Parameters, values: dict, held: dict[str, 
     """The shipped table: the fitted values (4 significant figures) with their provenance, the error in-sample and
     `held` out (`pooled` figures by what was left out: models, gpus)."""
     engines = {engine: {"rows": int((points.engine == engine).sum()),
-                        "efficiencies": {n: _rounded(values.get((engine, n), 0.0)) for n in BY_ENGINE}}
+                        "efficiencies": {n: _rounded(values[(engine, n)]) for n in BY_ENGINE}}
                for engine in parameters.engines}
     tpot, ttft = errors(points, parameters, values)
     return {

@@ -248,7 +248,7 @@ def test_a_decode_all_reduce_is_one_shot_under_tensor_parallelism():
     with attention DP (its exchanges are all-to-alls and gathers). The prompts mixed into a step pass their
     all-reduces too, at the ring's bytes."""
     model, h200 = load_model("meta-llama/Llama-3.1-70B"), gpus.find("h200")
-    for tp, dp, oneshot in ((8, 1, 4.0), (4, 1, 2.0), (1, 1, 1.0), (1, 8, 1.0)):
+    for tp, dp, oneshot in ((8, 1, 4.0), (4, 1, 2.0), (1, 1, 1.0), (1, 8, 1.0), (4, 2, 1.0)):
         deployment = Deployment(model, h200, "vllm", Layout(tp=tp, dp=dp), 1024, 1024, "fp8")
         terms = deployment.point(64 * dp).terms
         assert terms.oneshot == oneshot

@@ -10,7 +10,7 @@ from kvplan import engines
 from kvplan.engines import Engine, cdiv
 from kvplan.errors import KvplanError
 from kvplan.memory import checkpoint_bytes, weights_by_group, weights_from_checkpoint
-from kvplan.model import LayerCache, ModelSpec, Parallelism, RecurrentState, layer_groups
+from kvplan.model import LayerCache, ModelSpec, Parallelism, RecurrentState, distinct_caches, layer_groups
 
 ATTENTION_KINDS = ("full", "sliding", "chunked", "cross", "prefixed")
 
@@ -37,7 +37,7 @@ def _tp_problem(model: ModelSpec, tp: int) -> str | None:
     heads = model.num_attention_heads
     if heads % tp:
         return f"does not divide {model.name}'s {heads} attention heads: each GPU must hold whole heads"
-    kinds = [cache for cache, _ in layer_groups(model.caches)]  # one of each kind of layer
+    kinds = distinct_caches(model.caches)  # one of each kind of layer
     split = {c.kv_heads for c in kinds if c.kind in ATTENTION_KINDS and c.split_by_tensor_parallel}
     for kv in sorted(split):
         if (kv >= tp and kv % tp) or (tp > kv and tp % kv):

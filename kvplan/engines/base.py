@@ -24,7 +24,6 @@ from kvplan.model import (
     LoraAdapter,
     ModelSpec,
     distinct_caches,
-    layer_groups,
     remembered,
 )
 from kvplan.text import brief
@@ -423,7 +422,7 @@ class Engine(ABC):
         TensorRT-LLM has a model class for these (vLLM's `model_executor/models/registry.py`; its Transformers
         backend needs models that run transformers' attention interface, `_supports_attention_backend`, which these
         do not), so only transformers, and kvplan's exact `ideal` arithmetic, size them."""
-        kept = next((c for c, _ in layer_groups(model.caches) if c.kind in TRANSFORMERS_ONLY_KINDS), None)
+        kept = next((c for c in distinct_caches(model.caches) if c.kind in TRANSFORMERS_ONLY_KINDS), None)
         if kept is not None and not self.holds_transformers_only_caches:
             raise KvplanError(f"{self.label} does not run {model.architecture} models ({model.name}): no "
                               f"{self.label} release has a model class that keeps their cache ({kind_label(kept)}); "

@@ -40,7 +40,7 @@ from kvplan.model import (
     RecurrentState,
     SlidingKV,
     SlidingWindow,
-    layer_groups,
+    distinct_caches,
 )
 
 
@@ -429,7 +429,7 @@ class Vllm(Engine):
             return cache
 
         touched = (IndexerKeys, RecurrentState, SlidingWindow) if plus_one else (IndexerKeys, RecurrentState)
-        if not any(isinstance(cache, touched) for cache, _ in layer_groups(model.caches)):
+        if not any(isinstance(cache, touched) for cache in distinct_caches(model.caches)):
             return model.caches  # stored as they are: the tuple itself, which a search groups once (`layer_groups`)
         return self.stored_once(model, lambda: tuple(self.speculative_conv(as_stored(c)) if isinstance(c, touched)
                                                      else c for c in model.caches))
@@ -900,7 +900,7 @@ class Vllm(Engine):
             notes.append(f"{sum(g.groups for g in groups)} KV-cache groups packed block by block (a block-outermost "
                          f"layout): a block holds a page of every layer of the widest group, {block_bytes:,} B")
             return VllmPool(groups, block_bytes, **pool)
-        mla = any(c.kind == "mla" for c, _ in layer_groups(model.caches))
+        mla = any(c.kind == "mla" for c in distinct_caches(model.caches))
         max_page = max(s.page for s in specs)
         buckets = []
         for spec, count in specs.items():
@@ -941,7 +941,7 @@ class Vllm(Engine):
         (CPU_MLA; AMX_MLA on AMX hosts) raise NotImplementedError for a sliding window (`CPUMLAImpl`,
         v1/attention/backends/mla/cpu_mla.py; `AMXMLAImpl`, amx_mla.py; 0.32.0)."""
         given = self.options.block_size
-        if self.on_cpu() and any(cache.kind == "mla" and cache.window is not None for cache in model.caches):
+        if self.on_cpu() and any(c.kind == "mla" and c.window is not None for c in distinct_caches(model.caches)):
             raise KvplanError(f"vLLM's CPU platform cannot run {model.name}: its MLA backends (CPU_MLA, AMX_MLA) "
                               "do not support an MLA latent with a sliding window "
                               "(v1/attention/backends/mla/cpu_mla.py, amx_mla.py)")

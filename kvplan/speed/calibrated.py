@@ -15,14 +15,14 @@ request holds, `kvplan.speed.serving`):
     GEMMs(u, r)       = max(dense weights / u_weights, dense FLOPs / u)                        each at the slower of
                       + max(experts touched / u_weights, r x expert FLOPs / (u x u_moe))      its reads and FLOPs
     prompt(r)         = GEMMs(u_prefill, r) of a prompt + its attention FLOPs / u_prefill
-    prefill(r)        = prompt(r) + its link time / u_link + collectives x t_collective + the fixed costs
+    prefill(r)        = prompt(r) + s x (its link time / u_link + collectives x t_collective) + the fixed costs
     TTFT              = t_request + prefill(dp) + k x TPOT + w x C x prefill(dp) + balance + queue
     balance           = min~(n, m) x TPOT, n = H(dp) x (O - 1) / C    TensorRT-LLM with attention DP only
     queue             = (C - N) / N x (prefill(dp) + (O - 1) x TPOT) where C exceeds N (Little's law: the requests
                         beyond the running ones wait a whole request's time for a slot)
 Link times at peak count ring all-reduces (2 (tp - 1) / tp of the message each GPU sends, `kvplan.speed.work`);
 a decode step's all-reduces are small, and the engines run them one-shot, each GPU reading every peer's whole
-message, (tp - 1) of it: a = tp / 2 for a layout of TP alone, 1 otherwise (TensorRT-LLM's customAllReduceUtils.h
+message, (tp - 1) of it: a = tp / 2 without attention DP (EP or not), 1 with it (TensorRT-LLM's customAllReduceUtils.h
 picks ONESHOT up to 128 tokens at hidden 8,192 and TP 8 on Blackwell; vLLM's csrc/custom_all_reduce.cuh runs one
 shot below 256 KB at TP 8, and SGLang's sgl-kernel copies it). The prompts mixed into a step pass their all-reduces
 too, at the ring's bytes (large messages). u_link is the share of NVLink's one-way bandwidth the collectives reach.
@@ -110,7 +110,7 @@ class Terms(NamedTuple):
     attention_ms: float
     link_ms: float
     collectives: float
-    oneshot: float  # a decode all-reduce's bytes over the ring's: tp / 2 for a layout of TP alone, else 1
+    oneshot: float  # a decode all-reduce's bytes over the ring's: tp / 2 without attention DP, else 1
     layers: float
     moe_layers: float
     w4a16_moe_layers: float  # MoE layers whose 4-bit experts the GPU dequantises to BF16 (no FP4 tensor cores)

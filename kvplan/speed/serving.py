@@ -165,7 +165,8 @@ class Deployment:
                  weights_dtype: str | None = None, kv_dtype: str | None = None):
         if isl < 1 or osl < 2:
             raise KvplanError(f"isl must be at least 1 and osl at least 2 tokens, got {isl} and {osl}")
-        self.engine = engines.engine_class(engine).name
+        engine_class = engines.engine_class(engine)
+        self.engine = engine_class.name
         self.model, self.gpu, self.layout, self.isl, self.osl = model, gpu, layout, isl, osl
         self.shape = ServingShape(model, layout, self.engine, weights_dtype, kv_dtype)
         self.limit = _running_limit(self)
@@ -178,7 +179,10 @@ class Deployment:
         self.oneshot = layout.tp / 2 if layout.dp == 1 and layout.tp > 1 else 1.0
         dequantised = dequantised_in_kernel(gpu, self.shape.weights_dtype_name)
         self.w4a16_moe_layers = self.shape.moe_layers if dequantised else 0
-        self.balances = layout.dp > 1 and engines.engine_class(self.engine).balances_attention_dp
+        # where the engine holds a prompt back until every DP rank has one: C / (O - 1) requests arrive a rank and
+        # step, and the last of dp ranks has one after H(dp) times the gap between them (H the harmonic number)
+        balances = layout.dp > 1 and engine_class.balances_attention_dp
+        self.balance_harmonic = sum(1 / rank for rank in range(1, layout.dp + 1)) if balances else 0.0
 
     def point(self, concurrency: int) -> Point:
         if concurrency < 1:
@@ -188,10 +192,7 @@ class Deployment:
         work = self.shape.decode_step(running, self.isl + self.osl // 2)
         peak = step_times(work, self.gpu, self.shape.weights_dtype_name, self.shape.kv.name)
         prefill = self.prefill_peak
-        # steps until each of the dp ranks has a new request: C / (O - 1) arrive a rank and step, the last of dp
-        # ranks after H(dp) times the gap between them (H the harmonic number)
-        harmonic = sum(1 / rank for rank in range(1, self.layout.dp + 1))
-        balance_need = harmonic * (self.osl - 1) / per_rank if self.balances else 0.0
+        balance_need = self.balance_harmonic * (self.osl - 1) / per_rank
         terms = Terms(
             weights_ms=peak.weights_ms, expert_weights_ms=peak.expert_weights_ms, kv_ms=peak.kv_ms,
             dense_ms=peak.dense_ms, expert_ms=peak.expert_ms,

@@ -155,6 +155,12 @@ class Speed(BaseModel):
         return out
 
 
+def _parallelism(cap: Capacity | PlanRow) -> Parallelism:
+    """The layout a planned deployment runs."""
+    return Parallelism(tp=cap.tensor_parallel_size, pp=cap.pipeline_parallel_size, dp=cap.data_parallel_size,
+                       ep=cap.expert_parallel_size, replicas=cap.data_parallel_replicas)
+
+
 class Instance:
     """One instance of a deployment, as the speed model sees it, whatever the concurrency: `at(C)` is the estimate
     for C requests over the deployment's replicas, `fit(targets)` the requests it serves within them."""
@@ -173,9 +179,7 @@ class Instance:
     @classmethod
     def of(cls, model: ModelSpec, cap: Capacity, isl: int, osl: int, speculative: bool = False) -> "Instance":
         """The instance of a deployment `kvplan.capacity` planned."""
-        parallel = Parallelism(tp=cap.tensor_parallel_size, pp=cap.pipeline_parallel_size, dp=cap.data_parallel_size,
-                               ep=cap.expert_parallel_size, replicas=cap.data_parallel_replicas)
-        return cls(model, cap.gpu, cap.engine, parallel, isl, osl, cap.kv_dtype, cap.weights_dtype_override,
+        return cls(model, cap.gpu, cap.engine, _parallelism(cap), isl, osl, cap.kv_dtype, cap.weights_dtype_override,
                    speculative)
 
     def at(self, concurrency: int) -> SpeedEstimate:
@@ -309,15 +313,11 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, targets: Targ
     def fit(layout: Parallelism, kv: str, weights: str | None) -> tuple[int, str]:
         return instance(layout, kv, weights).fit(targets)
 
-    def layout_of(cap: Capacity | PlanRow) -> Parallelism:
-        return Parallelism(tp=cap.tensor_parallel_size, dp=cap.data_parallel_size, ep=cap.expert_parallel_size,
-                           replicas=cap.data_parallel_replicas)
-
     def meets(cap: Capacity) -> bool:
         """Whether the targets hold at the users asked: a layout's speed fit reaches them."""
         if cap.pipeline_parallel_size > 1:
             return False
-        return fit(layout_of(cap), cap.kv_dtype, cap.weights_dtype_override)[0] >= workload.target
+        return fit(_parallelism(cap), cap.kv_dtype, cap.weights_dtype_override)[0] >= workload.target
 
     planned = capacity.plan(model, workload, hardware, engine_name=engine_name, options=options, overhead=overhead,
                             max_gpus=max_gpus, draft=draft, accept=meets if targets else None)
@@ -325,11 +325,11 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, targets: Targ
     for row in planned.rows:
         fields = row.model_dump() | {"weights_dtype_override": row.weights_dtype_override}
         if row.pipeline_parallel_size == 1:
-            dtypes = (row.kv_dtype, row.weights_dtype_override)
-            e = instance(layout_of(row), *dtypes).at(workload.target)
+            deployment = (_parallelism(row), row.kv_dtype, row.weights_dtype_override)
+            e = instance(*deployment).at(workload.target)
             fields |= SpeedFigures.of(e) | {"speed_flags": e.flags}
             if targets:
-                users, limited_by = fit(layout_of(row), *dtypes)
+                users, limited_by = fit(*deployment)
                 fields |= {"speed_fit_users": users, "speed_fit_limited_by": limited_by,
                            "max_concurrent_users_memory": row.max_concurrent_users,
                            "max_concurrent_users": min(users, row.max_concurrent_users)}
