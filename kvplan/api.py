@@ -282,7 +282,7 @@ def profile(model: str, ctx: int | str, *, batch: int = 1, device: str = "cuda",
     ctx - decode_steps tokens, decode the rest, and measure the cache, the allocator and the driver beside kvplan's
     transformers prediction. Imports torch and transformers (the `profile` extra) only when called;
     `progress` reports each phase (`kvplan.report.ProfileProgress`, as the command shows it). Returns a
-    `kvplan.profiler.run.Profile`; raises KvplanError for bad input."""
+    `kvplan.profiler.results.Profile`; raises KvplanError for bad input."""
     from kvplan import arguments
     from kvplan.profiler.run import run_profile
     from kvplan.units import parse_tokens

@@ -620,7 +620,7 @@ def _error(comp) -> tuple[str, str]:
 
 
 def print_profile(console: Console, result) -> None:
-    """kvplan.profiler.run.Profile: predicted vs measured per component and per layer kind, time, verdict. Every
+    """kvplan.profiler.results.Profile: predicted vs measured per component and per layer kind, time, verdict. Every
     table fits 80 columns without cutting a number or a class name: exact bytes in four columns at most, sizes
     where a column more is needed, what a row is stored as below its table."""
     cut = f"first {result.layers} of {result.total_layers} layers" if result.layers < result.total_layers \

@@ -97,7 +97,8 @@ def record_run(model: str, batch: int, prompt: int, steps: int, dtype: str = "bf
                layers: int | None = None) -> tuple[list[int], list[int]]:
     """(events, phase ends: after build, after prefill, after decode) of `kvplan profile`'s run of `model` (a
     library name or config.json path, its first `layers` layers): built with random weights, `batch` prompts of
-    `prompt` tokens prefilled with logits for the last token, `steps` cached decode steps (kvplan/profiler/run.py)."""
+    `prompt` tokens prefilled with logits for the last token, `steps` cached decode steps
+    (kvplan/profiler/session.py)."""
     source = profile_config.resolve(model)
     data, _ = profile_config.first_layers(source, layers)
     model_type, fields, _ = profile_config.transformers_fields(data)
@@ -126,6 +127,6 @@ def record_run(model: str, batch: int, prompt: int, steps: int, dtype: str = "bf
 
 
 def _next(model, ids, cache):
-    """run.Session.forward: the next token of each sequence, logits for the last one only."""
+    """session.Session.forward: the next token of each sequence, logits for the last one only."""
     out = model(input_ids=ids, use_cache=True, past_key_values=cache, logits_to_keep=1)
     return out.logits[:, -1:].argmax(-1)

@@ -138,12 +138,12 @@ def test_every_allocator_figure_of_the_record(name, batch, expandable):
 def test_profile_predicts_the_total_nvml_counted(name, expandable):
     """`kvplan profile`'s predicted total for the record's runs: what it predicts the allocator reserves and the
     CUDA context, NVML's process memory to the byte (the profile's own prediction, torch not needed)."""
-    from kvplan.profiler import run as profile_run
+    from kvplan.profiler import prediction
 
     data = record(name)
-    engine = profile_run.transformers_engine(data["transformers_version"], "dynamic", data["device_name"], expandable)
-    predicted = profile_run.predict(load_model("meta-llama/Llama-3-8B"), data["ctx"], data["batch"],
-                                    data["prompt_tokens"], "bf16", engine, "cuda", data["cuda_version"])
+    engine = prediction.transformers_engine(data["transformers_version"], "dynamic", data["device_name"], expandable)
+    predicted = prediction.predict(load_model("meta-llama/Llama-3-8B"), data["ctx"], data["batch"],
+                                   data["prompt_tokens"], "bf16", engine, "cuda", data["cuda_version"])
     assert predicted.total == data["measured_total_bytes"]
     assert predicted.cuda_context == data["measured_non_torch_bytes"]
 

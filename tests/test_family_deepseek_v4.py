@@ -221,8 +221,7 @@ def test_bf16_from_pretrained_keeps_overlap_gates_in_fp32(tmp_path):
     torch = pytest.importorskip("torch")
     import transformers
 
-    from kvplan.profiler import run as profile_run
-    from kvplan.profiler import runtime
+    from kvplan.profiler import prediction, runtime
 
     fields = {k: v for k, v in TINY.items() if k not in ("model_type", "torch_dtype")}
     config = transformers.DeepseekV4Config(**fields)
@@ -239,8 +238,8 @@ def test_bf16_from_pretrained_keeps_overlap_gates_in_fp32(tmp_path):
     measured = sum(layer.kv_storage for layer in runtime.cache_layers(cache))
     assert cache.layers[1].overlap_gate["compressor"].dtype == torch.float32
     spec = model_from_config(TINY, "tiny", "test")
-    predicted = profile_run.predict(spec, ctx, batch, ctx - steps, "bf16",
-                                    engines.engine("transformers", EngineOptions()))
+    predicted = prediction.predict(spec, ctx, batch, ctx - steps, "bf16",
+                                   engines.engine("transformers", EngineOptions()))
     assert (predicted.kv_after_prefill, predicted.kv) == (after_prefill, measured)
 
 

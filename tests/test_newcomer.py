@@ -343,10 +343,11 @@ def test_a_cpu_profile_suggests_fp32_where_this_cpu_emulates_bf16(monkeypatch, t
 
     pytest.importorskip("torch")
     from kvplan.profiler import run
+    from kvplan.profiler.session import Progress
 
     notices = []
 
-    class Listen(run.Progress):
+    class Listen(Progress):
         def notice(self, text):
             notices.append(text)
 

@@ -22,8 +22,9 @@ from kvplan.sources.hf_config import model_from_config
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from kvplan.engines.transformers_engine import cuda_context  # noqa: E402
+from kvplan.profiler import max_batch, prediction, recompute, results, runtime, session, verdict  # noqa: E402
 from kvplan.profiler import run as profile_run  # noqa: E402
-from kvplan.profiler import runtime  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 
@@ -247,9 +248,9 @@ def test_compare_recompute_warms_up_and_the_speedup_grows_with_the_context(tmp_p
                      num_attention_heads=4, num_key_value_heads=2)
     result = profile_run.run_profile(path, 512, 1, device="cpu", dtype="fp32", layers=2, decode_steps=2,
                                      compare_recompute=True)
-    assert [row.tokens for row in result.recompute] == profile_run.recompute_lengths(512) == [128, 256, 512]
+    assert [row.tokens for row in result.recompute] == recompute.recompute_lengths(512) == [128, 256, 512]
     for row in result.recompute:
-        assert row.steps == profile_run.RECOMPUTE_STEPS and row.warmup_steps == profile_run.RECOMPUTE_WARMUP
+        assert row.steps == recompute.RECOMPUTE_STEPS and row.warmup_steps == recompute.RECOMPUTE_WARMUP
         for spread in (row.cached, row.recompute):
             assert 0 < spread.p10 <= spread.median <= spread.p90
         assert row.speedup_low <= row.speedup <= row.speedup_high
@@ -313,7 +314,7 @@ def test_every_profile_table_fits_80_columns(monkeypatch, capsys, tmp_path):
         assert text in out
     record = json.loads((Path(__file__).parent / "gpu_record" / "llama3-8b-b16-h100.json").read_text("utf-8"))
     console = Console(width=80, record=True, color_system=None, force_terminal=False)
-    report.print_profile(console, profile_run.Profile.model_validate(record))
+    report.print_profile(console, results.Profile.model_validate(record))
     text = console.export_text()
     assert max(map(cell_len, text.splitlines())) <= 80, text
     memory = {phase["phase"]: phase for phase in record["memory"]}
@@ -395,7 +396,7 @@ def test_oom_in_prefill_is_a_finding(monkeypatch, tmp_path):
     def oom(self, ids, cache=None, last_only=True):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(profile_run.Session, "forward", oom)
+    monkeypatch.setattr(session.Session, "forward", oom)
     path = test_copy(tmp_path, "Qwen__Qwen3-8B.json", intermediate_size=64)
     result = profile_run.run_profile(path, 64, 1, device="cpu", layers=1, decode_steps=2)
     assert result.measured_weights_bytes == result.predicted_weights_bytes
@@ -420,7 +421,7 @@ def test_max_batch_search(largest):
         tried.append(size)
         return size <= largest
 
-    assert profile_run.search_max_batch(fits) == largest
+    assert max_batch.search_max_batch(fits) == largest
     assert len(tried) <= 2 * max(1, largest).bit_length() + 2
 
 
@@ -435,11 +436,11 @@ def test_prediction_of_a_deep_model_grows_with_its_layers(write_json):
               "num_hidden_layers": layers, "intermediate_size": 64}
     path = write_json(config)
     done = run_python(
-        "from kvplan.profiler import config, run\n"
+        "from kvplan.profiler import config, prediction\n"
         f"source = config.resolve({str(path)!r})\n"
         "spec = config.first_layers(source, None)[1]\n"
-        "engine = run.transformers_engine('5.23.0', 'dynamic')\n"
-        "print(run.predict(spec, 4096, 1, 4064, 'bf16', engine).by_kind)", timeout=60)
+        "engine = prediction.transformers_engine('5.23.0', 'dynamic')\n"
+        "print(prediction.predict(spec, 4096, 1, 4064, 'bf16', engine).by_kind)", timeout=60)
     assert done.returncode == 0, done.stderr
     # every sixth layer global (sliding_window_pattern 6), the others a window of 1,024; 4 KV heads x 256 x 2 x 2 B
     per_token = 4 * 256 * 2 * 2
@@ -525,9 +526,9 @@ def test_cuda_prediction_meets_the_h100_record(run):
     predicted from the prefill alone it was 55% short."""
     source = profile_config.resolve(run["model"])
     spec = profile_config.first_layers(source, None)[1]
-    engine = profile_run.transformers_engine("5.23.0", "dynamic", "NVIDIA H100 80GB HBM3")
+    engine = prediction.transformers_engine("5.23.0", "dynamic", "NVIDIA H100 80GB HBM3")
     prompt = run["ctx"] - run["decode_steps"]
-    predicted = profile_run.predict(spec, run["ctx"], run["batch"], prompt, run["dtype"], engine, "cuda")
+    predicted = prediction.predict(spec, run["ctx"], run["batch"], prompt, run["dtype"], engine, "cuda")
     assert predicted.workspace == H100_CUBLAS_WORKSPACE
     if "measured_kv_bytes" in run:
         assert (predicted.kv, predicted.kv_after_prefill) == (run["measured_kv_bytes"],
@@ -566,10 +567,10 @@ def test_gpu_targets_llama3_8b_at_8k():
     activations = result.components[3]
     assert abs(activations.error_pct) <= 10, result.verdict
     reserved = result.components[4]
-    assert reserved.name == "allocator reserved" and abs(reserved.error_pct) <= 100 * profile_run.TOTAL_TOLERANCE, \
+    assert reserved.name == "allocator reserved" and abs(reserved.error_pct) <= 100 * verdict.TOTAL_TOLERANCE, \
         result.verdict
     total = result.components[-1]
-    assert total.measured is not None and abs(total.error_pct) <= 100 * profile_run.TOTAL_TOLERANCE, result.verdict
+    assert total.measured is not None and abs(total.error_pct) <= 100 * verdict.TOTAL_TOLERANCE, result.verdict
 
 
 @gpu
@@ -620,17 +621,17 @@ def test_cuda_probe_reads_the_allocator_and_nvml(monkeypatch):
 ])
 def test_expandable_segments_read_from_the_allocator_config(setting, on):
     """PYTORCH_CUDA_ALLOC_CONF as c10 parses it: comma-separated key:value options."""
-    assert profile_run.expandable_segments(setting) is on
+    assert prediction.expandable_segments(setting) is on
 
 
 def test_the_cuda_context_is_said_where_it_differs_from_kvplans():
     """A runtime kvplan has no figure of its own for, or a measured context far from the one it uses, is noted with
     what the run measured."""
     def notes(cuda: str, measured: int) -> list[str]:
-        result = profile_run.Profile.model_construct(
+        result = results.Profile.model_construct(
             cuda_version=cuda, measured_non_torch_bytes=measured, measured_cuda_context_bytes=500_000_000,
-            predicted_cuda_context_bytes=profile_run.cuda_context(profile_run.runtime_major(cuda)))
-        return profile_run._context_notes(result)
+            predicted_cuda_context_bytes=cuda_context(prediction.runtime_major(cuda)))
+        return verdict.context_notes(result)
 
     assert notes("13.0", 721_420_288) == []  # the H100 record's own figure
     assert "no measurement of its own" in notes("12.8", 700_000_000)[0]

@@ -12,7 +12,7 @@ from conftest import ROOT
 from rich.console import Console
 
 from kvplan.profiler.bandwidth import decode_bandwidth
-from kvplan.profiler.run import Profile
+from kvplan.profiler.results import Profile
 from kvplan.report import print_profile
 from kvplan.sources import load_model
 

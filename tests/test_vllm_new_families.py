@@ -25,6 +25,7 @@ from kvplan import engines
 from kvplan.capacity import Hardware, Parallelism, Workload, capacity, gpu_layers
 from kvplan.dtypes import kv_dtype
 from kvplan.engines import EngineOptions, VllmGroup, approximate_gcd
+from kvplan.engines.vllm.families import qwen4_exp_specs
 from kvplan.errors import KvplanError
 from kvplan.sources import load_model
 from kvplan.sources.hf_config import model_from_config
@@ -332,7 +333,7 @@ def test_qwen4_exp_ring_keeps_m_rope_positions_served_with_its_vision_tower():
     def ring_pages(**options):
         engine = engines.engine("vllm", EngineOptions(**options))
         (layers,) = gpu_layers(engine.cached_layers(model), [model.num_layers], 1)
-        specs, _ = engine.qwen4_exp_specs(layers, model, kv_dtype("bf16"), [])
+        specs, _ = qwen4_exp_specs(engine, layers, model, kv_dtype("bf16"), [])
         return {spec.page for spec, _ in specs if spec.kind == "ring"}
 
     assert ring_pages() == {352}

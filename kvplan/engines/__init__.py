@@ -16,7 +16,8 @@ One module per engine, split by concern:
                             questions above), the rows a pool is built from, what an engine answers (Overhead,
                             ServingExtras, LoraSlots, EagleHeadWeights), BlockPool (TensorRT-LLM's and ideal's)
     speculative.py          EAGLE heads' shapes and refusals, shared by vLLM and SGLang
-    vllm.py                 vLLM: KV cache groups and pages, its start-up log, LoRA slots, EAGLE classes
+    vllm/                   vLLM: the engine, its layer specs, KV cache groups and block pool, its start-up log,
+                            the families with layouts of their own, LoRA slots, EAGLE classes (vllm/engine.py)
     sglang.py               SGLang: token pools, hybrid sliding-window pools, the Mamba pool
     llamacpp.py             llama.cpp: contexts, slots and padding, the compute graph, GGML cache types
     transformers_engine.py  transformers: generate()'s caches and prefill activations, and what torch reserves
@@ -42,12 +43,12 @@ from kvplan.errors import KvplanError
 # Each engine by name: its module and class. A module is imported when its engine is first asked for, so a run
 # under one engine (a `kvplan table` sweep under vLLM) loads no other's rules.
 ENGINES: dict[str, tuple[str, str]] = {
-    "vllm": ("vllm", "Vllm"), "sglang": ("sglang", "Sglang"), "llama.cpp": ("llamacpp", "LlamaCpp"),
+    "vllm": ("vllm.engine", "Vllm"), "sglang": ("sglang", "Sglang"), "llama.cpp": ("llamacpp", "LlamaCpp"),
     "transformers": ("transformers_engine", "Transformers"), "tensorrt-llm": ("tensorrt_llm", "TensorRtLlm"),
     "ideal": ("ideal", "Ideal")}
 # Names of engine modules that callers import from kvplan.engines, each loaded with its module on first use.
 ENGINE_NAMES = {cls: module for module, cls in ENGINES.values()} | {
-    "VllmGroup": "vllm", "VllmPool": "vllm", "approximate_gcd": "vllm",
+    "VllmGroup": "vllm.specs", "VllmPool": "vllm.pool", "approximate_gcd": "vllm.grouping",
     "LLAMA_CPP_DRAFT_MAX": "llamacpp", "LLAMA_CPP_VOCAB_DIFFERENCE": "llamacpp",
     "PrefillActivations": "transformers_engine", "transformers_state": "transformers_engine"}
 

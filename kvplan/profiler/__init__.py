@@ -6,8 +6,14 @@ prefill and decode, and measures the cache object, the allocator and the driver.
 `transformers` engine's (`kvplan.engines.Transformers`). torch, transformers and pynvml are imported only here,
 and only when a profile runs (`kvplan estimate` never pays for them).
 
-    config.py   where the config.json comes from, --layers (the one place that cuts a model), the
-                transformers config (pure Python, no torch)
-    runtime.py  torch and transformers: build the model, walk the cache, memory probes, timing
-    run.py      the profile, --find-max-batch and --compare-recompute, and their results
+    config.py      where the config.json comes from, --layers (the one place that cuts a model), the
+                   transformers config (pure Python, no torch)
+    runtime.py     torch and transformers: build the model, walk the cache, memory probes, timing
+    run.py         the profile: checks the request and runs the parts below in turn
+    prediction.py  kvplan's figures for the run (the transformers engine's), torch-free
+    session.py     the model built, prefilled and decoded, and measured
+    recompute.py   --compare-recompute: cached decode against recomputing the sequence
+    max_batch.py   --find-max-batch: the largest batch that fits, beside kvplan's capacity
+    verdict.py     each component's error and the verdict
+    results.py     what a profile returns (`Profile`), also read back from recorded runs
 """

@@ -26,7 +26,7 @@ GROUPS = ("mamba_n_groups", "n_groups", "mamba_ngroups")
 PROJ_BIAS = {"mamba": "use_bias", "falcon_mamba": "use_bias", "mamba2": "use_bias", "nemotron_h": "use_bias",
              "zamba2": "add_bias_linear"}
 # Nemotron-H keeps its SSM state in fp32 unless the config says otherwise: transformers' NemotronHConfig
-# (mamba_ssm_cache_dtype "float32"); vLLM's default differs by release (kvplan/engines/vllm.py).
+# (mamba_ssm_cache_dtype "float32"); vLLM's default differs by release (kvplan/engines/vllm/engine.py).
 SSM_DTYPE_DEFAULT = {"nemotron_h": "fp32"}
 
 

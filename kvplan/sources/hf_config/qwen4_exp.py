@@ -11,7 +11,7 @@ What a sequence keeps, layer by layer (`DynamicCache`):
     indexed_attention  keys and values for every token, and the QSA indexer's raw key (indexer_head_dim, one
                        head, model dtype) for every token (`DynamicIndexedLayer.update_indexer`): the indexer
                        pools them into blocks of indexer_compress_ratio keys at every step, it stores no pooled key
-                       (vLLM stores them otherwise: `kvplan.engines.Vllm.qwen4_exp_specs`)
+                       (vLLM stores them otherwise: `kvplan.engines.vllm.families.qwen4_exp_specs`)
 """
 
 from __future__ import annotations
