@@ -71,6 +71,7 @@ class Family:
     recurrent_layers: int = 0  # llama.cpp's recurrent log line counts every layer, not the recurrent ones
     tensors: list | None = None  # (name, shape) of each tensor, where llama.cpp cannot save the architecture
     sparse: bool = False  # zero weights left a hole in the file: a model at a real checkpoint's widths (many GB)
+    probe_experts: int = 0  # list the tensors for this many experts (the real count's would not fit in memory)
 
 
 def gguf_keys(arch: str, **keys) -> dict:
@@ -155,20 +156,27 @@ def olmo3() -> Family:
     return Family("olmo3 all-SWA", config, "olmo2", metadata, swa=(kv * dim, kv * dim))
 
 
-def deepseek2() -> Family:
-    hidden, layers, heads, rank, rope, nope, v = 512, 2, 8, 512, 64, 128, 128
+def deepseek2(name: str = "deepseek2 MLA", hidden: int = 512, heads: int = 8, q_rank: int = 256,
+              mla: tuple = (512, 64, 128, 128), ff: int = 1024, experts: tuple = (4, 2, 128),
+              layers: int = 2, sparse: bool = False, probe_experts: int = 0) -> Family:
+    """MLA (`mla`: latent, RoPE, nope and V head sizes, queries down-projected to `q_rank`, or projected whole where
+    it is 0), a dense MLP of `ff` on the first layer, `experts` (count, per token, width) beside a shared one on
+    the others."""
+    rank, rope, nope, v = mla
     config = hf("DeepseekV2ForCausalLM", "deepseek_v2", hidden_size=hidden, num_hidden_layers=layers,
-                num_attention_heads=heads, num_key_value_heads=heads, q_lora_rank=256, kv_lora_rank=rank,
-                qk_rope_head_dim=rope, qk_nope_head_dim=nope, v_head_dim=v, intermediate_size=1024,
-                moe_intermediate_size=128, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
-                first_k_dense_replace=1, moe_layer_freq=1, topk_method="greedy", n_group=1, topk_group=1)
-    metadata = gguf_keys("deepseek2", **attention_keys(hidden, layers, heads, 1, rank + rope, 1024)
-                         | dict(attention__value_length=rank), attention__q_lora_rank=256,
+                num_attention_heads=heads, num_key_value_heads=heads, q_lora_rank=q_rank or None, kv_lora_rank=rank,
+                qk_rope_head_dim=rope, qk_nope_head_dim=nope, v_head_dim=v, intermediate_size=ff,
+                moe_intermediate_size=experts[2], n_routed_experts=experts[0], num_experts_per_tok=experts[1],
+                n_shared_experts=1, first_k_dense_replace=1, moe_layer_freq=1, topk_method="greedy", n_group=1,
+                topk_group=1)
+    metadata = gguf_keys("deepseek2", **attention_keys(hidden, layers, heads, 1, rank + rope, ff)
+                         | dict(attention__value_length=rank), attention__q_lora_rank=q_rank,
                          attention__key_length_mla=nope + rope,
                          attention__value_length_mla=v, attention__kv_lora_rank=rank, rope__dimension_count=rope,
-                         leading_dense_block_count=1, expert_count=4, expert_used_count=2, expert_shared_count=1,
-                         expert_feed_forward_length=128, expert_weights_scale=1.0)
-    return Family("deepseek2 MLA", config, "deepseek2", metadata, full=(rank + rope, 0))
+                         leading_dense_block_count=1, expert_count=experts[0], expert_used_count=experts[1],
+                         expert_shared_count=1, expert_feed_forward_length=experts[2], expert_weights_scale=1.0)
+    return Family(name, config, "deepseek2", metadata, full=(rank + rope, 0), sparse=sparse,
+                  probe_experts=probe_experts)
 
 
 def jamba() -> Family:
@@ -338,6 +346,10 @@ FAMILIES = {f.name: f for f in (
     # real checkpoints' widths on few layers (model_specs/*.json; vocabulary 512, zero weights in a sparse file)
     kimi_linear("Kimi-Linear-48B widths", 2304, 32, 128, 9216, (512, 64, 128, 128), (256, 8, 1024), 2.446, True),
     qwen3moe("Qwen3-30B-A3B widths", 2048, 32, 4, 128, (128, 8, 768), sparse=True),
+    deepseek2("DeepSeek-V3 widths", 7168, 128, 1536, (512, 64, 128, 128), 18432, (256, 8, 2048), sparse=True,
+              probe_experts=16),
+    deepseek2("DeepSeek-V2-Lite widths", 2048, 16, 0, (512, 64, 128, 128), 10944, (64, 6, 1408), sparse=True),
+    deepseek2("deepseek2 MLA 1024", 1024, 16, 384, (256, 32, 64, 64), 2048, (8, 2, 256)),
     llama("dense GQA", 2048, 16, 4, 128, 5632, vocab=32000), llama("MQA", 1024, 8, 1, 128, 2816),
     llama("head 80", 640, 8, 8, 80, 1024), llama("draft", 512, 8, 2, 64, 1024, vocab=32000), gemma2(), gemma3(),
     gpt_oss(), olmo3(), deepseek2(), jamba(),
@@ -462,6 +474,14 @@ CASES = [
     *(Case(name, 8192, ubatch=256, gguf=True) for name in ("Kimi-Linear-48B widths", "Qwen3-30B-A3B widths")),
     Case("Kimi-Linear-48B widths", 4096, seqs=2, flash_attn="off", gguf=True),
     Case("Qwen3-30B-A3B widths", 4096, ubatch=1024, batch=1024, gguf=True),
+    # MLA's queries absorbed into the latent (src/models/deepseek2.cpp), at another width and at DeepSeek's own
+    Case("deepseek2 MLA 1024", 8192), Case("deepseek2 MLA 1024", 8192, ubatch=256),
+    Case("deepseek2 MLA 1024", 4096, ubatch=1024, batch=1024),
+    Case("deepseek2 MLA 1024", 4096, seqs=2, flash_attn="off"),
+    *(Case(name, 8192, gguf=True) for name in ("DeepSeek-V3 widths", "DeepSeek-V2-Lite widths")),
+    Case("DeepSeek-V3 widths", 8192, ubatch=256, gguf=True),
+    *(Case(name, 4096, seqs=2, flash_attn="off", gguf=True) for name in ("DeepSeek-V3 widths",
+                                                                           "DeepSeek-V2-Lite widths")),
 ]
 
 
@@ -548,7 +568,10 @@ def tensors_wanted(meta_path):
     return [(t.name, [int(n) for n in t.shape]) for t in gguf.GGUFReader(meta_path + ".saved").tensors]
 
 
-if args["mode"] == "build":
+if args["mode"] == "tensors":
+    write_gguf(args["path"] + ".meta", args["arch"], args["metadata"])
+    print("ORACLE " + json.dumps({"tensors": tensors_wanted(args["path"] + ".meta")}), flush=True)
+elif args["mode"] == "build":
     write_gguf(args["path"] + ".meta", args["arch"], args["metadata"])
     tensors = args.get("tensors") or tensors_wanted(args["path"] + ".meta")
     write_gguf(args["path"], args["arch"], args["metadata"], tensors,
@@ -596,8 +619,15 @@ def build(python: str, family: Family, directory: Path) -> Path:
     """The family's GGUF (random weights; zero weights in a sparse file for a `sparse` family) and config.json, in
     `directory`."""
     path = directory / "model.gguf"
+    tensors = family.tensors
+    if family.probe_experts:  # llama.cpp's loader makes (allocates) every tensor: list them for fewer experts
+        count, key = family.metadata[f"{family.arch}.expert_count"], f"{family.arch}.expert_count"
+        probe = child(python, {"mode": "tensors", "path": str(directory / "probe.gguf"), "arch": family.arch,
+                               "metadata": family.metadata | {key: family.probe_experts}})["tensors"]
+        tensors = [(name, [count if n == family.probe_experts and re.search("exp|gate_inp", name) else n
+                           for n in shape]) for name, shape in probe]
     built = child(python, {"mode": "build", "path": str(path), "arch": family.arch, "metadata": family.metadata,
-                           "tensors": family.tensors, "sparse": family.sparse})
+                           "tensors": tensors, "sparse": family.sparse})
     if "error" in built:
         raise RuntimeError(f"llama.cpp's loader refused the {family.name} metadata: {built['error'][-300:]}")
     (directory / "config.json").write_text(json.dumps(family.config), encoding="utf-8")

@@ -113,7 +113,8 @@ class LlamaCppGraph:
                 (f32 without), and the cell indices its K and V are written to (8 B each; without flash attention
                 V is written transposed, T x the V row's elements)
         layer   4 T x the largest of
-                  attention: 4 E + h x Dv (MLA: h x (Dk + Dv), its queries absorbed into the latent), and without
+                  attention: 4 E + h x Dv (MLA: h x (Dk + Dv), its queries absorbed into the latent; and before
+                             them the queries' moment, `mla_query_width`), and without
                              flash attention the scores, h x n_kv; where --flash-attn auto turned it off after the
                              cache was made untransposed, a transposed copy of V, n_kv x its row (derived: the CPU
                              backend never turns it off)
@@ -159,6 +160,7 @@ class LlamaCppGraph:
             else:
                 width = sum(heads) if r.cache.kind == "mla" else heads[1]
                 self.attention.append((width, getattr(r.cache, "kv_heads", 1) * heads[1], r.kind in WINDOWED))
+        self.mla_query = self.mla_query_width(model)
 
     def bytes(self, context: LlamaCppContext, flash_attn: bool, cells: list[int], v_copy: int = 0,
               outputs: int | None = None) -> int:
@@ -173,13 +175,48 @@ class LlamaCppGraph:
                 continue
             width, v_row, sliding = row
             caches[sliding] = (n_kv, max(v_row, caches.get(sliding, (0, 0))[1]))
-            attention = 4 * self.hidden + self.heads * (width + (0 if flash_attn else n_kv))
+            attention = max(4 * self.hidden + self.heads * (width + (0 if flash_attn else n_kv)), self.mla_query)
             layer = max(layer, 4 * tokens * attention + n_kv * v_row * v_copy)
         inputs = 3 * tokens * 4 + sum(n_kv * tokens * (2 if flash_attn else 4) + tokens * 8 * (2 if flash_attn else
                                                                                             1 + v_row)
                                       for n_kv, v_row in caches.values())
         output = self.vocab + (2 if flash_attn else 3) * self.hidden
         return max(self.family_peak(tokens, inputs, layer), 4 * min(tokens, outputs or tokens) * output)
+
+    @staticmethod
+    def mla_query_width(model: ModelSpec) -> int:
+        """f32 values a token the widest MLA layer's moment holds while llama.cpp absorbs its queries into the
+        latent (src/models/deepseek2.cpp, kimi-linear.cpp; the blocks read off ggml-alloc's allocation trace), with
+        h heads, L the latent, R its RoPE part, N + R the query head (query_head_dim), Dv the value head, Q the
+        queries' down-projection (q_lora_rank): q, h (N + R); its nope part absorbed (q_nope_absorbed, h L); its
+        RoPE part (q_pe, h R); and the query attention reads (Qcur, h (L + R), the two concatenated). Qcur does
+        not fit in the block q frees, so they stack above the residual stream and the layer's input norm:
+          first layer   3 E + Q (the embeddings, twice, and the norm; q's down-projection) + all four
+          after MoE     4 E + all four
+          after a dense MLP  4 E + h Dv: the residual stream sits above the previous layer's attention output
+                        and its projection, a block of E + h Dv that takes q's down-projection and q where both
+                        fit (Q + h (N + R) <= E + h Dv), and q_pe where what is left holds it.
+        With flash attention this moment, not the attention's (Qcur beside its output), is the layer's peak."""
+        w, heads = model.widths, model.num_attention_heads
+        mla = [c for c in model.caches if c.kind == "mla"]
+        if not mla:
+            return 0
+        latent, rope = mla[0].latent_dim, mla[0].rope_dim
+        q, q_pe = heads * (w.query_head_dim or latent + rope), heads * rope
+        absorbed, qcur = heads * latent, heads * (latent + rope)
+        dense = set(w.dense_layers) if w.experts_per_token else set(range(model.num_layers))
+        moments = []
+        for kind in {"first" if c.layer == 0 else "dense" if c.layer - 1 in dense else "moe" for c in mla}:
+            if kind == "dense":
+                block = w.hidden + heads * w.value_head_dim
+                q_fits = w.query_rank + q <= block
+                left = block - w.query_rank - q if q_fits else block
+                moments.append(4 * w.hidden + heads * w.value_head_dim + (0 if q_fits else q) + absorbed + qcur
+                               + (0 if q_pe <= left else q_pe))
+            else:
+                below = 3 * w.hidden + w.query_rank if kind == "first" else 4 * w.hidden
+                moments.append(below + q + absorbed + q_pe + qcur)
+        return max(moments)
 
     @staticmethod
     def routed_experts_width(w, attention_output: int) -> int:
