@@ -195,28 +195,33 @@ def jamba() -> Family:
                   recurrent=((d_conv - 1) * inner, d_state * inner), recurrent_layers=layers - 1)
 
 
-def gated_deltanet(name: str, architecture: str, model_type: str, arch: str, moe: bool) -> Family:
-    hidden, layers, heads, kv, dim = 512, 4, 8, 2, 128
-    k_heads, v_heads, k_dim, v_dim, kernel = 4, 8, 64, 64, 4
+def gated_deltanet(name: str, architecture: str, model_type: str, arch: str, experts: tuple = (),
+                   hidden: int = 512, heads: int = 8, kv: int = 2, dim: int = 128, ff: int = 1024,
+                   linear: tuple = (4, 8, 64, 64), sparse: bool = False) -> Family:
+    """Gated DeltaNet on layers 0-2 (`linear`: key heads, value heads, key and value head sizes), attention on layer
+    3; a dense MLP of `ff`, or `experts` (count, per token, width, the shared expert's width)."""
+    layers, kernel = 4, 4
+    k_heads, v_heads, k_dim, v_dim = linear
     fields = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
-                  head_dim=dim, intermediate_size=1024, full_attention_interval=4, linear_conv_kernel_dim=kernel,
+                  head_dim=dim, intermediate_size=ff, full_attention_interval=4, linear_conv_kernel_dim=kernel,
                   linear_key_head_dim=k_dim, linear_value_head_dim=v_dim, linear_num_key_heads=k_heads,
                   linear_num_value_heads=v_heads, partial_rotary_factor=0.25,
                   layer_types=["linear_attention"] * (layers - 1) + ["full_attention"])
     keys = dict(ssm__conv_kernel=kernel, ssm__state_size=k_dim, ssm__group_count=k_heads,
                 ssm__time_step_rank=v_heads, ssm__inner_size=v_dim * v_heads, full_attention_interval=4,
                 rope__dimension_count=dim // 4)
-    if moe:
-        fields |= dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
-                       shared_expert_intermediate_size=128, decoder_sparse_step=1, mlp_only_layers=[])
-        keys |= dict(expert_count=4, expert_used_count=2, expert_feed_forward_length=128,
-                     expert_shared_feed_forward_length=128)
-    else:
+    if experts:
+        fields |= dict(num_experts=experts[0], num_experts_per_tok=experts[1], moe_intermediate_size=experts[2],
+                       shared_expert_intermediate_size=experts[3], decoder_sparse_step=1, mlp_only_layers=[])
+        keys |= dict(expert_count=experts[0], expert_used_count=experts[1], expert_feed_forward_length=experts[2],
+                     expert_shared_feed_forward_length=experts[3])
+    if arch.startswith("qwen35"):
         keys |= dict(rope__dimension_sections=[11, 11, 10, 0])
-    metadata = gguf_keys(arch, **attention_keys(hidden, layers, heads, kv, dim, 1024), **keys)
+    metadata = gguf_keys(arch, **attention_keys(hidden, layers, heads, kv, dim, ff), **keys)
     inner = v_dim * v_heads
     return Family(name, hf(architecture, model_type, **fields), arch, metadata, full=(kv * dim, kv * dim),
-                  recurrent=((kernel - 1) * (inner + 2 * k_heads * k_dim), k_dim * inner), recurrent_layers=layers - 1)
+                  recurrent=((kernel - 1) * (inner + 2 * k_heads * k_dim), k_dim * inner), recurrent_layers=layers - 1,
+                  sparse=sparse)
 
 
 def nemotron_h() -> Family:
@@ -353,8 +358,13 @@ FAMILIES = {f.name: f for f in (
     llama("dense GQA", 2048, 16, 4, 128, 5632, vocab=32000), llama("MQA", 1024, 8, 1, 128, 2816),
     llama("head 80", 640, 8, 8, 80, 1024), llama("draft", 512, 8, 2, 64, 1024, vocab=32000), gemma2(), gemma3(),
     gpt_oss(), olmo3(), deepseek2(), jamba(),
-    gated_deltanet("qwen3next", "Qwen3NextForCausalLM", "qwen3_next", "qwen3next", moe=True),
-    gated_deltanet("qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text", "qwen35", moe=False),
+    gated_deltanet("qwen3next", "Qwen3NextForCausalLM", "qwen3_next", "qwen3next", (4, 2, 128, 128)),
+    gated_deltanet("qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text", "qwen35"),
+    # real checkpoints' widths (model_specs/Qwen__Qwen3.5-27B.json, Qwen__Qwen3.5-35B-A3B.json)
+    gated_deltanet("Qwen3.5-27B widths", "Qwen3_5ForCausalLM", "qwen3_5_text", "qwen35", hidden=5120, heads=24,
+                   kv=4, dim=256, ff=17408, linear=(16, 48, 128, 128), sparse=True),
+    gated_deltanet("Qwen3.5-35B-A3B widths", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", "qwen35moe",
+                   (256, 8, 512, 512), hidden=2048, heads=16, kv=2, dim=256, linear=(16, 32, 128, 128), sparse=True),
     nemotron_h(), mamba())}
 
 
@@ -413,6 +423,7 @@ def sliding(family: str) -> list[Case]:
             Case(family, 4096, seqs=4, swa_full=True), Case(family, 8192, flash_attn="off")]
 
 
+QWEN35_WIDTHS = ("Qwen3.5-27B widths", "Qwen3.5-35B-A3B widths")
 CASES = [
     # dense: the compute buffer with and without flash attention at several n_ctx; unified vs per-slot scores
     Case("dense GQA", 4096), Case("dense GQA", 16384), Case("dense GQA", 4096, flash_attn="off"),
@@ -482,6 +493,11 @@ CASES = [
     Case("DeepSeek-V3 widths", 8192, ubatch=256, gguf=True),
     *(Case(name, 4096, seqs=2, flash_attn="off", gguf=True) for name in ("DeepSeek-V3 widths",
                                                                            "DeepSeek-V2-Lite widths")),
+    # Gated DeltaNet's states (n_rs_seq rollback rows) at Qwen3.5's real widths
+    *(Case(name, 4096, seqs=2, gguf=True) for name in QWEN35_WIDTHS),
+    *(Case(name, 4096, seqs=4, rs_seq=3, gguf=True) for name in QWEN35_WIDTHS),
+    *(Case(name, 8192, ubatch=256, gguf=True) for name in QWEN35_WIDTHS),
+    *(Case(name, 4096, seqs=2, flash_attn="off", gguf=True) for name in QWEN35_WIDTHS),
 ]
 
 
