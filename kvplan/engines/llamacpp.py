@@ -114,7 +114,8 @@ class LlamaCppGraph:
                 V is written transposed, T x the V row's elements)
         layer   4 T x the largest of
                   attention: 4 E + h x Dv (MLA: h x (Dk + Dv), its queries absorbed into the latent; and before
-                             them the queries' moment, `mla_query_width`), and without
+                             them the queries' moment, `mla_query_width`; with a gated query projection,
+                             `GATED_QUERY`, at least 4 E + 3 h x Dv), and without
                              flash attention the scores, h x n_kv; where --flash-attn auto turned it off after the
                              cache was made untransposed, a transposed copy of V, n_kv x its row (derived: the CPU
                              backend never turns it off)
@@ -157,7 +158,8 @@ class LlamaCppGraph:
         self.attention = []
         for r in table:
             heads = head_sizes(r.cache)
-            if r.kind == "recurrent" and r.cache.mixer == "gated_deltanet" and r.cache.conv_kernel:
+            if r.kind == "recurrent" and r.cache.mixer == "gated_deltanet" and r.cache.conv_kernel \
+                    and r.cache.state_size:
                 self.delta_nets.append(r.cache)
             elif r.kind == "recurrent":
                 self.layer = max(self.layer, self.recurrent_width(r.cache))
@@ -258,7 +260,7 @@ class LlamaCppGraph:
         the convolution's output, beside the states read (n_seq x S), Q and K (C - Hv x Dv a token) and the gate
         and beta (2 H a token), which took the projection's block."""
         hidden, channels, state = self.hidden, cache.conv_elements // (cache.conv_kernel - 1), cache.ssm_elements
-        values = state // cache.state_size if cache.state_size else channels // 3
+        values = state // cache.state_size
         conv_input = channels * (tokens + (cache.conv_kernel - 1) * n_seq)
         result = values * tokens + n_seq * state_rows * state
         moment = 3 * hidden * tokens + 2 * channels * tokens + conv_input
