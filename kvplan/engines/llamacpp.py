@@ -170,7 +170,7 @@ class LlamaCppGraph:
             else:
                 width = sum(heads) if r.cache.kind == "mla" else heads[1]
                 self.attention.append((width, getattr(r.cache, "kv_heads", 1) * heads[1], r.kind in WINDOWED))
-        self.mla_query = self.mla_query_width(model)
+        self.mla_query = self.mla_query_width(model) if any(r.cache.kind == "mla" for r in table) else 0
 
     def bytes(self, context: LlamaCppContext, flash_attn: bool, cells: list[int], v_copy: int = 0,
               outputs: int | None = None, state_rows: int = 1) -> int:
@@ -212,8 +212,6 @@ class LlamaCppGraph:
         With flash attention this moment, not the attention's (Qcur beside its output), is the layer's peak."""
         w, heads = model.widths, model.num_attention_heads
         mla = [c for c in model.caches if c.kind == "mla"]
-        if not mla:
-            return 0
         latent, rope = mla[0].latent_dim, mla[0].rope_dim
         q, q_pe = heads * (w.query_head_dim or latent + rope), heads * rope
         absorbed, qcur = heads * latent, heads * (latent + rope)
