@@ -71,6 +71,7 @@ class Family:
     recurrent_layers: int = 0  # llama.cpp's recurrent log line counts every layer, not the recurrent ones
     tensors: list | None = None  # (name, shape) of each tensor, where llama.cpp cannot save the architecture
     sparse: bool = False  # zero weights left a hole in the file: a model at a real checkpoint's widths (many GB)
+    probe_experts: int = 0  # list the tensors for this many experts (the real count's would not fit in memory)
 
 
 def gguf_keys(arch: str, **keys) -> dict:
@@ -155,20 +156,27 @@ def olmo3() -> Family:
     return Family("olmo3 all-SWA", config, "olmo2", metadata, swa=(kv * dim, kv * dim))
 
 
-def deepseek2() -> Family:
-    hidden, layers, heads, rank, rope, nope, v = 512, 2, 8, 512, 64, 128, 128
+def deepseek2(name: str = "deepseek2 MLA", hidden: int = 512, heads: int = 8, q_rank: int = 256,
+              mla: tuple = (512, 64, 128, 128), ff: int = 1024, experts: tuple = (4, 2, 128),
+              layers: int = 2, sparse: bool = False, probe_experts: int = 0) -> Family:
+    """MLA (`mla`: latent, RoPE, nope and V head sizes, queries down-projected to `q_rank`, or projected whole where
+    it is 0), a dense MLP of `ff` on the first layer, `experts` (count, per token, width) beside a shared one on
+    the others."""
+    rank, rope, nope, v = mla
     config = hf("DeepseekV2ForCausalLM", "deepseek_v2", hidden_size=hidden, num_hidden_layers=layers,
-                num_attention_heads=heads, num_key_value_heads=heads, q_lora_rank=256, kv_lora_rank=rank,
-                qk_rope_head_dim=rope, qk_nope_head_dim=nope, v_head_dim=v, intermediate_size=1024,
-                moe_intermediate_size=128, n_routed_experts=4, num_experts_per_tok=2, n_shared_experts=1,
-                first_k_dense_replace=1, moe_layer_freq=1, topk_method="greedy", n_group=1, topk_group=1)
-    metadata = gguf_keys("deepseek2", **attention_keys(hidden, layers, heads, 1, rank + rope, 1024)
-                         | dict(attention__value_length=rank), attention__q_lora_rank=256,
+                num_attention_heads=heads, num_key_value_heads=heads, q_lora_rank=q_rank or None, kv_lora_rank=rank,
+                qk_rope_head_dim=rope, qk_nope_head_dim=nope, v_head_dim=v, intermediate_size=ff,
+                moe_intermediate_size=experts[2], n_routed_experts=experts[0], num_experts_per_tok=experts[1],
+                n_shared_experts=1, first_k_dense_replace=1, moe_layer_freq=1, topk_method="greedy", n_group=1,
+                topk_group=1)
+    metadata = gguf_keys("deepseek2", **attention_keys(hidden, layers, heads, 1, rank + rope, ff)
+                         | dict(attention__value_length=rank), attention__q_lora_rank=q_rank,
                          attention__key_length_mla=nope + rope,
                          attention__value_length_mla=v, attention__kv_lora_rank=rank, rope__dimension_count=rope,
-                         leading_dense_block_count=1, expert_count=4, expert_used_count=2, expert_shared_count=1,
-                         expert_feed_forward_length=128, expert_weights_scale=1.0)
-    return Family("deepseek2 MLA", config, "deepseek2", metadata, full=(rank + rope, 0))
+                         leading_dense_block_count=1, expert_count=experts[0], expert_used_count=experts[1],
+                         expert_shared_count=1, expert_feed_forward_length=experts[2], expert_weights_scale=1.0)
+    return Family(name, config, "deepseek2", metadata, full=(rank + rope, 0), sparse=sparse,
+                  probe_experts=probe_experts)
 
 
 def jamba() -> Family:
@@ -187,28 +195,33 @@ def jamba() -> Family:
                   recurrent=((d_conv - 1) * inner, d_state * inner), recurrent_layers=layers - 1)
 
 
-def gated_deltanet(name: str, architecture: str, model_type: str, arch: str, moe: bool) -> Family:
-    hidden, layers, heads, kv, dim = 512, 4, 8, 2, 128
-    k_heads, v_heads, k_dim, v_dim, kernel = 4, 8, 64, 64, 4
+def gated_deltanet(name: str, architecture: str, model_type: str, arch: str, experts: tuple = (),
+                   hidden: int = 512, heads: int = 8, kv: int = 2, dim: int = 128, ff: int = 1024,
+                   linear: tuple = (4, 8, 64, 64), sparse: bool = False) -> Family:
+    """Gated DeltaNet on layers 0-2 (`linear`: key heads, value heads, key and value head sizes), attention on layer
+    3; a dense MLP of `ff`, or `experts` (count, per token, width, the shared expert's width)."""
+    layers, kernel = 4, 4
+    k_heads, v_heads, k_dim, v_dim = linear
     fields = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv,
-                  head_dim=dim, intermediate_size=1024, full_attention_interval=4, linear_conv_kernel_dim=kernel,
+                  head_dim=dim, intermediate_size=ff, full_attention_interval=4, linear_conv_kernel_dim=kernel,
                   linear_key_head_dim=k_dim, linear_value_head_dim=v_dim, linear_num_key_heads=k_heads,
                   linear_num_value_heads=v_heads, partial_rotary_factor=0.25,
                   layer_types=["linear_attention"] * (layers - 1) + ["full_attention"])
     keys = dict(ssm__conv_kernel=kernel, ssm__state_size=k_dim, ssm__group_count=k_heads,
                 ssm__time_step_rank=v_heads, ssm__inner_size=v_dim * v_heads, full_attention_interval=4,
                 rope__dimension_count=dim // 4)
-    if moe:
-        fields |= dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=128,
-                       shared_expert_intermediate_size=128, decoder_sparse_step=1, mlp_only_layers=[])
-        keys |= dict(expert_count=4, expert_used_count=2, expert_feed_forward_length=128,
-                     expert_shared_feed_forward_length=128)
-    else:
+    if experts:
+        fields |= dict(num_experts=experts[0], num_experts_per_tok=experts[1], moe_intermediate_size=experts[2],
+                       shared_expert_intermediate_size=experts[3], decoder_sparse_step=1, mlp_only_layers=[])
+        keys |= dict(expert_count=experts[0], expert_used_count=experts[1], expert_feed_forward_length=experts[2],
+                     expert_shared_feed_forward_length=experts[3])
+    if arch.startswith("qwen35"):
         keys |= dict(rope__dimension_sections=[11, 11, 10, 0])
-    metadata = gguf_keys(arch, **attention_keys(hidden, layers, heads, kv, dim, 1024), **keys)
+    metadata = gguf_keys(arch, **attention_keys(hidden, layers, heads, kv, dim, ff), **keys)
     inner = v_dim * v_heads
     return Family(name, hf(architecture, model_type, **fields), arch, metadata, full=(kv * dim, kv * dim),
-                  recurrent=((kernel - 1) * (inner + 2 * k_heads * k_dim), k_dim * inner), recurrent_layers=layers - 1)
+                  recurrent=((kernel - 1) * (inner + 2 * k_heads * k_dim), k_dim * inner), recurrent_layers=layers - 1,
+                  sparse=sparse)
 
 
 def nemotron_h() -> Family:
@@ -338,11 +351,20 @@ FAMILIES = {f.name: f for f in (
     # real checkpoints' widths on few layers (model_specs/*.json; vocabulary 512, zero weights in a sparse file)
     kimi_linear("Kimi-Linear-48B widths", 2304, 32, 128, 9216, (512, 64, 128, 128), (256, 8, 1024), 2.446, True),
     qwen3moe("Qwen3-30B-A3B widths", 2048, 32, 4, 128, (128, 8, 768), sparse=True),
+    deepseek2("DeepSeek-V3 widths", 7168, 128, 1536, (512, 64, 128, 128), 18432, (256, 8, 2048), sparse=True,
+              probe_experts=16),
+    deepseek2("DeepSeek-V2-Lite widths", 2048, 16, 0, (512, 64, 128, 128), 10944, (64, 6, 1408), sparse=True),
+    deepseek2("deepseek2 MLA 1024", 1024, 16, 384, (256, 32, 64, 64), 2048, (8, 2, 256)),
     llama("dense GQA", 2048, 16, 4, 128, 5632, vocab=32000), llama("MQA", 1024, 8, 1, 128, 2816),
     llama("head 80", 640, 8, 8, 80, 1024), llama("draft", 512, 8, 2, 64, 1024, vocab=32000), gemma2(), gemma3(),
     gpt_oss(), olmo3(), deepseek2(), jamba(),
-    gated_deltanet("qwen3next", "Qwen3NextForCausalLM", "qwen3_next", "qwen3next", moe=True),
-    gated_deltanet("qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text", "qwen35", moe=False),
+    gated_deltanet("qwen3next", "Qwen3NextForCausalLM", "qwen3_next", "qwen3next", (4, 2, 128, 128)),
+    gated_deltanet("qwen35", "Qwen3_5ForCausalLM", "qwen3_5_text", "qwen35"),
+    # real checkpoints' widths (model_specs/Qwen__Qwen3.5-27B.json, Qwen__Qwen3.5-35B-A3B.json)
+    gated_deltanet("Qwen3.5-27B widths", "Qwen3_5ForCausalLM", "qwen3_5_text", "qwen35", hidden=5120, heads=24,
+                   kv=4, dim=256, ff=17408, linear=(16, 48, 128, 128), sparse=True),
+    gated_deltanet("Qwen3.5-35B-A3B widths", "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", "qwen35moe",
+                   (256, 8, 512, 512), hidden=2048, heads=16, kv=2, dim=256, linear=(16, 32, 128, 128), sparse=True),
     nemotron_h(), mamba())}
 
 
@@ -401,6 +423,7 @@ def sliding(family: str) -> list[Case]:
             Case(family, 4096, seqs=4, swa_full=True), Case(family, 8192, flash_attn="off")]
 
 
+QWEN35_WIDTHS = ("Qwen3.5-27B widths", "Qwen3.5-35B-A3B widths")
 CASES = [
     # dense: the compute buffer with and without flash attention at several n_ctx; unified vs per-slot scores
     Case("dense GQA", 4096), Case("dense GQA", 16384), Case("dense GQA", 4096, flash_attn="off"),
@@ -462,6 +485,19 @@ CASES = [
     *(Case(name, 8192, ubatch=256, gguf=True) for name in ("Kimi-Linear-48B widths", "Qwen3-30B-A3B widths")),
     Case("Kimi-Linear-48B widths", 4096, seqs=2, flash_attn="off", gguf=True),
     Case("Qwen3-30B-A3B widths", 4096, ubatch=1024, batch=1024, gguf=True),
+    # MLA's queries absorbed into the latent (src/models/deepseek2.cpp), at another width and at DeepSeek's own
+    Case("deepseek2 MLA 1024", 8192), Case("deepseek2 MLA 1024", 8192, ubatch=256),
+    Case("deepseek2 MLA 1024", 4096, ubatch=1024, batch=1024),
+    Case("deepseek2 MLA 1024", 4096, seqs=2, flash_attn="off"),
+    *(Case(name, 8192, gguf=True) for name in ("DeepSeek-V3 widths", "DeepSeek-V2-Lite widths")),
+    Case("DeepSeek-V3 widths", 8192, ubatch=256, gguf=True),
+    *(Case(name, 4096, seqs=2, flash_attn="off", gguf=True) for name in ("DeepSeek-V3 widths",
+                                                                           "DeepSeek-V2-Lite widths")),
+    # Gated DeltaNet's states (n_rs_seq rollback rows) at Qwen3.5's real widths
+    *(Case(name, 4096, seqs=2, gguf=True) for name in QWEN35_WIDTHS),
+    *(Case(name, 4096, seqs=4, rs_seq=3, gguf=True) for name in QWEN35_WIDTHS),
+    *(Case(name, 8192, ubatch=256, gguf=True) for name in QWEN35_WIDTHS),
+    *(Case(name, 4096, seqs=2, flash_attn="off", gguf=True) for name in QWEN35_WIDTHS),
 ]
 
 
@@ -548,7 +584,10 @@ def tensors_wanted(meta_path):
     return [(t.name, [int(n) for n in t.shape]) for t in gguf.GGUFReader(meta_path + ".saved").tensors]
 
 
-if args["mode"] == "build":
+if args["mode"] == "tensors":
+    write_gguf(args["path"] + ".meta", args["arch"], args["metadata"])
+    print("ORACLE " + json.dumps({"tensors": tensors_wanted(args["path"] + ".meta")}), flush=True)
+elif args["mode"] == "build":
     write_gguf(args["path"] + ".meta", args["arch"], args["metadata"])
     tensors = args.get("tensors") or tensors_wanted(args["path"] + ".meta")
     write_gguf(args["path"], args["arch"], args["metadata"], tensors,
@@ -596,8 +635,15 @@ def build(python: str, family: Family, directory: Path) -> Path:
     """The family's GGUF (random weights; zero weights in a sparse file for a `sparse` family) and config.json, in
     `directory`."""
     path = directory / "model.gguf"
+    tensors = family.tensors
+    if family.probe_experts:  # llama.cpp's loader makes (allocates) every tensor: list them for fewer experts
+        count, key = family.metadata[f"{family.arch}.expert_count"], f"{family.arch}.expert_count"
+        probe = child(python, {"mode": "tensors", "path": str(directory / "probe.gguf"), "arch": family.arch,
+                               "metadata": family.metadata | {key: family.probe_experts}})["tensors"]
+        tensors = [(name, [count if n == family.probe_experts and re.search("exp|gate_inp", name) else n
+                           for n in shape]) for name, shape in probe]
     built = child(python, {"mode": "build", "path": str(path), "arch": family.arch, "metadata": family.metadata,
-                           "tensors": family.tensors, "sparse": family.sparse})
+                           "tensors": tensors, "sparse": family.sparse})
     if "error" in built:
         raise RuntimeError(f"llama.cpp's loader refused the {family.name} metadata: {built['error'][-300:]}")
     (directory / "config.json").write_text(json.dumps(family.config), encoding="utf-8")

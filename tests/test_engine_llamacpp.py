@@ -283,6 +283,19 @@ def test_compute_buffer_of_llama_3_8b():
     assert plan(LLAMA, 8192, flash_attn="off").engine_activation_bytes_for_users == 282_624 * 512 * 4 + inputs
 
 
+def test_compute_buffer_of_deepseek_v3():
+    """MLA with flash attention (`LlamaCppGraph.mla_query_width`): DeepSeek-V3's peak is the moment a layer after a
+    dense one absorbs its queries into the latent, 128 heads: q (192), q_nope_absorbed (512) and Qcur (576)
+    stacked above the residual stream, which lies above the previous layer's attention output (128), beside 4 E
+    (7,168): (4 x 7,168 + 128 x (128 + 192 + 512 + 576)) x 512 x 4 B, plus the inputs (an f16 mask of 8,192 x 512,
+    the ids and positions, cell indices). llama.cpp logged 416.01 MiB for a context of 8,192 at DeepSeek-V3's
+    widths on two layers (a dense one, then 256 experts; docs/accuracy.md): one layer's moment, whatever the
+    layer count, and one row of logits."""
+    figure = plan("deepseek-ai/DeepSeek-V3", 8192, flash_attn="on").engine_activation_bytes_for_users
+    assert figure == (4 * 7168 + 128 * (128 + 192 + 512 + 576)) * 512 * 4 + 8192 * 512 * 2 + 3 * 512 * 4 + 2 * 512 * 8
+    assert f"{figure / MiB:.2f}" == "416.01"
+
+
 @pytest.mark.parametrize(("users", "drafts", "rows"), [(1, 0, 1), (4, 0, 4), (4, 3, 16), (256, 7, 512)])
 def test_llama_server_reserves_logits_for_its_output_limit(tmp_path, users, drafts, rows):
     """llama-server sets n_outputs_max = min(-b, -np x (1 + draft tokens)) (`server_output_limits`,

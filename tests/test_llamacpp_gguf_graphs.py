@@ -1,7 +1,9 @@
 """The compute buffer of three llama.cpp graphs with terms of their own (Gemma 3n's per-layer inputs and AltUp
-streams, MiniMax-01's lightning attention, Kimi Linear's KDA), and of the routed experts' moment at two real
-checkpoints' widths (Kimi Linear 48B's and Qwen3-30B-A3B's, whose experts' outputs lie above their SwiGLU), against
-what llama.cpp itself logged.
+streams, MiniMax-01's lightning attention, Kimi Linear's KDA), of the routed experts' moment at two real
+checkpoints' widths (Kimi Linear 48B's and Qwen3-30B-A3B's, whose experts' outputs lie above their SwiGLU), and of
+DeepSeek's MLA with its queries absorbed into the latent (two small widths, DeepSeek-V3's and DeepSeek-V2-Lite's),
+and of Gated DeltaNet with the states it reads and writes, n_rs_seq rollback rows among them (Qwen3-Next's and
+Qwen3.5's small graphs, Qwen3.5-27B's and Qwen3.5-35B-A3B's widths), against what llama.cpp itself logged.
 
 The models are benchmarks/llamacpp_oracle.py's: its GGUF metadata, and the tensors llama.cpp's own loader creates
 for it (`llama_model_init_from_user`, saved by `llama_model_save_to_file`, read back by gguf-py; recorded in
@@ -46,6 +48,20 @@ LOGGED = [  # (context, MiB llama.cpp logged)
     (Case("Qwen3-30B-A3B widths", 4096, seqs=2, gguf=True), 96.01),
     (Case("Qwen3-30B-A3B widths", 8192, ubatch=256, gguf=True), 48.01),
     (Case("Qwen3-30B-A3B widths", 4096, ubatch=1024, batch=1024, gguf=True), 184.02),
+    (Case("deepseek2 MLA", 8192, gguf=True), 34.01),
+    (Case("deepseek2 MLA 1024", 8192, gguf=True), 36.01),
+    (Case("deepseek2 MLA 1024", 8192, ubatch=256, gguf=True), 18.00),
+    (Case("deepseek2 MLA 1024", 4096, ubatch=1024, batch=1024, gguf=True), 64.02),
+    (Case("DeepSeek-V3 widths", 8192, gguf=True), 416.01),
+    (Case("DeepSeek-V3 widths", 8192, ubatch=256, gguf=True), 208.00),
+    (Case("DeepSeek-V3 widths", 4096, seqs=2, flash_attn="off", gguf=True), 2472.01),
+    (Case("DeepSeek-V2-Lite widths", 8192, gguf=True), 88.13),
+    (Case("qwen3next", 4096, seqs=2, gguf=True), 18.01),
+    (Case("qwen35", 4096, seqs=3, rs_seq=5, gguf=True), 24.38),
+    (Case("Qwen3.5-27B widths", 4096, seqs=2, gguf=True), 140.02),
+    (Case("Qwen3.5-27B widths", 4096, seqs=4, rs_seq=3, gguf=True), 166.96),
+    (Case("Qwen3.5-27B widths", 8192, ubatch=256, gguf=True), 70.01),
+    (Case("Qwen3.5-35B-A3B widths", 4096, seqs=4, rs_seq=3, gguf=True), 120.39),
 ]
 
 

@@ -113,13 +113,16 @@ class LlamaCppGraph:
                 (f32 without), and the cell indices its K and V are written to (8 B each; without flash attention
                 V is written transposed, T x the V row's elements)
         layer   4 T x the largest of
-                  attention: 4 E + h x Dv (MLA: h x (Dk + Dv), its queries absorbed into the latent), and without
+                  attention: 4 E + h x Dv (MLA: h x (Dk + Dv), its queries absorbed into the latent; and before
+                             them the queries' moment, `mla_query_width`; with a gated query projection,
+                             `GATED_QUERY`, at least 4 E + 3 h x Dv), and without
                              flash attention the scores, h x n_kv; where --flash-attn auto turned it off after the
                              cache was made untransposed, a transposed copy of V, n_kv x its row (derived: the CPU
                              backend never turns it off)
                   MLP: 3 F + 3 E (gate, up, their product); routed experts: their moment, with R = top_k x F_e
                              (`routed_experts_width`)
-                  recurrent: Mamba E + 6 C, Gated DeltaNet 5 C, with C the channels of its convolution
+                  recurrent: Mamba E + 6 C, with C the channels of its convolution; Gated DeltaNet: its moment
+                             beside the states it reads and writes (`delta_net_bytes`)
         output  4 T x (V + 2 E) (the logits and the normed hidden state; 3 E without flash attention), after the
                 inputs are freed
     Three graphs hold more (`family_peak`): Gemma 3n's per-layer inputs and AltUp streams, MiniMax-01's lightning
@@ -129,7 +132,10 @@ class LlamaCppGraph:
     backend's "compute buffer size" log, which kvplan matches within the errors docs/accuracy.md shows. CUDA
     builds the same graph (and keeps the inputs in a host buffer), so its figure is derived, not measured."""
 
-    RECURRENT = {"mamba": (1, 6), "mamba2": (1, 6), "gated_deltanet": (0, 5)}  # mixer -> (x E, x C)
+    RECURRENT = {"mamba": (1, 6), "mamba2": (1, 6)}  # mixer -> (x E, x C)
+    # graphs whose one query projection holds the queries and their output gate (src/models/qwen3next.cpp,
+    # qwen35.cpp, qwen35moe.cpp: Qcur_full, 2 x h x d a token)
+    GATED_QUERY = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"})
     GEMMA3N = frozenset({"gemma3n", "gemma3n_text"})
     GEMMA3N_ALTUP, GEMMA3N_PER_LAYER = 4, 256  # llama_hparams n_altup, n_embd_altup (src/llama-hparams.h)
 
@@ -140,17 +146,22 @@ class LlamaCppGraph:
         self.heads = model.num_attention_heads
         self.layers = model.num_layers
         self.gemma3n = model.architecture in self.GEMMA3N
+        self.gated_query = model.architecture in self.GATED_QUERY
         # the attention's output, heads x V head (MLA: its v_head_dim), before the output projection
         values = [w.value_head_dim] if w.value_head_dim else [
             head_sizes(c)[1] for c in distinct_caches(model.caches) if head_sizes(c)]
         self.layer = max(3 * w.hidden + 3 * w.mlp_intermediate,
                          self.routed_experts_width(w, self.heads * max(values, default=0)))
         self.lightning = 0  # a lightning-attention layer's state, d x d x h (MiniMax-01)
+        self.delta_nets = []  # the Gated DeltaNet layers' caches (`delta_net_bytes`)
         # per attention row: (per-head width of its attention moment, V row elements, sliding?); None: indexer keys
         self.attention = []
         for r in table:
             heads = head_sizes(r.cache)
-            if r.kind == "recurrent":
+            if r.kind == "recurrent" and r.cache.mixer == "gated_deltanet" and r.cache.conv_kernel \
+                    and r.cache.state_size:
+                self.delta_nets.append(r.cache)
+            elif r.kind == "recurrent":
                 self.layer = max(self.layer, self.recurrent_width(r.cache))
                 if r.cache.mixer == "lightning":
                     self.lightning = r.cache.ssm_elements
@@ -159,27 +170,64 @@ class LlamaCppGraph:
             else:
                 width = sum(heads) if r.cache.kind == "mla" else heads[1]
                 self.attention.append((width, getattr(r.cache, "kv_heads", 1) * heads[1], r.kind in WINDOWED))
+        self.mla_query = self.mla_query_width(model) if any(r.cache.kind == "mla" for r in table) else 0
 
     def bytes(self, context: LlamaCppContext, flash_attn: bool, cells: list[int], v_copy: int = 0,
-              outputs: int | None = None) -> int:
+              outputs: int | None = None, state_rows: int = 1) -> int:
         """`cells`: the cells per stream of each attention row's cache; `v_copy`: the bytes per element of a
         transposed copy of V each layer makes (0: none); `outputs`: the context's n_outputs_max where it is set
-        below the micro-batch (the graph is reserved with min(T, n_outputs_max) outputs)."""
+        below the micro-batch (the graph is reserved with min(T, n_outputs_max) outputs); `state_rows`: the
+        recurrent state's rows a sequence, 1 + n_rs_seq."""
         tokens = cdiv(min(context.n_ctx, context.n_ubatch), context.n_seq) * context.n_seq
         caches: dict[bool, tuple[int, int]] = {}  # sliding? -> (n_kv, widest V row)
-        layer = 4 * tokens * self.layer
+        layer = max([4 * tokens * self.layer] + [self.delta_net_bytes(c, tokens, context.n_seq, state_rows)
+                                                 for c in self.delta_nets])
         for row, n_kv in zip(self.attention, cells, strict=True):
             if row is None:
                 continue
             width, v_row, sliding = row
             caches[sliding] = (n_kv, max(v_row, caches.get(sliding, (0, 0))[1]))
-            attention = 4 * self.hidden + self.heads * (width + (0 if flash_attn else n_kv))
+            attention = max(4 * self.hidden + self.heads * (width + (0 if flash_attn else n_kv)), self.mla_query,
+                            4 * self.hidden + 3 * self.heads * width if self.gated_query else 0)
             layer = max(layer, 4 * tokens * attention + n_kv * v_row * v_copy)
         inputs = 3 * tokens * 4 + sum(n_kv * tokens * (2 if flash_attn else 4) + tokens * 8 * (2 if flash_attn else
                                                                                             1 + v_row)
                                       for n_kv, v_row in caches.values())
         output = self.vocab + (2 if flash_attn else 3) * self.hidden
         return max(self.family_peak(tokens, inputs, layer), 4 * min(tokens, outputs or tokens) * output)
+
+    @staticmethod
+    def mla_query_width(model: ModelSpec) -> int:
+        """f32 values a token the widest MLA layer's moment holds while llama.cpp absorbs its queries into the
+        latent (src/models/deepseek2.cpp, kimi-linear.cpp; the blocks read off ggml-alloc's allocation trace), with
+        h heads, L the latent, R its RoPE part, N + R the query head (query_head_dim), Dv the value head, Q the
+        queries' down-projection (q_lora_rank): q, h (N + R); its nope part absorbed (q_nope_absorbed, h L); its
+        RoPE part (q_pe, h R); and the query attention reads (Qcur, h (L + R), the two concatenated). Qcur does
+        not fit in the block q frees, so they stack above the residual stream and the layer's input norm:
+          first layer   3 E + Q (the embeddings, twice, and the norm; q's down-projection) + all four
+          after MoE     4 E + all four
+          after a dense MLP  4 E + h Dv: the residual stream sits above the previous layer's attention output
+                        and its projection, a block of E + h Dv that takes q's down-projection and q where both
+                        fit (Q + h (N + R) <= E + h Dv), and q_pe where what is left holds it.
+        With flash attention this moment, not the attention's (Qcur beside its output), is the layer's peak."""
+        w, heads = model.widths, model.num_attention_heads
+        mla = [c for c in model.caches if c.kind == "mla"]
+        latent, rope = mla[0].latent_dim, mla[0].rope_dim
+        q, q_pe = heads * (w.query_head_dim or latent + rope), heads * rope
+        absorbed, qcur = heads * latent, heads * (latent + rope)
+        dense = set(w.dense_layers) if w.experts_per_token else set(range(model.num_layers))
+        moments = []
+        for kind in {"first" if c.layer == 0 else "dense" if c.layer - 1 in dense else "moe" for c in mla}:
+            if kind == "dense":
+                block = w.hidden + heads * w.value_head_dim
+                q_fits = w.query_rank + q <= block
+                left = block - w.query_rank - q if q_fits else block
+                moments.append(4 * w.hidden + heads * w.value_head_dim + (0 if q_fits else q) + absorbed + qcur
+                               + (0 if q_pe <= left else q_pe))
+            else:
+                below = 3 * w.hidden + w.query_rank if kind == "first" else 4 * w.hidden
+                moments.append(below + q + absorbed + q_pe + qcur)
+        return max(moments)
 
     @staticmethod
     def routed_experts_width(w, attention_output: int) -> int:
@@ -198,9 +246,31 @@ class LlamaCppGraph:
         freed = max(w.hidden, attention_output) if routed >= w.hidden else 0
         return 3 * w.hidden + 3 * routed + outputs + freed
 
+    def delta_net_bytes(self, cache, tokens: int, n_seq: int, state_rows: int) -> int:
+        """A Gated DeltaNet layer's moment (src/models/delta-net-base.cpp, qwen35.cpp, qwen3next.cpp; the blocks read
+        off ggml-alloc's allocation trace), f32, with T tokens of n_seq sequences, C the convolution's channels (Q
+        and K, 2 x Hk x Dk, beside V, Hv x Dv), H = Hv, S its state (Hv x Dv x Dk) and 1 + n_rs_seq `state_rows`:
+        the input, its norm and the embeddings' row (3 E a token); the projected Q, K and V (C a token), then
+        the convolution's input, those with each sequence's last kernel - 1 inputs (C x (T + (kernel - 1) x
+        n_seq)), and its output (C a token). The op's result (`ggml_gated_delta_net`, ggml/src/ggml.c) holds
+        the output (Hv x Dv a token) and the state after each of the last 1 + n_rs_seq tokens of each sequence
+        (n_seq x state_rows x S); where it does not fit in the block the convolution's input freed it lies above
+        the convolution's output, beside the states read (n_seq x S), Q and K (C - Hv x Dv a token) and the gate
+        and beta (2 H a token), which took the projection's block."""
+        hidden, channels, state = self.hidden, cache.conv_elements // (cache.conv_kernel - 1), cache.ssm_elements
+        values = state // cache.state_size
+        conv_input = channels * (tokens + (cache.conv_kernel - 1) * n_seq)
+        result = values * tokens + n_seq * state_rows * state
+        moment = 3 * hidden * tokens + 2 * channels * tokens + conv_input
+        if result > conv_input:
+            gates = 2 * (cache.heads or 0)
+            moment = max(moment, n_seq * state + (3 * hidden + channels - values + gates) * tokens + conv_input
+                         + channels * tokens + result)
+        return 4 * moment
+
     def recurrent_width(self, cache) -> int:
-        """f32 values a token a recurrent layer's moment holds: Mamba E + 6 C, Gated DeltaNet 5 C (C the channels of
-        its convolution); KDA (src/models/kimi-linear.cpp) 3 E + 7 h x d + d before its chunked recurrence: the
+        """f32 values a token a recurrent layer's moment holds: Mamba E + 6 C (C the channels of its
+        convolution); KDA (src/models/kimi-linear.cpp) 3 E + 7 h x d + d before its chunked recurrence: the
         input, its norm and the embeddings' row, Q, K and V out of their convolutions, the gate g1 and f_a's
         output, with h x d = C / 3 and d = its state's d x h x d over h x d."""
         conv = cache.conv_elements // (cache.conv_kernel - 1) if cache.conv_kernel else 0
@@ -277,7 +347,8 @@ class LlamaCppPool(KVPool):
         context = self.engine.context(users, ctx)
         per_slot = self.outputs_per_slot
         outputs = None if per_slot is None else min(context.n_batch, context.n_seq * per_slot)
-        return self.graph.bytes(context, self.flash_attn, self.cells(context), self.v_copy, outputs)
+        return self.graph.bytes(context, self.flash_attn, self.cells(context), self.v_copy, outputs,
+                                self.state_rows)
 
 
 class LlamaCppDraftedPool(KVPool):
