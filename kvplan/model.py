@@ -511,6 +511,12 @@ class Widths(BaseModel):
                                                  "whole")
     expert_groups: int = Field(1, ge=1, description="the groups a router limits a token's experts to (n_group, "
                                                     "group-limited top-k); 1: none")
+    query_key_norm: bool = Field(False, description="attention normalises queries and keys (RMSNorm per head or "
+                                                 "over all heads: Qwen3's q_norm and k_norm)")
+    attention_gate: bool = Field(False, description="attention's output is gated from the hidden state (Qwen3-Next's "
+                                                 "sigmoid gate)")
+    shared_expert_gate: bool = Field(False, description="the shared expert's output is scaled by a learned sigmoid "
+                                                     "gate (Qwen MoE's shared_expert_gate)")
 
 
 class MultimodalInput(BaseModel):

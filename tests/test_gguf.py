@@ -296,7 +296,14 @@ def gguf_twin(tmp_path, name: str):
     arch, meta, layers, tied = TWINS[name.split("__")[1].removesuffix(".json")](cfg)
     tensors = ffn_tensors({"experts": meta.get(".expert_count", 0), **cfg}, layers, gated=arch != "nemotron_h",
                           tied=tied)
+    if arch in QK_NORM_ARCHS:
+        head_dim = meta.get(".attention.key_length") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        tensors += [(f"blk.{i}.attn_{x}_norm.weight", [head_dim], Q.F32) for i in range(len(layers)) for x in "qk"]
     return write_gguf(tmp_path / f"{arch}.gguf", arch, meta, tensors)
+
+
+# llama.cpp's architectures whose layers load attn_q_norm and attn_k_norm (src/llama-model.cpp load_tensors)
+QK_NORM_ARCHS = {"gemma3", "gemma3n", "gemma4", "qwen3moe"}
 
 
 def heads(cfg: dict) -> dict:

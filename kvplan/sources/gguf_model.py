@@ -557,12 +557,20 @@ def forward_widths(hp: HParams, tensors: list[gguf.Tensor]) -> Widths:
     expert_used_count a token; the shared experts' ffn_down_shexp; the layers of an MoE model without routed
     experts, which keep a dense MLP; MLA's q_lora_rank and the router's expert groups from the header. Gated where
     a block has ffn_gate (or a fused gate_up). llama.cpp's GGUF keeps no activation name: Gemma's graphs run
-    GELU, Nemotron-H's ReLU squared, the other gated MLPs SiLU."""
+    GELU, Nemotron-H's ReLU squared, the other gated MLPs SiLU. q and k are normalised where a block has
+    attn_q_norm; attention's output is gated where it has attn_gate or an attn_q twice attn_output's width (the
+    gate stacked with the queries, Qwen3-Next's); the shared expert where it has ffn_gate_inp_shexp."""
     dense = experts = shared = 0
-    up_widths, gated, moe_layers = set(), False, set()
+    up_widths, gated, moe_layers, kinds = set(), False, set(), set()
+    query_widths, output_widths = set(), set()
     for tensor in tensors:
         base = tensor.name.rpartition(".")[0] if tensor.name.startswith("blk.") else ""
         layer, _, kind = base.partition(".")[2].partition(".")
+        kinds.add(kind)
+        if kind == "attn_q" and len(tensor.dims) == 2:
+            query_widths.add(tensor.dims[1])
+        elif kind == "attn_output" and len(tensor.dims) == 2:
+            output_widths.add(tensor.dims[0])
         if kind in ("ffn_down", "ffn_down_shexp") and len(tensor.dims) == 2:
             dense = max(dense, tensor.dims[0])
             if kind == "ffn_down_shexp":
@@ -583,7 +591,9 @@ def forward_widths(hp: HParams, tensors: list[gguf.Tensor]) -> Widths:
                   value_head_dim=hp.mla_value if hp.kv_lora_rank else 0, shared_expert_intermediate=shared,
                   dense_layers=tuple(il for il in range(hp.n_layer) if il not in moe_layers) if experts else (),
                   query_rank=hp.q_lora_rank if hp.kv_lora_rank else 0,
-                  expert_groups=hp.expert_groups if experts else 1)
+                  expert_groups=hp.expert_groups if experts else 1, query_key_norm="attn_q_norm" in kinds,
+                  attention_gate="attn_gate" in kinds or any(2 * width in query_widths for width in output_widths),
+                  shared_expert_gate="ffn_gate_inp_shexp" in kinds)
 
 
 def check_sizes(hp: HParams, layers: list, weights: int, where: str) -> None:

@@ -354,6 +354,8 @@ FAMILIES: dict[str, Family] = {
     "qwen3_5_text": Family(qk_norm="head", attention_gate="full"),
     "qwen3_5_moe_text": Family(qk_norm="head", attention_gate="full"),
     "modernbert-decoder": Family(),  # parameters: params.FAMILY_PARAMS
+    # parameters counted by their own rules (params.FAMILY_PARAMS); q and k normalised per head
+    **dict.fromkeys(("gemma3n_text", "gemma4_text", "gemma4_unified_text", "lfm2", "lfm2_moe"), Family(qk_norm="head")),
     # GPT-2-era decoders: plain GELU/ReLU MLPs and LayerNorms, each family's own biases and position tables
     "biogpt": Family(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
                      learned_positions=True, position_offset=2),

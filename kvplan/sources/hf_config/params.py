@@ -153,6 +153,18 @@ GROUPED_TOP_K = ("group_limited_greedy", "noaux_tc")
 
 
 def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layout: Layout) -> Widths | None:
+    """The forward widths, and the small operations beside the GEMMs a layer runs (q/k norms, gates), which a
+    serving engine launches as kernels of their own."""
+    widths = _forward_widths(cfg, model_type, family, hidden, layout)
+    if widths is None:
+        return None
+    qk_norm = family.qk_norm is not None and (family.qk_norm_field is None or cfg.flag(family.qk_norm_field))
+    return widths.model_copy(update={
+        "query_key_norm": qk_norm, "attention_gate": family.attention_gate is not None or family.output_gate,
+        "shared_expert_gate": model_type in SHARED_EXPERT_GATES and widths.shared_expert_intermediate > 0})
+
+
+def _forward_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layout: Layout) -> Widths | None:
     """The forward widths: dense MLP (or shared expert) and routed expert intermediates, widest over layers.
     NAS blocks mix per-block FFN shapes that kvplan does not carry: no widths for them. Mamba and Mamba-2 have no
     MLP."""
