@@ -10,7 +10,7 @@ measured TPOT and TTFT (TTFT at half weight, its measurements being the noisier;
 off do not pull the rest), utilisations bounded to (0, 1], from three starting points (the fit has several local
 minima; the lowest wins). The estimate's formulas are `kvplan.speed.calibrated`'s own functions, run over numpy
 arrays. What is fitted by what:
-    per engine    kv_bandwidth, compute, moe_compute, per_layer_us, per_moe_layer_us, per_sequence_us, request_ms,
+    per engine    kv_bandwidth, compute, moe_compute, per_kernel_us, per_sequence_us, request_ms,
                   burst (its kernels and its scheduler: SGLang's rounds of requests start together, vLLM's and
                   TensorRT-LLM's stagger), dequant_us (its W4A16 MoE kernels; only for an engine with runs that
                   dequantise 4-bit experts, else 0: not charged)
@@ -50,8 +50,8 @@ from kvplan.sources import load_model  # noqa: E402
 from kvplan.speed import Deployment, Efficiencies, Layout  # noqa: E402
 from kvplan.speed.calibrated import TABLE, Terms, tpot_ms, ttft_ms  # noqa: E402
 
-BY_ENGINE = ("kv_bandwidth", "compute", "moe_compute", "per_layer_us", "per_moe_layer_us", "per_sequence_us",
-             "request_ms", "burst", "dequant_us")
+BY_ENGINE = ("kv_bandwidth", "compute", "moe_compute", "per_kernel_us", "per_sequence_us", "request_ms", "burst",
+             "dequant_us")
 FOR_ALL = ("weights_bandwidth", "prefill_compute", "per_collective_us", "link_bandwidth", "balance_steps")
 # an engine's efficiency that only some runs exercise: fitted where its runs do, else 0 (not charged)
 EXERCISED_BY = {"dequant_us": "w4a16_moe_layers"}

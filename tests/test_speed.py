@@ -17,6 +17,7 @@ from kvplan.speed import Deployment, Layout, max_concurrency, serving
 from kvplan.speed.bound import dequantised_in_kernel, scale_out_slowdown, step_times, tensor_tflops
 from kvplan.speed.calibrated import TABLE, efficiencies, prefill_ms, tpot_ms, ttft_ms
 from kvplan.speed.targets import stated_error
+from kvplan.speed.work import ServingShape
 
 rows_module = load_script("benchmarks/speed_rows.py", "speed_rows")
 ROWS = rows_module.read_rows()
@@ -176,7 +177,7 @@ def test_llama_70b_on_one_h200_for_the_record():
     assert (e.running, e.weights_dtype, e.kv_dtype, e.gpus) == (64, "fp8", "bf16", 1)
     assert e.tokens_per_s_per_user == pytest.approx(1000 / e.decode_step_ms)
     assert e.tokens_per_s_per_gpu == pytest.approx(64 * e.tokens_per_s_per_user)
-    assert set(e.efficiencies) >= {"weights_bandwidth", "compute", "per_layer_us"} and e.flags == []
+    assert set(e.efficiencies) >= {"weights_bandwidth", "compute", "per_kernel_us"} and e.flags == []
     # the estimate against the run: within 10% for TPOT, 25% for TTFT
     assert e.decode_step_ms == pytest.approx(37.44, rel=0.10) and e.decode_step_ms > e.decode_step_ms_bound
     assert e.ttft_ms == pytest.approx(729.7, rel=0.25)
@@ -218,6 +219,30 @@ def test_experts_touched_by_a_batch():
     assert shape.decode_step(64, 2048).expert_bytes == round(experts_on_gpu * shape.touched(64))
     # the MLA latent is whole on every TP rank: 61 x 576 x 2 B a token
     assert shape.kv_bytes(2048) == 61 * 576 * 2 * 2048
+
+
+@pytest.mark.parametrize(("model_id", "inventory"), [
+    # 80 GQA layers, each with a dense MLP
+    ("meta-llama/Llama-3.1-70B", {"attention": 80, "mlp": 80}),
+    # 36 attention layers (sliding and full alike), 36 MoE layers of 128 experts
+    ("openai/gpt-oss-120b", {"attention": 36, "moe": 36}),
+    # 94 layers, q/k norms, 94 MoE layers with no shared expert
+    ("Qwen/Qwen3-235B-A22B-FP8", {"attention": 94, "qk_norm": 94, "moe": 94}),
+    # 61 MLA layers; the first 3 dense, 58 MoE with one shared expert
+    ("deepseek-ai/DeepSeek-V3", {"mla": 61, "mlp": 3, "moe": 58, "shared": 58}),
+    # 45 Gated DeltaNet and 15 gated full-attention layers with q/k norms; 60 MoE layers with a gated shared expert
+    ("Qwen/Qwen3.5-397B-A17B", {"recurrent": 45, "attention": 15, "qk_norm": 15, "gate": 15, "moe": 60,
+                                "shared": 60, "shared_gate": 60}),
+])
+def test_kernels_a_decode_step_launches(model_id, inventory):
+    """Kernels per decode step on each GPU: each layer's parts (from the model's card and config: its layers, which
+    are dense, its experts) times what vLLM's model files launch for each (`kvplan.speed.work`), on any layout."""
+    per_part = {"attention": 6, "qk_norm": 1, "gate": 1, "mla": 11, "recurrent": 9, "mlp": 4, "moe": 8, "shared": 3,
+                "shared_gate": 3}
+    expected = sum(per_part[part] * layers for part, layers in inventory.items())
+    model = load_model(model_id)
+    for layout in (Layout(tp=1), Layout(tp=8), Layout(tp=2, dp=4, ep=8)):
+        assert ServingShape(model, layout, "vllm").decode_kernels == expected
 
 
 def test_every_attention_dp_ranks_prompts_reach_the_experts():
@@ -346,7 +371,7 @@ def test_overrides_replace_an_efficiency_by_name():
     model, h200 = load_model("meta-llama/Llama-3.1-8B"), gpus.find("h200")
     fitted = serving(model, h200, isl=1024, osl=1024, concurrency=8)
     perfect = serving(model, h200, isl=1024, osl=1024, concurrency=8,
-                      overrides={"weights_bandwidth": 1, "kv_bandwidth": 1, "per_layer_us": 0, "per_sequence_us": 0})
+                      overrides={"weights_bandwidth": 1, "kv_bandwidth": 1, "per_kernel_us": 0, "per_sequence_us": 0})
     assert perfect.efficiencies["weights_bandwidth"] == 1 and perfect.decode_step_ms < fitted.decode_step_ms
     assert perfect.decode_step_ms == pytest.approx(perfect.decode_step_ms_bound, rel=0.1)
 

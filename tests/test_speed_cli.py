@@ -53,7 +53,7 @@ def test_estimate_json_answers_with_every_speed_key():
     assert data["tokens_per_s_per_gpu"] == pytest.approx(64 * 1000 / data["decode_step_ms"])  # one GPU, 64 running
     assert data["tokens_per_s_per_user_bound"] == pytest.approx(1000 / data["decode_step_ms_bound"])
     assert data["decode_step_binding"] == "memory bandwidth"
-    assert set(data["speed_efficiencies"]) >= {"weights_bandwidth", "kv_bandwidth", "per_layer_us"}
+    assert set(data["speed_efficiencies"]) >= {"weights_bandwidth", "kv_bandwidth", "per_kernel_us"}
     assert data["speed_flags"] == [] and data["speed_error"]["runs"] == 1959
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kvplan.errors import KvplanError
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 NAMES = ("estimate", "table", "plan")
 DIRECTORY = Path(__file__).resolve().parent
 

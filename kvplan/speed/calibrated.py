@@ -9,7 +9,7 @@ request holds, `kvplan.speed.serving`):
     TPOT              = GEMMs(u_compute) + max(KV at peak / u_kv, attention FLOPs at peak / u_compute)
                       + s x ((a x link time + b / (O - 1) x a prompt's link time) / u_link
                              + collectives x t_collective)                                    the all-reduces
-                      + layers x t_layer + MoE layers x t_moe_layer + b x t_sequence          fixed costs
+                      + kernels x t_kernel + b x t_sequence                                  fixed costs
                       + W4A16 MoE layers x t_dequant
                       + b / (O - 1) x prompt(dp)                                              the prompts mixed in
     GEMMs(u, r)       = max(dense weights / u_weights, dense FLOPs / u)                        each at the slower of
@@ -81,8 +81,8 @@ class Efficiencies(BaseModel):
     compute: float = Field(gt=0, le=1, description="share of the peak tensor rate decode GEMMs and attention achieve")
     prefill_compute: float = Field(gt=0, le=1, description="share of the peak tensor rate a prefill achieves")
     moe_compute: float = Field(gt=0, le=1, description="routed experts' GEMM rate relative to dense GEMMs'")
-    per_layer_us: float = Field(ge=0, description="fixed time per layer and step (kernel launches, norms)")
-    per_moe_layer_us: float = Field(ge=0, description="further fixed time per MoE layer and step (routing)")
+    per_kernel_us: float = Field(ge=0, description="fixed time per kernel a decode step launches (its launch and "
+                                                   "the small kernels' own run: norms, rotary, routing)")
     per_sequence_us: float = Field(ge=0, description="time per running request and step (sampling, scheduling)")
     per_collective_us: float = Field(ge=0, description="latency of one all-reduce or all-to-all")
     link_bandwidth: float = Field(gt=0, le=1, description="share of NVLink's one-way bandwidth collectives reach")
@@ -111,8 +111,7 @@ class Terms(NamedTuple):
     link_ms: float
     collectives: float
     oneshot: float  # a decode all-reduce's bytes over the ring's: tp / 2 without attention DP, else 1
-    layers: float
-    moe_layers: float
+    kernels: float  # kernels a decode step launches on each GPU (`kvplan.speed.work`)
     w4a16_moe_layers: float  # MoE layers whose 4-bit experts the GPU dequantises to BF16 (no FP4 tensor cores)
     running: float
     prefill_weights_ms: float
@@ -136,7 +135,7 @@ def _max(a, b):
 
 
 def _fixed_ms(t: Terms, e: Efficiencies) -> float:
-    return (t.layers * e.per_layer_us + t.moe_layers * e.per_moe_layer_us + t.w4a16_moe_layers * e.dequant_us) / 1000
+    return (t.kernels * e.per_kernel_us + t.w4a16_moe_layers * e.dequant_us) / 1000
 
 
 def _links_ms(t: Terms, e: Efficiencies, link_ms, collectives) -> float:

@@ -197,7 +197,7 @@ class Deployment:
             weights_ms=peak.weights_ms, expert_weights_ms=peak.expert_weights_ms, kv_ms=peak.kv_ms,
             dense_ms=peak.dense_ms, expert_ms=peak.expert_ms,
             attention_ms=peak.attention_ms, link_ms=peak.link_ms, collectives=work.collectives,
-            oneshot=self.oneshot, layers=self.model.num_layers, moe_layers=self.shape.moe_layers,
+            oneshot=self.oneshot, kernels=self.shape.decode_kernels,
             w4a16_moe_layers=self.w4a16_moe_layers, running=running,
             prefill_weights_ms=prefill.weights_ms, prefill_expert_weights_ms=prefill.expert_weights_ms,
             prefill_dense_ms=prefill.dense_ms,

@@ -26,6 +26,27 @@ tp x dp GPUs, whole on ep of them), per GPU of the fullest rank, for a decode st
                     to its experts' GPUs and back); with DP ranks and sliced experts an all-gather of the n GPUs'
                     tokens and a reduce-scatter of the outputs
 
+Kernels launched per decode step on each GPU, layer by layer, as vLLM's model files run them under CUDA graphs
+(vllm/model_executor/models/, read at 0.32.0; the all-reduces apart: `collectives` counts them). Every GPU of a
+layout launches the same ones. Quantisation kernels are not counted (vLLM fuses most into the norms and
+activations before FP8 GEMMs), nor what a GPU's MoE backend fuses (Blackwell's TRT-LLM-gen MoE runs routing and
+finalize inside its GEMMs).
+
+    attention     6: input norm (fused with the residual add), QKV GEMM, rotary, cache write, attention, o_proj
+                  (llama.py); + 1 where q and k are normalised (Qwen3's q_norm and k_norm, compiled into one
+                  kernel: qwen3_moe.py), + 1 where the output is gated (Qwen3-Next's sigmoid gate: qwen3_next.py)
+    MLA           11: norm, fused q_a/kv_a GEMM, q_a norm, kv_a norm, q_b GEMM, rotary, cache write, the W_UK
+                  batched GEMM absorbing the queries, attention, the W_UV batched GEMM, o_proj (deepseek_v2.py,
+                  layers/mla.py)
+    Gated DeltaNet 9: norm, in_proj_qkvz and in_proj_ba GEMMs, the output's zero fill, the causal conv1d update,
+                  the recurrent rule with its gating, the gated norm, out_proj, and a copy of b and a
+                  (layers/mamba/gdn/qwen_gdn_linear_attn.py); other recurrent mixers are counted alike
+    dense MLP     4: post-attention norm, gate_up GEMM, activation, down GEMM
+    MoE           8: post-attention norm, router GEMM, top-k (DeepSeek's group-limited top-k one fused kernel),
+                  align (permute), the two grouped GEMMs, activation, the weighted sum (fused_moe/); a shared
+                  expert + 3 (gate_up, activation, down), + 3 where a sigmoid gate scales it (the gate's GEMM,
+                  sigmoid, multiply: qwen2_moe.py)
+
 A prefill of one prompt of P tokens reads every weight once (the experts its tokens touch), does the linear FLOPs of
 P tokens (lm_head for the last) and attends, on a layer that holds tokens_held(t) tokens at position t, sum over
 t <= P of tokens_held(t) pairs (P (P + 1) / 2 for full attention): attention's quadratic term.
@@ -48,6 +69,14 @@ RECURRENT_FLOPS_PER_ELEMENT = 4  # a state update and a readout, a multiply-add 
 # attention kinds whose query heads read `kv_heads x (head_dim + head_dim_v)` rows; the others are MLA and DeepSeek
 # V4's one-row caches (key and value alike)
 HEADED = ("full", "sliding", "chunked", "cross", "prefixed")
+# kernels a decode step launches per layer, by what the layer does (the module docstring)
+ATTENTION_KERNELS = 6
+MLA_KERNELS = 11
+RECURRENT_KERNELS = 9
+MLP_KERNELS = 4
+MOE_KERNELS = 8
+SHARED_EXPERT_KERNELS = 3
+SHARED_EXPERT_GATE_KERNELS = 3
 
 
 class Layout(BaseModel):
@@ -137,6 +166,25 @@ class ServingShape:
         widths = self.model.widths
         per_layer = self.experts * (3 if widths.gated_mlp else 2) * widths.hidden * widths.expert_intermediate
         return round(self.model.params.experts / per_layer) if per_layer else 0
+
+    @cached_property
+    def decode_kernels(self) -> int:
+        """Kernels one decode step launches on each GPU, summed over the layers (the module docstring's counts)."""
+        widths = self.model.widths
+        attention = ATTENTION_KERNELS
+        if widths:
+            attention += widths.query_key_norm + widths.attention_gate
+        total = 0
+        for cache, layers in self.caches:
+            kernels = {"mla": MLA_KERNELS, "recurrent": RECURRENT_KERNELS, "none": 0}.get(cache.kind, attention)
+            total += layers * kernels
+        if not widths:
+            return total
+        moe = MOE_KERNELS
+        if widths.shared_expert_intermediate:
+            moe += SHARED_EXPERT_KERNELS + SHARED_EXPERT_GATE_KERNELS * widths.shared_expert_gate
+        mlp = MLP_KERNELS if widths.mlp_intermediate else 0
+        return total + self.moe_layers * moe + (self.model.num_layers - self.moe_layers) * mlp
 
     def touched(self, tokens: float) -> float:
         """The share of a MoE layer's experts `tokens` tokens route to: 1 - (1 - k/E)^T (all of a dense model's)."""
