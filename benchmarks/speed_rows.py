@@ -35,13 +35,21 @@ the same engine image, GPU, layout (as read above), workload, TTFT and TPOT to t
 first listed), the file is 1,959 runs. Held twice, a run weighs twice in the fit and, where the copies carry
 different model names (181 DeepSeek runs on H200 and B200 are `deepseek-ai/DeepSeek-V3` in the dump and
 DeepSeek-R1 in the day files, their ids dsr1_), a model left out of the fit is judged on runs fitted on.
+
+What a run's release did that today's releases, which the estimate takes, do not: `deepgemm_padding_ms` (vLLM
+0.11.1 to 0.12.x padded its DeepGEMM experts on Hopper), added to those runs' decode steps by the fit.
 """
 
 import csv
+import math
 import re
 from dataclasses import dataclass
 from math import isqrt
 from pathlib import Path
+
+from kvplan import gpus
+from kvplan.speed import Deployment
+from kvplan.speed.bound import tensor_tflops
 
 CALIBRATION = Path(__file__).resolve().parent.parent / "tests" / "data" / "speed" / "calibration.csv"
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm"}
@@ -133,3 +141,29 @@ def read_rows(path: Path = CALIBRATION) -> list[Row]:
     for row in read_all(path):
         first.setdefault(run(row), row)
     return list(first.values())
+
+
+def deepgemm_padding_ms(row: Row, deployment: Deployment, tokens: float) -> float:
+    """The FLOPs at peak (ms) a step of `tokens` tokens at the experts spent on padding under vLLM 0.11.1 to 0.12.x,
+    where the run's release did what the estimate does not: on Hopper, block-FP8 routed experts below TP 8 ran
+    DeepGEMM's contiguous grouped GEMM at every batch size (`quantization/fp8.py` `get_fp8_moe_backend`;
+    VLLM_USE_DEEP_GEMM_E8M0 on by default skipped the small-batch fallback to Triton), over a buffer of
+    round_up(T k + E_local x 127, 128) rows whose padding rows carried expert id 0 and were all computed
+    (`deep_gemm_moe.py`; vLLM 0.13.0 marks them -1 and skips them): each MoE layer multiplies that many rows less
+    the T k real ones more, at the dense GEMMs' rate. k experts a token, E_local = E / ep experts on a GPU, its
+    experts sliced over tp x dp / ep GPUs. Counted once a decode step (the prompts mixed in share its GEMM), not in
+    a prompt's own prefill."""
+    if row.engine != "vllm" or not re.fullmatch(r"\d+\.\d+\.\d+", row.version):
+        return 0.0
+    release = tuple(int(part) for part in row.version.split("."))
+    quantization = deployment.model.quantization
+    if (not (0, 11, 1) <= release < (0, 13, 0) or gpus.compute_capability(row.gpu) != (9, 0)
+            or quantization is None or quantization.method != "fp8" or not deployment.shape.moe_layers
+            or row.tp * row.dp >= 8):
+        return 0.0
+    widths = deployment.model.widths
+    routed = tokens * widths.experts_per_token
+    rows = math.ceil((routed + widths.experts // row.ep * 127) / 128) * 128 - routed
+    flops = (2 * rows * widths.hidden * 3 * widths.expert_intermediate * row.ep / (row.tp * row.dp)
+             * deployment.shape.moe_layers)
+    return flops / (tensor_tflops(deployment.gpu, "fp8") * 1e12) * 1000
