@@ -54,6 +54,9 @@ utilisations (0 to 1], t fixed times. What the GPU and its kernel libraries set 
 is fitted for all engines, what the engine's kernels and scheduler set per engine; GPUs differ by their peak rates
 alone.
 
+The routed experts' reads are those of the GPU whose experts the step touches most (`kvplan.speed.work`,
+`expert_imbalance`): with experts whole over EP GPUs a step waits for it.
+
 The arithmetic takes numbers or numpy arrays alike (`_max`), so the fit runs these same functions over every row.
 """
 

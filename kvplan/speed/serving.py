@@ -194,7 +194,8 @@ class Deployment:
         prefill = self.prefill_peak
         balance_need = self.balance_harmonic * (self.osl - 1) / per_rank
         terms = Terms(
-            weights_ms=peak.weights_ms, expert_weights_ms=peak.expert_weights_ms, kv_ms=peak.kv_ms,
+            weights_ms=peak.weights_ms, kv_ms=peak.kv_ms,
+            expert_weights_ms=peak.expert_weights_ms * self.shape.expert_imbalance(running * self.layout.dp),
             dense_ms=peak.dense_ms, expert_ms=peak.expert_ms,
             attention_ms=peak.attention_ms, link_ms=peak.link_ms, collectives=work.collectives,
             oneshot=self.oneshot, kernels=self.shape.decode_kernels,

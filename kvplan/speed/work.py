@@ -9,7 +9,8 @@ tp x dp GPUs, whole on ep of them), per GPU of the fullest rank, for a decode st
                     routed experts: only those the step's tokens touch. Each MoE layer routes each of its T tokens
                     (b x dp: every rank's tokens reach the experts) to k of its E experts, so with uniform routing
                     E x (1 - (1 - k/E)^T) experts are touched on average, the same share of those on any GPU,
-                    whether EP places them whole or TP slices them;
+                    whether EP places them whole or TP slices them (the estimate takes the GPU touched most:
+                    `ServingShape.expert_imbalance`);
                     embedding: the looked-up rows only, not counted; a vision tower: not read for text
     KV read       = per request, sum over the GPU's layer caches of bytes per token x tokens held at its context
                     (isl + osl / 2, the middle of its decode), plus each recurrent state twice (read, written back)
@@ -52,8 +53,9 @@ P tokens (lm_head for the last) and attends, on a layer that holds tokens_held(t
 t <= P of tokens_held(t) pairs (P (P + 1) / 2 for full attention): attention's quadratic term.
 """
 
+import math
 from fractions import Fraction
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from pydantic import BaseModel, ConfigDict
 
@@ -186,6 +188,20 @@ class ServingShape:
         mlp = MLP_KERNELS if widths.mlp_intermediate else 0
         return total + self.moe_layers * moe + (self.model.num_layers - self.moe_layers) * mlp
 
+    def expert_imbalance(self, tokens: float) -> float:
+        """How many times the mean the experts touched on the GPU that has the most are, where expert parallelism
+        places experts whole (sliced experts are touched alike on every GPU): a step waits for that GPU. Each of
+        the n = E / ep experts on a GPU is touched with probability q = `touched(tokens)`, so a GPU's count is
+        Binomial(n, q), and the most of ep GPUs' is about n q + z(ep) sqrt(n q (1 - q)) (z(m): the expected
+        largest of m standard normals), at most n."""
+        ep = self.layout.ep
+        share = self.touched(tokens)
+        if ep == 1 or not self.experts or share <= 0:
+            return 1.0
+        experts = self.experts / ep
+        spread = largest_normal(ep) * math.sqrt((1 - share) / (experts * share))
+        return min(1 + spread, 1 / share)
+
     def touched(self, tokens: float) -> float:
         """The share of a MoE layer's experts `tokens` tokens route to: 1 - (1 - k/E)^T (all of a dense model's)."""
         if not self.experts:
@@ -271,6 +287,20 @@ class ServingShape:
                         expert_flops=round(2 * expert_active * prompt),
                         attention_flops=self.attention_flops(prompt, prompt),
                         link_bytes=link, collectives=collectives)
+
+
+@lru_cache
+def largest_normal(m: int) -> float:
+    """The expected largest of m independent standard normals: the integral of x m phi(x) Phi(x)^(m - 1), summed
+    over x in [-8, 8] in steps of 1/256 (0.5642 for 2, 1.0294 for 4, 1.4236 for 8)."""
+    step = 1 / 256
+    total = 0.0
+    for i in range(-8 * 256, 8 * 256 + 1):
+        x = i * step
+        density = math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        below = (1 + math.erf(x / math.sqrt(2))) / 2
+        total += x * m * density * below ** (m - 1) * step
+    return total
 
 
 def _placing_engine(model: ModelSpec, engine_name: str, layout: Layout) -> engines.Engine:
