@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 from scipy.optimize import least_squares  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed_rows import CALIBRATION, Row, deepgemm_padding_ms, read_rows  # noqa: E402
+from speed_rows import CALIBRATION, Row, read_rows, release_terms  # noqa: E402
 
 from kvplan import gpus  # noqa: E402
 from kvplan.sources import load_model  # noqa: E402
@@ -75,9 +75,7 @@ class Points:
                 deployments[key] = Deployment(model, gpus.find(row.gpu), row.engine,
                                               Layout(tp=row.tp, dp=row.dp, ep=row.ep), row.isl, row.osl,
                                               row.weights_dtype)
-            point = deployments[key].point(row.concurrency)
-            padding = deepgemm_padding_ms(row, deployments[key], point.running * row.dp)
-            terms.append(point.terms._replace(dense_ms=point.terms.dense_ms + padding))
+            terms.append(release_terms(row, deployments[key]))
         self.rows = rows
         self.deployments = [deployments[(row.model, row.engine, row.gpu, row.tp, row.dp, row.ep, row.weights_dtype,
                                          row.isl, row.osl)] for row in rows]

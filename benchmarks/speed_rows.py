@@ -37,7 +37,7 @@ different model names (181 DeepSeek runs on H200 and B200 are `deepseek-ai/DeepS
 DeepSeek-R1 in the day files, their ids dsr1_), a model left out of the fit is judged on runs fitted on.
 
 What a run's release did that today's releases, which the estimate takes, do not: `deepgemm_padding_ms` (vLLM
-0.11.1 to 0.12.x padded its DeepGEMM experts on Hopper), added to those runs' decode steps by the fit.
+0.11.1 to 0.12.x padded its DeepGEMM experts on Hopper), added to those runs' decode steps (`release_terms`).
 """
 
 import csv
@@ -50,6 +50,7 @@ from pathlib import Path
 from kvplan import gpus
 from kvplan.speed import Deployment
 from kvplan.speed.bound import tensor_tflops
+from kvplan.speed.calibrated import Terms
 
 CALIBRATION = Path(__file__).resolve().parent.parent / "tests" / "data" / "speed" / "calibration.csv"
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "tensorrt-llm"}
@@ -141,6 +142,14 @@ def read_rows(path: Path = CALIBRATION) -> list[Row]:
     for row in read_all(path):
         first.setdefault(run(row), row)
     return list(first.values())
+
+
+def release_terms(row: Row, deployment: Deployment) -> Terms:
+    """The terms of the row's decode step (`Deployment.point`) as the run's release ran it: with the padding
+    `deepgemm_padding_ms` counts among its dense GEMMs."""
+    point = deployment.point(row.concurrency)
+    padding = deepgemm_padding_ms(row, deployment, point.running * row.dp)
+    return point.terms._replace(dense_ms=point.terms.dense_ms + padding)
 
 
 def deepgemm_padding_ms(row: Row, deployment: Deployment, tokens: float) -> float:

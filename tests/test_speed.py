@@ -19,7 +19,7 @@ from kvplan.speed import Deployment, Layout, max_concurrency, serving
 from kvplan.speed.bound import dequantised_in_kernel, scale_out_slowdown, step_times, tensor_tflops
 from kvplan.speed.calibrated import TABLE, efficiencies, prefill_ms, tpot_ms, ttft_ms
 from kvplan.speed.targets import stated_error
-from kvplan.speed.work import ServingShape
+from kvplan.speed.work import ServingShape, largest_normal
 
 rows_module = load_script("benchmarks/speed_rows.py", "speed_rows")
 ROWS = rows_module.read_rows()
@@ -121,9 +121,7 @@ def test_the_shipped_efficiencies_give_the_recorded_in_sample_error(deployments)
     tpot, ttft = [], []
     for row in ROWS:
         eff, _ = efficiencies(row.engine, gpus.find(row.gpu))
-        point = deployments(row).point(row.concurrency)
-        padding = rows_module.deepgemm_padding_ms(row, deployments(row), point.running * row.dp)
-        terms = point.terms._replace(dense_ms=point.terms.dense_ms + padding)
+        terms = rows_module.release_terms(row, deployments(row))
         decode_step_ms = tpot_ms(terms, eff)
         tpot.append(abs(decode_step_ms / row.tpot_ms - 1))
         ttft.append(abs(ttft_ms(terms, eff, decode_step_ms) / row.ttft_ms - 1))
@@ -272,7 +270,7 @@ def test_a_step_waits_for_the_gpu_whose_experts_are_touched_most(tokens, ep):
     GPU with the most touched experts, averaged over 4,000 simulated steps, against the mean a GPU has (within 5%);
     sliced experts (ep 1) are touched alike on every GPU."""
     model = load_model("deepseek-ai/DeepSeek-R1")
-    shape = ServingShape(model, Layout(tp=8, ep=ep) if ep == 8 else Layout(tp=ep, ep=ep), "vllm")
+    shape = ServingShape(model, Layout(tp=ep, ep=ep), "vllm")
     rng = random.Random(7)
     per_gpu = 256 // ep
     most = 0
@@ -287,6 +285,12 @@ def test_a_step_waits_for_the_gpu_whose_experts_are_touched_most(tokens, ep):
     simulated = most / 4000 / (per_gpu * shape.touched(tokens))
     assert shape.expert_imbalance(tokens) == pytest.approx(simulated, rel=0.05)
     assert ServingShape(model, Layout(tp=8), "vllm").expert_imbalance(tokens) == 1
+
+
+def test_the_expected_largest_of_normals():
+    """Its closed forms for two and three standard normals: 1 / sqrt(pi) and 3 / (2 sqrt(pi))."""
+    assert largest_normal(2) == pytest.approx(1 / math.sqrt(math.pi), abs=1e-6)
+    assert largest_normal(3) == pytest.approx(3 / (2 * math.sqrt(math.pi)), abs=1e-6)
 
 
 def test_every_attention_dp_ranks_prompts_reach_the_experts():

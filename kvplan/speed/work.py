@@ -71,10 +71,10 @@ RECURRENT_FLOPS_PER_ELEMENT = 4  # a state update and a readout, a multiply-add 
 # attention kinds whose query heads read `kv_heads x (head_dim + head_dim_v)` rows; the others are MLA and DeepSeek
 # V4's one-row caches (key and value alike)
 HEADED = ("full", "sliding", "chunked", "cross", "prefixed")
-# kernels a decode step launches per layer, by what the layer does (the module docstring)
+# kernels a decode step launches per layer, by what the layer does (the module docstring); attention kinds not
+# named here launch ATTENTION_KERNELS
 ATTENTION_KERNELS = 6
-MLA_KERNELS = 11
-RECURRENT_KERNELS = 9
+LAYER_KERNELS = {"mla": 11, "recurrent": 9, "none": 0}
 MLP_KERNELS = 4
 MOE_KERNELS = 8
 SHARED_EXPERT_KERNELS = 3
@@ -178,8 +178,7 @@ class ServingShape:
             attention += widths.query_key_norm + widths.attention_gate
         total = 0
         for cache, layers in self.caches:
-            kernels = {"mla": MLA_KERNELS, "recurrent": RECURRENT_KERNELS, "none": 0}.get(cache.kind, attention)
-            total += layers * kernels
+            total += layers * LAYER_KERNELS.get(cache.kind, attention)
         if not widths:
             return total
         moe = MOE_KERNELS

@@ -158,10 +158,15 @@ def read_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layou
     widths = _forward_widths(cfg, model_type, family, hidden, layout)
     if widths is None:
         return None
-    qk_norm = family.qk_norm is not None and (family.qk_norm_field is None or cfg.flag(family.qk_norm_field))
     return widths.model_copy(update={
-        "query_key_norm": qk_norm, "attention_gate": family.attention_gate is not None or family.output_gate,
+        "query_key_norm": _has_qk_norm(cfg, family),
+        "attention_gate": family.attention_gate is not None or family.output_gate,
         "shared_expert_gate": model_type in SHARED_EXPERT_GATES and widths.shared_expert_intermediate > 0})
+
+
+def _has_qk_norm(cfg: Fields, family: Family) -> bool:
+    """Whether the family's attention normalises q and k: always, or where the config flag it reads is set."""
+    return family.qk_norm is not None and (family.qk_norm_field is None or cfg.flag(family.qk_norm_field))
 
 
 def _forward_widths(cfg: Fields, model_type: str, family: Family, hidden: int, layout: Layout) -> Widths | None:
@@ -317,7 +322,7 @@ def _mixer_params(cfg: Fields, model_type: str, family: Family, cache, hidden: i
         other += q + k + v
     if family.o_bias or (family.o_bias_field and cfg.flag(family.o_bias_field)):
         other += hidden
-    if family.qk_norm and (family.qk_norm_field is None or cfg.flag(family.qk_norm_field)):
+    if _has_qk_norm(cfg, family):
         # whole on every rank: per head, and over all heads too where vLLM gathers q and k first (`olmoe.py`);
         # MiniMax-M2's all-head norms are split (`MiniMaxText01RMSNormTP`), less than 1 MB held whole here
         norm_width = 2 * head_dim if family.qk_norm == "head" else q + k
