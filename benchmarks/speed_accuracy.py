@@ -40,7 +40,8 @@ def print_held_out(points: Points, groups: np.ndarray, label: str) -> None:
 
 
 # The regimes the estimate flags (kvplan.speed.serving), by a part of the flag's text.
-REGIMES = {"TP ": "TP >= 4, little work per GPU", "MoE at a small batch": "MoE at a small batch",
+REGIMES = {"with little work per GPU": "TP >= 4, little work per GPU", "MoE at a small batch": "MoE at a small batch",
+           "drafted a step by the MTP layers": "speculative decoding (MTP)",
            "prefill-heavy": "prefill-heavy", "GPUs are more than one NVLink domain": "beyond one NVLink domain",
            "requests a rank against": "requests queue", "kvplan's memory model finds no room": "no room found"}
 

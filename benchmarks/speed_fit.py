@@ -18,7 +18,8 @@ arrays. What is fitted by what:
                   libraries set: a GEMV's share of HBM bandwidth, a large GEMM's of the tensor rate, an NVLink
                   collective's latency and share of NVLink's bandwidth; fitted per engine they carried worse to a
                   model left out: Llama-3.1-70B's TTFT median |error| 74% against 35% with prefill_compute per
-                  engine), balance_steps (TensorRT-LLM's attention-DP balance cap: only its runs wait)
+                  engine), balance_steps (TensorRT-LLM's attention-DP balance cap: only its runs wait),
+                  acceptance (a drafted token's, by MTP layers: only the runs that drafted exercise it)
     fixed         steps_to_first_token 3 (kvplan.speed.calibrated), scale_out 1 (no run spans more than one NVLink
                   domain, so the links beyond one are taken at InfiniBand's 400 Gb/s per GPU, not fitted)
 The GPUs differ by their peak rates alone: utilisations fitted per engine and GPU family (Hopper, Blackwell)
@@ -52,11 +53,14 @@ from kvplan.speed.calibrated import TABLE, Terms, tpot_ms, ttft_ms  # noqa: E402
 
 BY_ENGINE = ("kv_bandwidth", "compute", "moe_compute", "per_kernel_us", "per_sequence_us", "request_ms", "burst",
              "dequant_us")
-FOR_ALL = ("weights_bandwidth", "prefill_compute", "per_collective_us", "link_bandwidth", "balance_steps")
+FOR_ALL = ("weights_bandwidth", "prefill_compute", "per_collective_us", "link_bandwidth", "balance_steps",
+           "acceptance")
 # an engine's efficiency that only some runs exercise: fitted where its runs do, else 0 (not charged)
 EXERCISED_BY = {"dequant_us": "w4a16_moe_layers"}
 FIXED = {"steps_to_first_token": 3.0, "scale_out": 1.0}
-UTILISATIONS = ("weights_bandwidth", "kv_bandwidth", "compute", "prefill_compute", "moe_compute", "link_bandwidth")
+UTILISATIONS = ("weights_bandwidth", "kv_bandwidth", "compute", "prefill_compute", "moe_compute", "link_bandwidth",
+                "acceptance")
+LOWER = {"acceptance": 1e-3}  # -log of a share below 1: a draft accepted always would emit unboundedly many
 TTFT_WEIGHT = 0.5
 # starting points (-log utilisation, log of the fixed times and shares): utilisations 0.90, 0.37, 0.61 with times
 # and shares 1, 7.4 and 0.14 (us, ms, steps)
@@ -70,21 +74,26 @@ class Points:
         models, deployments, terms = {}, {}, []
         for row in rows:
             model = models.get(row.model) or models.setdefault(row.model, load_model(row.model))
-            key = (row.model, row.engine, row.gpu, row.tp, row.dp, row.ep, row.weights_dtype, row.isl, row.osl)
+            key = _configuration(row)
             if key not in deployments:
                 deployments[key] = Deployment(model, gpus.find(row.gpu), row.engine,
                                               Layout(tp=row.tp, dp=row.dp, ep=row.ep), row.isl, row.osl,
-                                              row.weights_dtype)
+                                              row.weights_dtype, mtp_drafts=row.mtp_drafts)
             terms.append(release_terms(row, deployments[key]))
         self.rows = rows
-        self.deployments = [deployments[(row.model, row.engine, row.gpu, row.tp, row.dp, row.ep, row.weights_dtype,
-                                         row.isl, row.osl)] for row in rows]
+        self.deployments = [deployments[_configuration(row)] for row in rows]
         self.terms = Terms(*(np.array(column, float) for column in zip(*terms, strict=True)))
         self.engine = np.array([row.engine for row in rows])
         self.model = np.array([row.model for row in rows])
         self.gpu = np.array([row.gpu for row in rows])
         self.tpot = np.array([row.tpot_ms for row in rows])
         self.ttft = np.array([row.ttft_ms for row in rows])
+
+
+def _configuration(row: Row) -> tuple:
+    """What a row's Deployment is built from."""
+    return (row.model, row.engine, row.gpu, row.tp, row.dp, row.ep, row.weights_dtype, row.isl, row.osl,
+            row.mtp_drafts)
 
 
 class Parameters:
@@ -94,7 +103,8 @@ class Parameters:
         self.points = points
         self.engines = sorted(set(points.engine[mask]))
         self.names = [(e, n) for e in self.engines for n in BY_ENGINE if self._exercised(e, n, mask)] + list(FOR_ALL)
-        self.lower = np.array([0.0 if _name(n) in UTILISATIONS else -np.inf for n in self.names])
+        self.lower = np.array([LOWER.get(_name(n), 0.0) if _name(n) in UTILISATIONS else -np.inf
+                               for n in self.names])
 
     def _exercised(self, engine: str, name: str, mask: np.ndarray) -> bool:
         """Whether any of the engine's runs in `mask` has the term `name` multiplies (`EXERCISED_BY`)."""

@@ -36,6 +36,22 @@ first listed), the file is 1,959 runs. Held twice, a run weighs twice in the fit
 different model names (181 DeepSeek runs on H200 and B200 are `deepseek-ai/DeepSeek-V3` in the dump and
 DeepSeek-R1 in the day files, their ids dsr1_), a model left out of the fit is judged on runs fitted on.
 
+Speculative decoding, which no column states: the runs come from SemiAnalysisAI/InferenceX's sweeps (their
+day files name that project's images, `nvcr.io#nvidia/...`, and the sweep's commit time as `measured`), each run
+on a merge to main of the configurations its perf-changelog.yaml entry lists. Three sweeps ran only MTP
+configurations, so every run they measured drafted (`mtp_drafts`):
+    2026-01-14  PR 392, dsr1-fp4-b200-trt-mtp, dsr1-fp8-b200-trt-mtp, dsr1-fp8-h200-trt-mtp (TensorRT-LLM
+                1.1.0rc2.post2; no other NVIDIA sweep that day)
+    2026-02-05  PR 632, dsr1-fp8-b200-trt-mtp (1.2.0rc6.post3, an image only the MTP configurations used)
+    2026-02-06  PR 642, dsr1-fp4-b200-trt-mtp (1.2.0rc6.post3)
+                TensorRT-LLM's MTP with num_nextn_predict_layers 3, 1 with attention DP (the configurations'
+                scripts, benchmarks/dsr1_*_trt_mtp*.sh)
+    2026-03-20  PR 898, qwen3.5-fp8-b200-sglang-mtp (SGLang 0.5.9): EAGLE over Qwen3.5's MTP layer,
+                --speculative-num-steps 3, --speculative-eagle-topk 1, --speculative-num-draft-tokens 4
+The other sweeps either ran no MTP configuration or, DeepSeek-R1 under SGLang 0.5.9 on 2026-03-25 (PR 943's
+image update of dsr1-fp8-b200-sglang and dsr1-fp8-b200-sglang-mtp together), both alike on the same layouts: those
+runs are read as drafting nothing. A run listed several times drafts if any of its rows names such a sweep.
+
 What a run's release did that today's releases, which the estimate takes, do not: `deepgemm_padding_ms` (vLLM
 0.11.1 to 0.12.x padded its DeepGEMM experts on Hopper), added to those runs' decode steps (`release_terms`).
 """
@@ -43,7 +59,7 @@ What a run's release did that today's releases, which the estimate takes, do not
 import csv
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import isqrt
 from pathlib import Path
 
@@ -61,6 +77,10 @@ CHECKPOINT_FP8 = ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3", "MiniMax
                   "Qwen/Qwen3-235B-A22B-FP8")
 WIDEST_TP = 8  # a larger tp_size is a wide-EP instance: attention DP over tp_size ranks (see above)
 CONCURRENCY = re.compile(r"silicon_concurrency=(\d+)")
+# the sweeps that ran only MTP configurations (the module docstring): (engine, model, day measured)
+MTP_SWEEPS = {("tensorrt-llm", "deepseek-ai/DeepSeek-R1", day) for day in ("2026-01-14", "2026-02-05", "2026-02-06")}
+MTP_SWEEPS.add(("sglang", "Qwen/Qwen3.5-397B-A17B", "2026-03-20"))
+MEASURED = re.compile(r"measured=(\d{4}-\d\d-\d\d)")
 
 
 @dataclass(frozen=True)
@@ -80,6 +100,7 @@ class Row:
     ttft_ms: float
     tpot_ms: float
     source: str
+    mtp_drafts: int = 0  # tokens drafted a step by the MTP layers (the module docstring)
 
     @property
     def gpus(self) -> int:
@@ -113,6 +134,15 @@ def layout(raw: dict) -> tuple[int, int, int]:
     return tp, dp, moe_ep
 
 
+def mtp_drafts(engine: str, model: str, source: str, dp: int) -> int:
+    """Tokens a run's steps drafted by the MTP layers: 3 in the sweeps of MTP configurations (1 for TensorRT-LLM
+    with attention DP), else 0 (the module docstring)."""
+    measured = MEASURED.search(source)
+    if not measured or (engine, model, measured.group(1)) not in MTP_SWEEPS:
+        return 0
+    return 1 if engine == "tensorrt-llm" and dp > 1 else 3
+
+
 def read_all(path: Path = CALIBRATION) -> list[Row]:
     """Every row of the file, repeats included."""
     rows = []
@@ -127,7 +157,8 @@ def read_all(path: Path = CALIBRATION) -> list[Row]:
                 isl=int(raw["isl"]), osl=int(raw["osl"]),
                 concurrency=int(stated.group(1)) if stated else int(raw["batch_size"]) * dp,
                 ttft_ms=float(raw["silicon_ttft_ms"]), tpot_ms=float(raw["silicon_tpot_ms"]),
-                source=raw["silicon_data_source"]))
+                source=raw["silicon_data_source"],
+                mtp_drafts=mtp_drafts(ENGINES[raw["backend"]], model, raw["silicon_data_source"], dp)))
     return rows
 
 
@@ -137,11 +168,13 @@ def run(row: Row) -> tuple:
 
 
 def read_rows(path: Path = CALIBRATION) -> list[Row]:
-    """The file's runs, each once: the first row of each (see the module docstring)."""
-    first = {}
+    """The file's runs, each once: the first row of each, drafting if any of its rows says so (see the module
+    docstring)."""
+    first, drafts = {}, {}
     for row in read_all(path):
         first.setdefault(run(row), row)
-    return list(first.values())
+        drafts[run(row)] = max(drafts.get(run(row), 0), row.mtp_drafts)
+    return [replace(row, mtp_drafts=drafts[key]) for key, row in first.items()]
 
 
 def release_terms(row: Row, deployment: Deployment) -> Terms:

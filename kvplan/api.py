@@ -126,7 +126,7 @@ def estimate(model: str | ModelSpec, ctx: int | str | None = None, *, isl: int |
     served = None
     notes = []  # a plain estimate's: why there is no speed estimate
     if isl is not None:
-        served, why = _speed(spec, cap, workload, targets, asked, bool(speculative_method or draft_model))
+        served, why = _speed(spec, cap, workload, targets, asked)
         if why and cap is not None:
             cap = cap.model_copy(update={"notes": [*cap.notes, why]})
         elif why:
@@ -136,7 +136,7 @@ def estimate(model: str | ModelSpec, ctx: int | str | None = None, *, isl: int |
                           notes)
 
 
-def _speed(spec, cap, workload, targets: tuple[str, dict] | None, asked: int | None, speculative: bool):
+def _speed(spec, cap, workload, targets: tuple[str, dict] | None, asked: int | None):
     """(the speed of the deployment `cap` plans (None: no GPU given) at the concurrency asked, None; or None and a
     note saying why the speed model cannot describe it, which is an error where a target needs it)."""
     from kvplan.speed import targets as speed
@@ -145,7 +145,7 @@ def _speed(spec, cap, workload, targets: tuple[str, dict] | None, asked: int | N
                                                                     cap.platform)
     if why:
         return None, _no_speed(why, targets)
-    return speed.speed(spec, cap, workload, concurrency=asked, speculative=speculative,
+    return speed.speed(spec, cap, workload, concurrency=asked,
                        targets=speed.Targets(**targets[1]) if targets else None), None
 
 

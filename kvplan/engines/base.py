@@ -283,6 +283,12 @@ class Engine(ABC):
     # why one instance runs at most {limit} sequences at once (KVPool.max_sequences), for messages
     sequence_limit_reason: ClassVar[str] = "its limit"
 
+    @classmethod
+    def drafted_tokens(cls, speculative_tokens: int | None) -> int:
+        """Tokens a decode step drafts per request for `speculative_tokens` (vLLM's num_speculative_tokens: each
+        one drafted)."""
+        return speculative_tokens or 0
+
     def __init__(self, options: EngineOptions, gpu_name: str | None, gpu_bytes: int | None, tp: int, pp: int,
                  dp: int = 1, ep: int = 1):
         for field, value in options.__dict__.items():  # the fields (pydantic's iteration filters each name)

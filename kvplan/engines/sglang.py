@@ -343,6 +343,13 @@ class Sglang(Engine):
                        "max_num_seqs", "disable_radix_cache"})
     speculative_methods = ("draft_model", "eagle", "eagle3", "mtp", "ngram")
 
+    @classmethod
+    def drafted_tokens(cls, speculative_tokens: int | None) -> int:
+        """--speculative-num-draft-tokens counts the token a step verifies beside its drafts: a chain (top-k 1)
+        drafts one fewer, --speculative-num-steps (server_args.py requires num_draft_tokens = num_steps + 1 at
+        top-k 1)."""
+        return max(0, (speculative_tokens or 0) - 1)
+
     def _buckets(self) -> tuple[int, int]:
         """(chunked_prefill_size, cuda_graph_max_bs) by GPU memory in MiB, as SGLang picks them (CUDA)."""
         mib = self.gpu_bytes // MiB

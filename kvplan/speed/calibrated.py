@@ -6,18 +6,23 @@ output tokens. At most N of them run (the engine's limit: its KV pool and its re
 request holds, `kvplan.speed.serving`):
 
     running b         = min(C, N) requests decoding each step
-    TPOT              = GEMMs(u_compute) + max(KV at peak / u_kv, attention FLOPs at peak / u_compute)
-                      + s x ((a x link time + b / (O - 1) x a prompt's link time) / u_link
+    TPOT              = step / A
+    step              = GEMMs(u_compute) + max(KV at peak / u_kv, attention FLOPs at peak / u_compute)
+                      + s x ((a x link time + b A / (O - 1) x a prompt's link time) / u_link
                              + collectives x t_collective)                                    the all-reduces
                       + kernels x t_kernel + b x t_sequence                                  fixed costs
                       + W4A16 MoE layers x t_dequant
-                      + b / (O - 1) x prompt(dp)                                              the prompts mixed in
+                      + b x A / (O - 1) x prompt(dp)                                          the prompts mixed in
+    A                 = (1 - a^(d + 1)) / (1 - a)    tokens a step emits: 1 without drafts; with d drafted a step
+                        (the checkpoint's MTP layers, `kvplan.speed.work`), each accepted with probability a given
+                        the ones before it, the expected accepted run plus the verified token (Leviathan et al.,
+                        "Fast Inference from Transformers via Speculative Decoding", ICML 2023, eq. 1)
     GEMMs(u, r)       = max(dense weights / u_weights, dense FLOPs / u)                        each at the slower of
                       + max(experts touched / u_weights, r x expert FLOPs / (u x u_moe))      its reads and FLOPs
     prompt(r)         = GEMMs(u_prefill, r) of a prompt + its attention FLOPs / u_prefill
     prefill(r)        = prompt(r) + s x (its link time / u_link + collectives x t_collective) + the fixed costs
-    TTFT              = t_request + prefill(dp) + k x TPOT + w x C x prefill(dp) + balance + queue
-    balance           = min~(n, m) x TPOT, n = H(dp) x (O - 1) / C    TensorRT-LLM with attention DP only
+    TTFT              = t_request + prefill(dp) + 3 x step + w x C x prefill(dp) + balance + queue
+    balance           = min~(n, m) x step, n = H(dp) x (O - 1) / (A x C)    TensorRT-LLM with attention DP only
     queue             = (C - N) / N x (prefill(dp) + (O - 1) x TPOT) where C exceeds N (Little's law: the requests
                         beyond the running ones wait a whole request's time for a slot)
 Link times at peak count ring all-reduces (2 (tp - 1) / tp of the message each GPU sends, `kvplan.speed.work`);
@@ -36,17 +41,17 @@ docs/source/blogs/tech_blog/blog10_ADP_Balance_Strategy.md): each rank receives 
 the last of dp ranks has one after n = H(dp) x (O - 1) / C steps on average (H the harmonic number), and the wait is
 the smaller of n and a fitted m steps, taken smoothly (n x m / (n + m)).
 With s = 1 within one NVLink domain and 1 + scale_out x (NVLink's one-way bandwidth / InfiniBand's - 1) beyond it.
-Each step's own prompts: every decoding request was a prompt once, so b / (O - 1) prompts enter per step in steady
+Each step's own prompts: every decoding request was a prompt once, so b A / (O - 1) prompts enter per step in steady
 state, on every one of the dp attention-DP ranks at once; a rank's attention and dense layers take its own, but the
 routed experts, spread over all the instance's GPUs, take every rank's tokens (r = dp: the expert FLOPs of one
 prompt on a GPU are its share of all GPUs', `kvplan.speed.work`). A prompt's own prefill runs beside the other
 ranks' too: a step lasts as long as its slowest rank, so the engines prefill the ranks' prompts together
 (TensorRT-LLM's attention-DP balance, docs/source/blogs/tech_blog/blog10_ADP_Balance_Strategy.md; SGLang's scheduler
-gathers every DP rank's batch into each step, prepare_mlp_sync_batch, an idle one where a rank has none). k = 3
-steps: a new request waits out the step running when it arrives (half of one on average) and the one already
-scheduled (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers), is prefilled in the next and
-its token leaves while the one after runs. w x C x prefill: the requests that arrive together. A benchmark starts
-all C at once: where prompts are chunked into the decode steps (vLLM, TensorRT-LLM) the first round's staggered
+gathers every DP rank's batch into each step, prepare_mlp_sync_batch, an idle one where a rank has none). 3 steps
+(steps_to_first_token): a new request waits out the step running when it arrives (half of one on average) and the
+one already scheduled (vLLM's async scheduling, SGLang's and TensorRT-LLM's overlap schedulers), is prefilled in the
+next and its token leaves while the one after runs. w x C x prefill: the requests that arrive together. A benchmark
+starts all C at once: where prompts are chunked into the decode steps (vLLM, TensorRT-LLM) the first round's staggered
 first tokens stagger the rounds after it, so only the first round waits behind the others' prefills (C a rank, each
 with every rank's at the experts); SGLang prefills waiting requests before it decodes, so every round starts
 together and waits again (w per engine). The times at peak are the bound's (`kvplan.speed.bound`); u are
@@ -99,6 +104,8 @@ class Efficiencies(BaseModel):
                                            "of a benchmark that starts them together)")
     balance_steps: float = Field(ge=0, description="the most decode steps an engine that balances attention-DP "
                                                    "ranks holds a new prompt back (TensorRT-LLM's timeout_iters)")
+    acceptance: float = Field(gt=0, lt=1, description="the chance a drafted token is accepted, given the ones "
+                                                      "before it were (speculative decoding by MTP layers)")
 
 
 class Terms(NamedTuple):
@@ -130,6 +137,7 @@ class Terms(NamedTuple):
     ranks: float  # DP ranks whose prompts share the routed experts' GEMMs (1 without attention DP)
     balance_need: float  # steps until every DP rank has a new request, where the engine waits for it; else 0
     scale_out: float  # NVLink's one-way bandwidth over InfiniBand's, less one, beyond one NVLink domain; else 0
+    drafts: float  # tokens drafted a step (speculative decoding by MTP layers), else 0
 
 
 def _max(a, b):
@@ -160,14 +168,24 @@ def prompt_ms(t: Terms, e: Efficiencies, ranks=1) -> float:
             + t.prefill_attention_ms / e.prefill_compute)
 
 
-def tpot_ms(t: Terms, e: Efficiencies) -> float:
-    """The time per output token: one decode step of the running requests, with the prompts mixed in."""
+def accepted(t: Terms, e: Efficiencies) -> float:
+    """Tokens a decode step emits per request: (1 - a^(d + 1)) / (1 - a), 1 without drafts."""
+    return (1 - e.acceptance ** (t.drafts + 1)) / (1 - e.acceptance)
+
+
+def step_ms(t: Terms, e: Efficiencies) -> float:
+    """One decode step of the running requests, with the prompts mixed in."""
     gemms = _gemms_ms(t.weights_ms, t.expert_weights_ms, t.dense_ms, t.expert_ms, e, e.compute)
     attention = _max(t.kv_ms / e.kv_bandwidth, t.attention_ms / e.compute)
-    share = t.running / (t.osl - 1)  # prompts entering per step
+    share = t.running * accepted(t, e) / (t.osl - 1)  # prompts entering per step
     links = _links_ms(t, e, t.oneshot * t.link_ms + share * t.prefill_link_ms, t.collectives)
     prompts = share * prompt_ms(t, e, t.ranks)
     return gemms + attention + links + _fixed_ms(t, e) + t.running * e.per_sequence_us / 1000 + prompts
+
+
+def tpot_ms(t: Terms, e: Efficiencies) -> float:
+    """The time per output token: a decode step over the tokens it emits per request."""
+    return step_ms(t, e) / accepted(t, e)
 
 
 def prefill_ms(t: Terms, e: Efficiencies, ranks=1) -> float:
@@ -178,10 +196,13 @@ def prefill_ms(t: Terms, e: Efficiencies, ranks=1) -> float:
 def ttft_ms(t: Terms, e: Efficiencies, tpot: float) -> float:
     """The time to first token, given the TPOT."""
     prefill = prefill_ms(t, e, t.ranks)
+    tokens = accepted(t, e)
+    step = tpot * tokens
     waiting = _max(t.concurrency - t.running_limit, 0) / t.running * (prefill + (t.osl - 1) * tpot)
     burst = e.burst * t.concurrency * prefill
-    balance = t.balance_need * e.balance_steps / _max(t.balance_need + e.balance_steps, 1e-9)  # min~(n, m)
-    return e.request_ms + prefill + e.steps_to_first_token * tpot + burst + balance * tpot + waiting
+    need = t.balance_need / tokens  # a request's decode takes (O - 1) / A steps
+    balance = need * e.balance_steps / _max(need + e.balance_steps, 1e-9)  # min~(n, m)
+    return e.request_ms + prefill + e.steps_to_first_token * step + burst + balance * step + waiting
 
 
 # ---------------------------------------------------------------------------------------------- the fitted table

@@ -43,7 +43,8 @@ class SpeedEstimate(BaseModel):
     running: float = Field(description="requests decoding each step, per DP rank")
     running_limit: int | None = Field(description="the most one rank runs at once (its KV pool and request cap, "
                                                   "kvplan.capacity); None where the memory model finds none")
-    decode_step_ms_bound: float
+    decode_step_ms_bound: float = Field(description="the least TPOT at the GPU's peak rates: a decode step's bytes, "
+                                                    "FLOPs or link bytes at peak, over 1 + the tokens it drafts")
     decode_step_ms: float = Field(description="the estimated time per output token (TPOT)")
     ttft_ms_bound: float
     ttft_ms: float
@@ -60,12 +61,15 @@ class SpeedEstimate(BaseModel):
 
 def serving(model: ModelSpec, gpu: Gpu, *, engine: str = "vllm", tp: int = 1, dp: int = 1, ep: int = 1, isl: int,
             osl: int, concurrency: int, weights_dtype: str | None = None, kv_dtype: str | None = None,
-            speculative: bool = False, overrides: dict[str, float] | None = None) -> SpeedEstimate:
+            mtp_drafts: int = 0, speculative: bool = False,
+            overrides: dict[str, float] | None = None) -> SpeedEstimate:
     """The speed of one aggregated instance of `dp` ranks of `tp` GPUs serving `concurrency` requests of `isl`
-    prompt and `osl` output tokens, under `engine` (vllm, sglang, tensorrt-llm). `speculative`: the engine drafts
-    tokens (MTP, EAGLE), which the one-token-per-step model does not describe (flagged). `overrides`: efficiencies
-    by name (`Efficiencies`)."""
-    deployment = Deployment(model, gpu, engine, Layout(tp=tp, dp=dp, ep=ep), isl, osl, weights_dtype, kv_dtype)
+    prompt and `osl` output tokens, under `engine` (vllm, sglang, tensorrt-llm). `mtp_drafts`: tokens a step drafts
+    with the checkpoint's MTP layers (speculative decoding). `speculative`: the engine drafts otherwise (a draft
+    model, an EAGLE head, n-grams), which the model does not describe (flagged). `overrides`: efficiencies by name
+    (`Efficiencies`)."""
+    deployment = Deployment(model, gpu, engine, Layout(tp=tp, dp=dp, ep=ep), isl, osl, weights_dtype, kv_dtype,
+                            mtp_drafts)
     return deployment.estimate(concurrency, *efficiencies(deployment.engine, gpu, overrides), speculative)
 
 
@@ -84,14 +88,15 @@ class SpeedFit(BaseModel):
 def max_concurrency(model: ModelSpec, gpu: Gpu, *, engine: str = "vllm", tp: int = 1, dp: int = 1, ep: int = 1,
                     isl: int, osl: int, max_tpot_ms: float | None = None, max_ttft_ms: float | None = None,
                     min_tokens_per_s_per_user: float | None = None, weights_dtype: str | None = None,
-                    kv_dtype: str | None = None, speculative: bool = False,
+                    kv_dtype: str | None = None, mtp_drafts: int = 0, speculative: bool = False,
                     overrides: dict[str, float] | None = None, limit: int = 1 << 16) -> SpeedFit:
     """The largest concurrency whose estimate meets every target given: TPOT at most `max_tpot_ms`, TTFT at most
     `max_ttft_ms`, at least `min_tokens_per_s_per_user`; never more than the instance runs at once (its KV pool and
     request cap: beyond them requests queue, however fast the steps) nor `limit`. The estimate grows with the
     concurrency, so the search doubles, then bisects. The users a deployment serves are the fewer of this and what
     its memory holds at the planned context."""
-    deployment = Deployment(model, gpu, engine, Layout(tp=tp, dp=dp, ep=ep), isl, osl, weights_dtype, kv_dtype)
+    deployment = Deployment(model, gpu, engine, Layout(tp=tp, dp=dp, ep=ep), isl, osl, weights_dtype, kv_dtype,
+                            mtp_drafts)
     return concurrency_fit(deployment, *efficiencies(deployment.engine, gpu, overrides), max_tpot_ms=max_tpot_ms,
                            max_ttft_ms=max_ttft_ms, min_tokens_per_s_per_user=min_tokens_per_s_per_user,
                            speculative=speculative, limit=limit)
@@ -162,13 +167,13 @@ class Deployment:
     prefill of one prompt. `point(concurrency)` is its physics at a concurrency; `estimate` adds the efficiencies."""
 
     def __init__(self, model: ModelSpec, gpu: Gpu, engine: str, layout: Layout, isl: int, osl: int,
-                 weights_dtype: str | None = None, kv_dtype: str | None = None):
+                 weights_dtype: str | None = None, kv_dtype: str | None = None, mtp_drafts: int = 0):
         if isl < 1 or osl < 2:
             raise KvplanError(f"isl must be at least 1 and osl at least 2 tokens, got {isl} and {osl}")
         engine_class = engines.engine_class(engine)
         self.engine = engine_class.name
         self.model, self.gpu, self.layout, self.isl, self.osl = model, gpu, layout, isl, osl
-        self.shape = ServingShape(model, layout, self.engine, weights_dtype, kv_dtype)
+        self.shape = ServingShape(model, layout, self.engine, weights_dtype, kv_dtype, mtp_drafts)
         self.limit = _running_limit(self)
         self.prefill = self.shape.prefill(isl)
         self.prefill_peak = step_times(self.prefill, gpu, self.shape.weights_dtype_name, self.shape.kv.name)
@@ -205,7 +210,7 @@ class Deployment:
             prefill_expert_ms=prefill.expert_ms, prefill_attention_ms=prefill.attention_ms,
             prefill_link_ms=prefill.link_ms, prefill_collectives=self.prefill.collectives, concurrency=per_rank,
             running_limit=self.limit or per_rank, osl=self.osl, ranks=self.layout.dp, balance_need=balance_need,
-            scale_out=self.scale_out_slowdown)
+            scale_out=self.scale_out_slowdown, drafts=self.shape.drafts)
         return Point(running, work, peak, terms)
 
     def estimate(self, concurrency: int, eff: Efficiencies, flags: list[str], speculative: bool = False
@@ -217,7 +222,8 @@ class Deployment:
             model=self.model.name, gpu=self.gpu.name, engine=self.engine, tp=layout.tp, dp=layout.dp, ep=layout.ep,
             gpus=layout.gpus, isl=self.isl, osl=self.osl, concurrency=concurrency,
             weights_dtype=self.shape.weights_label, kv_dtype=self.shape.kv.name, running=running,
-            running_limit=self.limit, decode_step_ms_bound=peak.bound_ms, decode_step_ms=tpot,
+            running_limit=self.limit, decode_step_ms_bound=peak.bound_ms / (1 + self.shape.drafts),
+            decode_step_ms=tpot,
             ttft_ms_bound=self.prefill_peak.bound_ms, ttft_ms=ttft_ms(terms, eff, tpot),
             tokens_per_s_per_user=1000 / tpot, tokens_per_s_per_gpu=running * layout.dp * 1000 / tpot / layout.gpus,
             binding=peak.binding, efficiencies=eff.model_dump(),
@@ -234,8 +240,12 @@ class Deployment:
             flags.append("kvplan's memory model finds no room for the KV cache at the engine's defaults: every "
                          "request is taken to run at once")
         if speculative:
-            flags.append("speculative decoding (MTP, EAGLE): the bound and the estimate are for one token per step, "
-                         "which drafted tokens can beat")
+            flags.append("speculative decoding by a draft model, an EAGLE head or n-grams: the bound and the "
+                         "estimate are for one token per step, which drafted tokens can beat")
+        if drafts := self.shape.drafts:
+            flags.append(f"speculative decoding: {drafts} token{'s' if drafts > 1 else ''} drafted a step by the MTP "
+                         f"layers, each accepted at {eff.acceptance:.0%} (fitted on DeepSeek-R1's and Qwen3.5's runs); "
+                         "a model's and its data's own rate moves the TPOT")
         if layout.tp >= WIDE_TP and peak.hbm_ms < LITTLE_WORK_MS:
             flags.append(f"TP {layout.tp} with little work per GPU ({peak.hbm_ms:.2f} ms of HBM reads a step at "
                          "peak): fixed costs and links make most of the step")

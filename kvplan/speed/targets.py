@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from kvplan import capacity, engines, gpus
 from kvplan.capacity import Capacity, Plan, PlanRow, UsersAt
+from kvplan.capacity.draft import speculation_options
 from kvplan.engines import EngineOptions
 from kvplan.errors import KvplanError
 from kvplan.model import Hardware, ModelSpec, Parallelism, Workload
@@ -166,21 +167,24 @@ class Instance:
     for C requests over the deployment's replicas, `fit(targets)` the requests it serves within them."""
 
     def __init__(self, model: ModelSpec, gpu_name: str | None, engine_name: str, parallel: Parallelism, isl: int,
-                 osl: int, kv_dtype: str | None = None, weights_dtype: str | None = None, speculative: bool = False):
+                 osl: int, kv_dtype: str | None = None, weights_dtype: str | None = None,
+                 speculative_method: str | None = None, speculative_tokens: int | None = None):
         why = problem(gpu_name, engine_name, parallel.pp)
         if why:
             raise KvplanError(why)
         gpu = gpus.find(gpu_name)
         layout = Layout(tp=parallel.tp, dp=parallel.dp, ep=parallel.ep)
-        self.deployment = Deployment(model, gpu, engine_name, layout, isl, osl, weights_dtype, kv_dtype)
+        # drafting by the checkpoint's MTP layers is modelled; other drafts are flagged
+        mtp = engines.engine_class(engine_name).drafted_tokens(speculative_tokens) if speculative_method == "mtp" else 0
+        self.deployment = Deployment(model, gpu, engine_name, layout, isl, osl, weights_dtype, kv_dtype, mtp)
         self.efficiencies = efficiencies(self.deployment.engine, gpu)
-        self.replicas, self.speculative = parallel.replicas, speculative
+        self.replicas, self.speculative = parallel.replicas, speculative_method not in (None, "mtp")
 
     @classmethod
-    def of(cls, model: ModelSpec, cap: Capacity, isl: int, osl: int, speculative: bool = False) -> "Instance":
-        """The instance of a deployment `kvplan.capacity` planned."""
+    def of(cls, model: ModelSpec, cap: Capacity, isl: int, osl: int) -> "Instance":
+        """The instance of a deployment `kvplan.capacity` planned, with its speculative decoding."""
         return cls(model, cap.gpu, cap.engine, _parallelism(cap), isl, osl, cap.kv_dtype, cap.weights_dtype_override,
-                   speculative)
+                   cap.speculative_method, cap.speculative_tokens)
 
     def at(self, concurrency: int) -> SpeedEstimate:
         return self.deployment.estimate(ceil(concurrency / self.replicas), *self.efficiencies, self.speculative)
@@ -193,13 +197,13 @@ class Instance:
 
 
 def speed(model: ModelSpec, cap: Capacity, workload: Workload, *, concurrency: int | None = None,
-          targets: Targets | None = None, speculative: bool = False) -> Speed:
+          targets: Targets | None = None) -> Speed:
     """The deployment `cap` plans for `workload` (its requests: isl and osl), at `concurrency` requests (default:
     with targets, the users it serves within them; else what its memory holds), and with targets the users it
     serves: the fewer of its memory fit and its speed fit. At least one request is estimated, even where none
     fits."""
     isl, osl = workload.isl, workload.osl
-    instance = Instance.of(model, cap, isl, osl, speculative)
+    instance = Instance.of(model, cap, isl, osl)
     memory, users, bound = cap.max_concurrent_users, cap.max_concurrent_users, cap.max_concurrent_users_bound
     fit_users = limited_by = None
     if targets is not None and targets.given:
@@ -301,13 +305,13 @@ def plan(model: ModelSpec, workload: Workload, hardware: Hardware, targets: Targ
     why = problem(hardware.name, engine_name)
     if why:
         raise KvplanError(why)
-    speculative = draft is not None or bool(options and options.speculative_method)
+    resolved = speculation_options(model, draft, engine_name, options or EngineOptions(), Parallelism())
     targets = targets if targets is not None and targets.given else None
 
     @cache  # the search's accept hook and the rows ask for the same layouts: each is built and searched once
     def instance(layout: Parallelism, kv: str, weights: str | None) -> Instance:
         return Instance(model, hardware.name, engine_name, layout, workload.isl, workload.osl, kv, weights,
-                        speculative)
+                        resolved.speculative_method, resolved.speculative_tokens)
 
     @cache
     def fit(layout: Parallelism, kv: str, weights: str | None) -> tuple[int, str]:

@@ -48,6 +48,13 @@ finalize inside its GEMMs).
                   expert + 3 (gate_up, activation, down), + 3 where a sigmoid gate scales it (the gate's GEMM,
                   sigmoid, multiply: qwen2_moe.py)
 
+With speculative decoding by the checkpoint's MTP layers (`drafts` = k tokens drafted a step, chained), a step
+verifies 1 + k tokens of every running request in one forward pass of the model (weights and KV read once, the
+FLOPs, expert routing and links of (1 + k) x b tokens) and drafts k tokens before it, each a pass of the MTP layers
+at b tokens: their weights (the experts those b tokens touch), the shared lm_head (a draft's logits), their
+kernels (their layers' counts above, + 4: the two input norms, the fusing projection eh_proj and lm_head; vLLM's
+deepseek_mtp.py, SGLang's deepseek_nextn.py). Their KV is one layer's among the model's, not counted.
+
 A prefill of one prompt of P tokens reads every weight once (the experts its tokens touch), does the linear FLOPs of
 P tokens (lm_head for the last) and attends, on a layer that holds tokens_held(t) tokens at position t, sum over
 t <= P of tokens_held(t) pairs (P (P + 1) / 2 for full attention): attention's quadratic term.
@@ -63,6 +70,7 @@ from kvplan import engines
 from kvplan.capacity import check_parallel, gpu_layers
 from kvplan.dtypes import kv_dtype, weight_dtype
 from kvplan.engines import EngineOptions
+from kvplan.errors import KvplanError
 from kvplan.memory import weights_by_group
 from kvplan.model import KV_KINDS, LayerCache, ModelSpec
 
@@ -79,6 +87,7 @@ MLP_KERNELS = 4
 MOE_KERNELS = 8
 SHARED_EXPERT_KERNELS = 3
 SHARED_EXPERT_GATE_KERNELS = 3
+MTP_INPUT_KERNELS = 4  # an MTP pass's two input norms, its fusing projection and lm_head
 
 
 class Layout(BaseModel):
@@ -120,9 +129,11 @@ class ServingShape:
     group's bytes and params on one GPU, the GPU's caches, the attention widths, the dtypes the step computes in."""
 
     def __init__(self, model: ModelSpec, layout: Layout, engine_name: str, weights_dtype: str | None = None,
-                 kv_dtype_name: str | None = None):
+                 kv_dtype_name: str | None = None, drafts: int = 0):
         check_parallel(model, layout.tp, 1, dp=layout.dp)
-        self.model, self.layout = model, layout
+        if drafts and model.mtp is None:
+            raise KvplanError(f"{model.name} has no MTP layers to draft with")
+        self.model, self.layout, self.drafts = model, layout, drafts
         self.engine = _placing_engine(model, engine_name, layout)
         self.kv = kv_dtype(kv_dtype_name or self.engine.default_kv_dtype(model))
         self.engine.check_kv_dtype(self.kv)
@@ -171,21 +182,44 @@ class ServingShape:
 
     @cached_property
     def decode_kernels(self) -> int:
-        """Kernels one decode step launches on each GPU, summed over the layers (the module docstring's counts)."""
+        """Kernels one decode step launches on each GPU, summed over the layers (the module docstring's counts),
+        with each MTP pass's where the step drafts."""
+        model = self.model
+        kernels = self._kernels(self.caches, self.moe_layers, model.num_layers)
+        if self.drafts:
+            mtp = model.mtp
+            mtp_moe = mtp.layers if mtp.params.experts else 0
+            kernels += self.drafts * (self._kernels([(cache, 1) for cache in mtp.caches], mtp_moe, mtp.layers)
+                                      + MTP_INPUT_KERNELS)
+        return kernels
+
+    def _kernels(self, caches, moe_layers: int, layers: int) -> int:
+        """Kernels of `layers` decoder layers with these caches, `moe_layers` of them routing to experts."""
         widths = self.model.widths
         attention = ATTENTION_KERNELS
         if widths:
             attention += widths.query_key_norm + widths.attention_gate
-        total = 0
-        for cache, layers in self.caches:
-            total += layers * LAYER_KERNELS.get(cache.kind, attention)
+        total = sum(count * LAYER_KERNELS.get(cache.kind, attention) for cache, count in caches)
         if not widths:
             return total
         moe = MOE_KERNELS
         if widths.shared_expert_intermediate:
             moe += SHARED_EXPERT_KERNELS + SHARED_EXPERT_GATE_KERNELS * widths.shared_expert_gate
         mlp = MLP_KERNELS if widths.mlp_intermediate else 0
-        return total + self.moe_layers * moe + (self.model.num_layers - self.moe_layers) * mlp
+        return total + moe_layers * moe + (layers - moe_layers) * mlp
+
+    @cached_property
+    def draft_pass(self) -> tuple[float, float, float, float]:
+        """One pass of the MTP layers on this GPU: (bytes of their weights but the routed experts, with the shared
+        lm_head's; their routed experts' bytes; params a token passes through, lm_head's with them; active routed
+        params per token). Each group is placed as the model's own group is here: its bytes and share per param."""
+        mtp, counts = self.model.mtp.params.__dict__, self.model.params.__dict__
+        placed = [group for group in self.bytes_on_gpu
+                  if counts[group] and group not in ("experts", "embedding", "vision", "lm_head")]
+        weights = sum(mtp[g] * self.bytes_on_gpu[g] / counts[g] for g in placed) + self.bytes_on_gpu["lm_head"]
+        params = sum(mtp[g] * self.params_on_gpu[g] / counts[g] for g in placed) + self.params_on_gpu["lm_head"]
+        experts = mtp["experts"] * self.bytes_on_gpu["experts"] / counts["experts"] if counts["experts"] else 0.0
+        return weights, experts, params, self.model.mtp.params.active_experts / self.layout.gpus
 
     def expert_imbalance(self, tokens: float) -> float:
         """How many times the mean the experts touched on the GPU that has the most are, where expert parallelism
@@ -263,17 +297,27 @@ class ServingShape:
         return round(per_layer * self.model.num_layers), collectives * self.model.num_layers
 
     def decode_step(self, running: float, ctx: int) -> StepWork:
-        """A decode step of `running` sequences per rank, each at context `ctx`."""
+        """A decode step of `running` sequences per rank, each at context `ctx`, verifying 1 + `drafts` tokens of
+        each and drafting `drafts` (the module docstring)."""
         dense, lm_head, expert_active = self.token_params
+        verified = 1 + self.drafts
         group_tokens = running * self.layout.dp
-        link, collectives = self.link_bytes(running, group_tokens)
-        return StepWork(weights_bytes=self.dense_weights_bytes,
-                        expert_bytes=round(self.expert_weights_bytes * self.touched(group_tokens)),
+        link, collectives = self.link_bytes(running * verified, group_tokens * verified)
+        work = StepWork(weights_bytes=self.dense_weights_bytes,
+                        expert_bytes=round(self.expert_weights_bytes * self.touched(group_tokens * verified)),
                         kv_bytes=round(self.kv_bytes(ctx) * running),
-                        dense_flops=round(2 * (dense + lm_head) * running),
-                        expert_flops=round(2 * expert_active * group_tokens),
-                        attention_flops=round(self.attention_flops(ctx) * running),
+                        dense_flops=round(2 * (dense + lm_head) * running * verified),
+                        expert_flops=round(2 * expert_active * group_tokens * verified),
+                        attention_flops=round(self.attention_flops(ctx) * running * verified),
                         link_bytes=link, collectives=collectives)
+        if not self.drafts:
+            return work
+        draft_bytes, draft_experts, draft_params, draft_active = self.draft_pass
+        return work.model_copy(update={
+            "weights_bytes": work.weights_bytes + round(self.drafts * draft_bytes),
+            "expert_bytes": work.expert_bytes + round(self.drafts * draft_experts * self.touched(group_tokens)),
+            "dense_flops": work.dense_flops + round(self.drafts * 2 * draft_params * running),
+            "expert_flops": work.expert_flops + round(self.drafts * 2 * draft_active * group_tokens)})
 
     def prefill(self, prompt: int) -> StepWork:
         """One prompt of `prompt` tokens prefilled alone: every weight read once (the experts its tokens touch),
