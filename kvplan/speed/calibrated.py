@@ -10,13 +10,14 @@ request holds, `kvplan.speed.serving`):
     step              = GEMMs(u_compute) + max(KV at peak / u_kv, attention FLOPs at peak / u_compute)
                       + s x ((a x link time + b A / (O - 1) x a prompt's link time) / u_link
                              + collectives x t_collective)                                    the all-reduces
-                      + kernels x t_kernel + b x t_sequence                                  fixed costs
+                      + kernels x t_kernel + b x (1 + 2d) x t_sequence                        fixed costs
                       + W4A16 MoE layers x t_dequant
                       + b x A / (O - 1) x prompt(dp)                                          the prompts mixed in
     A                 = (1 - a^(d + 1)) / (1 - a)    tokens a step emits: 1 without drafts; with d drafted a step
                         (the checkpoint's MTP layers, `kvplan.speed.work`), each accepted with probability a given
                         the ones before it, the expected accepted run plus the verified token (Leviathan et al.,
-                        "Fast Inference from Transformers via Speculative Decoding", ICML 2023, eq. 1)
+                        "Fast Inference from Transformers via Speculative Decoding", ICML 2023, eq. 1); a drafting
+                        step samples 1 + 2d rows of logits a request (the 1 + d it verifies, the d it drafts)
     GEMMs(u, r)       = max(dense weights / u_weights, dense FLOPs / u)                        each at the slower of
                       + max(experts touched / u_weights, r x expert FLOPs / (u x u_moe))      its reads and FLOPs
     prompt(r)         = GEMMs(u_prefill, r) of a prompt + its attention FLOPs / u_prefill
@@ -91,7 +92,8 @@ class Efficiencies(BaseModel):
     moe_compute: float = Field(gt=0, le=1, description="routed experts' GEMM rate relative to dense GEMMs'")
     per_kernel_us: float = Field(ge=0, description="fixed time per kernel a decode step launches (its launch and "
                                                    "the small kernels' own run: norms, rotary, routing)")
-    per_sequence_us: float = Field(ge=0, description="time per running request and step (sampling, scheduling)")
+    per_sequence_us: float = Field(ge=0, description="time per row of logits a step samples for a running request "
+                                                     "(sampling, bookkeeping): one, or 1 + 2d with d drafts")
     per_collective_us: float = Field(ge=0, description="latency of one all-reduce or all-to-all")
     link_bandwidth: float = Field(gt=0, le=1, description="share of NVLink's one-way bandwidth collectives reach")
     dequant_us: float = Field(ge=0, description="further fixed time per MoE layer and step where 4-bit experts are "
@@ -180,7 +182,8 @@ def step_ms(t: Terms, e: Efficiencies) -> float:
     share = t.running * accepted(t, e) / (t.osl - 1)  # prompts entering per step
     links = _links_ms(t, e, t.oneshot * t.link_ms + share * t.prefill_link_ms, t.collectives)
     prompts = share * prompt_ms(t, e, t.ranks)
-    return gemms + attention + links + _fixed_ms(t, e) + t.running * e.per_sequence_us / 1000 + prompts
+    sampled = t.running * (1 + 2 * t.drafts)  # rows of logits sampled: 1 + d verified and d drafted a request
+    return gemms + attention + links + _fixed_ms(t, e) + sampled * e.per_sequence_us / 1000 + prompts
 
 
 def tpot_ms(t: Terms, e: Efficiencies) -> float:
