@@ -38,7 +38,7 @@ DeepSeek-R1 in the day files, their ids dsr1_), a model left out of the fit is j
 
 Speculative decoding, which no column states: the runs come from SemiAnalysisAI/InferenceX's sweeps (their
 day files name that project's images, `nvcr.io#nvidia/...`, and the sweep's commit time as `measured`), each run
-on a merge to main of the configurations its perf-changelog.yaml entry lists. Three sweeps ran only MTP
+on a merge to main of the configurations its perf-changelog.yaml entry lists. Four sweeps ran only MTP
 configurations, so every run they measured drafted (`mtp_drafts`):
     2026-01-14  PR 392, dsr1-fp4-b200-trt-mtp, dsr1-fp8-b200-trt-mtp, dsr1-fp8-h200-trt-mtp (TensorRT-LLM
                 1.1.0rc2.post2; no other NVIDIA sweep that day)

@@ -48,12 +48,13 @@ finalize inside its GEMMs).
                   expert + 3 (gate_up, activation, down), + 3 where a sigmoid gate scales it (the gate's GEMM,
                   sigmoid, multiply: qwen2_moe.py)
 
-With speculative decoding by the checkpoint's MTP layers (`drafts` = k tokens drafted a step, chained), a step
-verifies 1 + k tokens of every running request in one forward pass of the model (weights and KV read once, the
-FLOPs, expert routing and links of (1 + k) x b tokens) and drafts k tokens before it, each a pass of the MTP layers
-at b tokens: their weights (the experts those b tokens touch), the shared lm_head (a draft's logits), their
-kernels (their layers' counts above, + 4: the two input norms, the fusing projection eh_proj and lm_head; vLLM's
-deepseek_mtp.py, SGLang's deepseek_nextn.py). Their KV is one layer's among the model's, not counted.
+With speculative decoding by the checkpoint's MTP layers (`drafts` = d tokens drafted a step, chained), a step
+verifies 1 + d tokens of every running request in one forward pass of the model (weights and KV read once, the
+FLOPs, expert routing and links of (1 + d) x b tokens) and drafts d tokens before it, each a pass of one MTP layer
+at b tokens (the next in turn where a checkpoint has several: vLLM's deepseek_mtp.py takes layer spec_step_idx mod
+n; SGLang's deepseek_nextn.py has one): its weights (the experts those b tokens touch), the shared lm_head (a
+draft's logits), its kernels (its layer's counts above, + 4: the two input norms, the fusing projection eh_proj
+and lm_head). Its KV, one layer's beside the model's, and its all-reduces are not counted.
 
 A prefill of one prompt of P tokens reads every weight once (the experts its tokens touch), does the linear FLOPs of
 P tokens (lm_head for the last) and attends, on a layer that holds tokens_held(t) tokens at position t, sum over
@@ -187,9 +188,8 @@ class ServingShape:
         model = self.model
         kernels = self._kernels(self.caches, self.moe_layers, model.num_layers)
         if self.drafts:
-            mtp = model.mtp
-            mtp_moe = mtp.layers if mtp.params.experts else 0
-            kernels += self.drafts * (self._kernels([(cache, 1) for cache in mtp.caches], mtp_moe, mtp.layers)
+            one_layer = [(model.mtp.caches[0], 1)]
+            kernels += self.drafts * (self._kernels(one_layer, 1 if model.mtp.params.experts else 0, 1)
                                       + MTP_INPUT_KERNELS)
         return kernels
 
@@ -210,16 +210,18 @@ class ServingShape:
 
     @cached_property
     def draft_pass(self) -> tuple[float, float, float, float]:
-        """One pass of the MTP layers on this GPU: (bytes of their weights but the routed experts, with the shared
-        lm_head's; their routed experts' bytes; params a token passes through, lm_head's with them; active routed
-        params per token). Each group is placed as the model's own group is here: its bytes and share per param."""
-        mtp, counts = self.model.mtp.params.__dict__, self.model.params.__dict__
+        """One draft pass on this GPU, through one MTP layer: (bytes of its weights but the routed experts, with the
+        shared lm_head's; its routed experts' bytes; params a token passes through, lm_head's with them; active
+        routed params per token). Each group is placed as the model's own group is here: its bytes and share per
+        param; an MTP layer is 1 / n of n's counts."""
+        mtp, counts = self.model.mtp, self.model.params.__dict__
+        layer = {group: count / mtp.layers for group, count in mtp.params.__dict__.items()}
         placed = [group for group in self.bytes_on_gpu
                   if counts[group] and group not in ("experts", "embedding", "vision", "lm_head")]
-        weights = sum(mtp[g] * self.bytes_on_gpu[g] / counts[g] for g in placed) + self.bytes_on_gpu["lm_head"]
-        params = sum(mtp[g] * self.params_on_gpu[g] / counts[g] for g in placed) + self.params_on_gpu["lm_head"]
-        experts = mtp["experts"] * self.bytes_on_gpu["experts"] / counts["experts"] if counts["experts"] else 0.0
-        return weights, experts, params, self.model.mtp.params.active_experts / self.layout.gpus
+        weights = sum(layer[g] * self.bytes_on_gpu[g] / counts[g] for g in placed) + self.bytes_on_gpu["lm_head"]
+        params = sum(layer[g] * self.params_on_gpu[g] / counts[g] for g in placed) + self.params_on_gpu["lm_head"]
+        experts = layer["experts"] * self.bytes_on_gpu["experts"] / counts["experts"] if counts["experts"] else 0.0
+        return weights, experts, params, layer["active_experts"] / self.layout.gpus
 
     def expert_imbalance(self, tokens: float) -> float:
         """How many times the mean the experts touched on the GPU that has the most are, where expert parallelism
