@@ -428,7 +428,7 @@ def test_flags_name_the_poor_regimes():
                          concurrency=8)
     assert not any("calibration" in f for f in calibrated.flags)
     eagle = serving(r1, b200, tp=8, isl=1024, osl=1024, concurrency=8, speculative=True)
-    assert any("speculative decoding by a draft model" in f for f in eagle.flags)
+    assert any("speculative decoding the estimate does not model" in f for f in eagle.flags)
     mtp = serving(r1, b200, tp=8, isl=1024, osl=1024, concurrency=8, mtp_drafts=3)
     assert any("3 tokens drafted a step by the MTP layers" in f for f in mtp.flags)
 

@@ -375,7 +375,7 @@ def test_mtp_drafting_is_estimated_and_other_drafts_are_flagged(monkeypatch, cap
     of 1,024 + 1,024 tokens on 4 B200s at TP 4: measured 10.0 ms a token (calibration.csv,
     2026_04_06_qwen3_5_397b_b200_sxm_sglang_fp8_agg_1024x1024_c16_tp4_ep1_1505, a run of InferenceX's
     qwen3.5-fp8-b200-sglang-mtp). The estimate drafts 3 tokens a step, within the stated p90 of it, and faster than
-    one token a step; a draft model is flagged and estimated at one token a step."""
+    one token a step; n-grams are flagged and estimated at one token a step."""
     qwen = ["--model", "Qwen/Qwen3.5-397B-A17B", "--gpu", "b200", "--tp", "4", "--engine", "sglang",
             "--weights-dtype", "fp8", "--isl", "1024", "--osl", "1024", "--batch", "16"]
     _, drafting = estimate_json(monkeypatch, capsys, *qwen, "--speculative-method", "mtp", "--speculative-tokens", "4")
@@ -386,5 +386,8 @@ def test_mtp_drafting_is_estimated_and_other_drafts_are_flagged(monkeypatch, cap
     assert drafting["decode_step_ms_bound"] < plain["decode_step_ms_bound"]
     assert 0 < drafting["speed_efficiencies"]["acceptance"] < 1
     _, ngram = estimate_json(monkeypatch, capsys, *qwen, "--speculative-method", "ngram", "--speculative-tokens", "4")
-    assert any("speculative decoding by a draft model" in flag for flag in ngram["speed_flags"])
+    assert any("speculative decoding the estimate does not model" in flag for flag in ngram["speed_flags"])
     assert ngram["decode_step_ms"] == pytest.approx(plain["decode_step_ms"], rel=0.05)
+    # SGLang's one draft token is the verified one: nothing drafted, so flagged rather than estimated as drafting
+    _, one = estimate_json(monkeypatch, capsys, *qwen, "--speculative-method", "mtp", "--speculative-tokens", "1")
+    assert any("speculative decoding the estimate does not model" in flag for flag in one["speed_flags"])

@@ -240,8 +240,8 @@ class Deployment:
             flags.append("kvplan's memory model finds no room for the KV cache at the engine's defaults: every "
                          "request is taken to run at once")
         if speculative:
-            flags.append("speculative decoding by a draft model, an EAGLE head or n-grams: the bound and the "
-                         "estimate are for one token per step, which drafted tokens can beat")
+            flags.append("speculative decoding the estimate does not model (a draft model, an EAGLE head, "
+                         "n-grams): the bound and the estimate are for one token per step, which drafts can beat")
         if drafts := self.shape.drafts:
             flags.append(f"speculative decoding: {drafts} token{'s' if drafts > 1 else ''} drafted a step by the MTP "
                          f"layers, each accepted at {eff.acceptance:.0%} (fitted on DeepSeek-R1's and Qwen3.5's runs); "

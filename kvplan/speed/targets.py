@@ -178,7 +178,7 @@ class Instance:
         mtp = engines.engine_class(engine_name).drafted_tokens(speculative_tokens) if speculative_method == "mtp" else 0
         self.deployment = Deployment(model, gpu, engine_name, layout, isl, osl, weights_dtype, kv_dtype, mtp)
         self.efficiencies = efficiencies(self.deployment.engine, gpu)
-        self.replicas, self.speculative = parallel.replicas, speculative_method not in (None, "mtp")
+        self.replicas, self.speculative = parallel.replicas, speculative_method is not None and not mtp
 
     @classmethod
     def of(cls, model: ModelSpec, cap: Capacity, isl: int, osl: int) -> "Instance":
