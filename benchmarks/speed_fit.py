@@ -71,17 +71,16 @@ class Points:
     """Every row's terms (`kvplan.speed.calibrated.Terms` of numpy arrays) and what it is fitted by."""
 
     def __init__(self, rows: list[Row]):
-        models, deployments, terms = {}, {}, []
+        models, built, self.deployments = {}, {}, []
         for row in rows:
             model = models.get(row.model) or models.setdefault(row.model, load_model(row.model))
             key = _configuration(row)
-            if key not in deployments:
-                deployments[key] = Deployment(model, gpus.find(row.gpu), row.engine,
-                                              Layout(tp=row.tp, dp=row.dp, ep=row.ep), row.isl, row.osl,
-                                              row.weights_dtype, mtp_drafts=row.mtp_drafts)
-            terms.append(release_terms(row, deployments[key]))
+            if key not in built:
+                built[key] = Deployment(model, gpus.find(row.gpu), row.engine, Layout(tp=row.tp, dp=row.dp, ep=row.ep),
+                                        row.isl, row.osl, row.weights_dtype, mtp_drafts=row.mtp_drafts)
+            self.deployments.append(built[key])
+        terms = [release_terms(row, deployment) for row, deployment in zip(rows, self.deployments, strict=True)]
         self.rows = rows
-        self.deployments = [deployments[_configuration(row)] for row in rows]
         self.terms = Terms(*(np.array(column, float) for column in zip(*terms, strict=True)))
         self.engine = np.array([row.engine for row in rows])
         self.model = np.array([row.model for row in rows])

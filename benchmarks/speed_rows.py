@@ -172,8 +172,9 @@ def read_rows(path: Path = CALIBRATION) -> list[Row]:
     docstring)."""
     first, drafts = {}, {}
     for row in read_all(path):
-        first.setdefault(run(row), row)
-        drafts[run(row)] = max(drafts.get(run(row), 0), row.mtp_drafts)
+        key = run(row)
+        first.setdefault(key, row)
+        drafts[key] = max(drafts.get(key, 0), row.mtp_drafts)
     return [replace(row, mtp_drafts=drafts[key]) for key, row in first.items()]
 
 
